@@ -1,0 +1,3 @@
+from picluster.cli import main
+
+main()

@@ -1,0 +1,124 @@
+"""``picluster cluster up|status|down`` and ``picluster server`` (one task in the foreground)."""
+
+import sys
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from picluster.cli.options import inventory_option
+from picluster.errors import UsageError
+
+
+@click.group()
+def cluster() -> None:
+    """Start, inspect and stop the ps/worker servers."""
+
+
+@cluster.command()
+@inventory_option
+@click.option("--ps", "ps", type=click.IntRange(0, 16), default=1, show_default=True, help="ps tasks (local cluster)")
+@click.option("--workers", type=click.IntRange(1, 63), default=2, show_default=True, help="worker tasks (local cluster)")
+@click.option("--port", type=click.IntRange(1024, 65535), default=None, help="first port (local cluster; default: free ports)")
+def up(inventory, ps, workers, port) -> None:
+    """Start the servers and wait until every task answers."""
+    if inventory is not None:
+        raise UsageError("starting servers on inventory nodes is not implemented yet (issue 6); start each node with 'picluster server'")
+    from picluster.local import LocalCluster
+
+    running = LocalCluster.open()
+    if running is not None and any(s.state != "down" for s in running.status()):
+        if len(running.layout.ps) != ps or len(running.layout.workers) != workers:
+            raise UsageError(
+                f"a local cluster with {len(running.layout.ps)} ps and {len(running.layout.workers)} workers "
+                "is already running; 'picluster cluster down' first"
+            )
+        restarted = running.restart_missing()
+        _print_status(running, Console())
+        click.echo(f"restarted {len(restarted)} task(s)" if restarted else "already up")
+        return
+    if running is not None:
+        running.stop()  # a stale state file from a cluster that died
+    cluster_ = LocalCluster.start(ps=ps, workers=workers, base_port=port)
+    _print_status(cluster_, Console())
+
+
+@cluster.command()
+@inventory_option
+def status(inventory) -> None:
+    """Show each task, its node and whether it answers."""
+    if inventory is not None:
+        from picluster.clusterspec import from_inventory
+        from picluster.inventory import load_inventory
+        from picluster.local import _answers
+
+        layout = from_inventory(load_inventory(inventory))
+        table = Table("task", "node", "address", "state")
+        for task in layout.tasks:
+            table.add_row(task.label, task.node, task.address, "up" if _answers(task.host, task.port) else "down")
+        Console().print(table)
+        return
+    from picluster.local import LocalCluster
+
+    running = LocalCluster.open()
+    if running is None:
+        click.echo("no local cluster (start one with 'picluster cluster up')")
+        sys.exit(3)
+    _print_status(running, Console())
+    if not running.is_up():
+        sys.exit(3)
+
+
+@cluster.command()
+@inventory_option
+def down(inventory) -> None:
+    """Stop every server and leave nothing running."""
+    if inventory is not None:
+        raise UsageError("stopping servers on inventory nodes is not implemented yet (issue 6)")
+    from picluster.local import LocalCluster
+
+    running = LocalCluster.open()
+    if running is None:
+        click.echo("no local cluster running")
+        return
+    count = sum(1 for s in running.status() if s.state != "down")
+    running.stop()
+    click.echo(f"stopped {count} task(s)")
+
+
+def _print_status(cluster_, console: Console) -> None:
+    table = Table("task", "node", "address", "pid", "state", "log")
+    for s in cluster_.status():
+        style = {"up": "green", "starting": "yellow", "down": "red"}[s.state]
+        table.add_row(s.task.label, s.task.node, s.task.address, str(s.pid or "-"), f"[{style}]{s.state}[/]", str(s.log))
+    console.print(table)
+
+
+@click.command()
+@inventory_option
+@click.option("--job", type=click.Choice(["ps", "worker"]), default=None, help="task's job (default: from this node's address)")
+@click.option("--task", "index", type=click.IntRange(0, None), default=None, help="task's index within its job")
+@click.option("--threads", type=click.IntRange(0, 256), default=0, help="intra-op threads (0: all cores)")
+def server(inventory, job, index, threads) -> None:
+    """Run this node's TensorFlow task in the foreground (as the thesis's per-Pi script did)."""
+    import json
+    import os
+    import tempfile
+
+    from picluster.clusterspec import from_inventory, local_ipv4_addresses, resolve_tasks
+    from picluster.inventory import load_inventory
+
+    if inventory is None:
+        raise UsageError("'picluster server' needs --inventory (or PICLUSTER_INVENTORY); without one use 'picluster cluster up'")
+    layout = from_inventory(load_inventory(inventory))
+    tasks = resolve_tasks(layout, job, index, local_ipv4_addresses())
+    if len(tasks) > 1:
+        labels = ", ".join(t.label for t in tasks)
+        raise UsageError(f"this node runs several tasks ({labels}); start each with --job and --task")
+    task = tasks[0]
+    spec = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="picluster-", delete=False)
+    with spec:
+        json.dump({"layout": layout.to_json()}, spec)
+    argv = [sys.executable, "-m", "picluster.server", "--cluster-file", spec.name,
+            "--job", task.job, "--task", str(task.index), "--threads", str(threads)]
+    os.execv(sys.executable, argv)

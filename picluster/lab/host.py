@@ -1,0 +1,341 @@
+"""One test host: a network namespace, a private view of part of the filesystem, and a real sshd.
+
+Inside the host (see hostinit.py for the order of mounts):
+- /etc, /var, /home, /srv, /mnt and /boot are overlays: the machine's directory below, an upper
+  directory in the lab's run dir on top, so whatever provisioning writes there lands in the run
+  dir and nowhere else.  /usr, /opt, /work, ... are the machine's own, shared and writable:
+  a host is not a sandbox for package installs (see lab/README in the report of issue 5);
+- /boot/firmware is a MOCK Raspberry Pi boot partition and, optionally, /sys/firmware holds a
+  MOCK device-tree model (mockpi.py);
+- /run and /tmp are private tmpfs;
+- directories the cluster user could not traverse on the way to this machine's Python (/root,
+  when the venv links to a pyenv install there) are shown with o+x, through an overlay whose
+  upper is in the host's /run, so the user can run the venv's Python over SSH.
+"""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import psutil
+
+from picluster.errors import ClusterError
+from picluster.lab import commands, keys, mockpi, procs, snapshot
+
+OVERLAID = ("/etc", "/var", "/home", "/srv", "/mnt", "/boot")
+SHARE_DIR = "/srv/picluster"
+DATA_DIR = "/mnt/picluster"
+# sshd records every login here; those are not changes anybody made to the host.
+LOGIN_RECORDS = ("/var/log/wtmp", "/var/log/btmp", "/var/log/lastlog")
+
+HOSTINIT = Path(__file__).with_name("hostinit.py")
+SSHD_DIR_INSIDE = "/run/picluster-lab"  # where hostinit binds the host's sshd/ dir
+
+
+@dataclass
+class HostOptions:
+    """What differs between hosts of one lab."""
+
+    sudo_nopasswd: bool = True  # False: the user's sudo asks for a password (which it has not)
+    pi_model: str | None = mockpi.DEFAULT_MODEL  # None: no MOCK device-tree model
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    uid: int
+    gid: int
+
+    @property
+    def home(self) -> str:
+        return f"/home/{self.name}"
+
+
+@dataclass
+class Host:
+    name: str
+    index: int
+    address: str
+    netns: str
+    veth: str
+    dir: Path
+    options: HostOptions = field(default_factory=HostOptions)
+    pid: int | None = None
+    started: float | None = None  # the sshd's create time, so a reused pid is not taken for it
+    net_inode: int | None = None
+    mnt_inode: int | None = None
+
+    # -- state file -----------------------------------------------------------------------
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["dir"] = str(self.dir)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Host":
+        data = dict(data)
+        data["dir"] = Path(data["dir"])
+        data["options"] = HostOptions(**data.get("options", {}))
+        return cls(**data)
+
+    # -- files of the host in the run dir ---------------------------------------------------
+
+    @property
+    def sshd_dir(self) -> Path:
+        return self.dir / "sshd"
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "sshd.log"
+
+    @property
+    def boot_firmware_dir(self) -> Path:
+        """The MOCK boot partition, seen as /boot/firmware inside the host."""
+        return self.dir / "mock-boot-firmware"
+
+    @property
+    def sys_firmware_dir(self) -> Path:
+        return self.dir / "mock-sys-firmware"
+
+    def upper_dir(self, target: str) -> Path:
+        return self.dir / "layers" / target.strip("/") / "upper"
+
+    def layers(self) -> list[tuple[str, Path]]:
+        """(path inside the host, directory holding what was written there)."""
+        pairs = [(target, self.upper_dir(target)) for target in OVERLAID]
+        pairs.append((mockpi.BOOT_FIRMWARE, self.boot_firmware_dir))
+        return pairs
+
+    def prepare(self, user: User, authorized_key: str, traversable: list[str], label: str) -> str:
+        """Write everything the host needs before it starts; returns its public host key."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        overlays = []
+        for target in OVERLAID:
+            upper = self.upper_dir(target)
+            work = upper.with_name("work")
+            upper.mkdir(parents=True, exist_ok=True)
+            work.mkdir(parents=True, exist_ok=True)
+            overlays.append({"target": target, "upper": str(upper), "work": str(work)})
+        mockpi.seed_boot_partition(self.boot_firmware_dir)
+        binds = [{"source": str(self.boot_firmware_dir), "target": mockpi.BOOT_FIRMWARE}]
+        if self.options.pi_model:
+            mockpi.seed_device_tree(self.sys_firmware_dir, self.options.pi_model)
+            binds.append({"source": str(self.sys_firmware_dir), "target": mockpi.SYS_FIRMWARE})
+
+        self.sshd_dir.mkdir(exist_ok=True)
+        host_key = keys.make_keypair(self.sshd_dir / "ssh_host_ed25519_key", f"root@{self.name}")
+        (self.sshd_dir / "sshd_config").write_text(self._sshd_config(label))
+
+        spec = {
+            "hostname": self.name,
+            "sshd_dir": str(self.sshd_dir),
+            "overlays": overlays,
+            "mkdirs": [SHARE_DIR, DATA_DIR],
+            "binds": binds,
+            "traversable": traversable,
+            "hosts_file": _hosts_file(self.name),
+            "user": {
+                "name": user.name,
+                "uid": user.uid,
+                "gid": user.gid,
+                "home": user.home,
+                "authorized_keys": authorized_key + "\n",
+                "sudo_nopasswd": self.options.sudo_nopasswd,
+            },
+            "sshd": [commands.SSHD, "-D", "-e", "-f", f"{SSHD_DIR_INSIDE}/sshd_config"],
+        }
+        (self.dir / "spec.json").write_text(json.dumps(spec, indent=2))
+        return host_key.public_key
+
+    def _sshd_config(self, label: str) -> str:
+        # The host's own /etc/ssh/sshd_config is left for provisioning to edit: this one lives
+        # in the run dir, so nothing done inside the host can lock the harness out.
+        return f"""\
+# sshd of test host {self.name} ({label}), written by picluster's test lab.
+ListenAddress {self.address}:22
+HostKey {SSHD_DIR_INSIDE}/ssh_host_ed25519_key
+PidFile {SSHD_DIR_INSIDE}/sshd.pid
+AuthenticationMethods publickey
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin no
+# PAM would add nothing here but calls to services the host cannot see.
+UsePAM no
+StrictModes yes
+UseDNS no
+X11Forwarding no
+PrintMotd no
+PrintLastLog no
+MaxStartups 64:30:128
+MaxSessions 64
+AcceptEnv LANG LC_*
+Subsystem sftp {commands.SFTP_SERVER}
+"""
+
+    # -- process ----------------------------------------------------------------------------
+
+    def start(self, owned: bool) -> subprocess.Popen:
+        """Start hostinit (which becomes sshd) inside the host's namespaces.
+
+        owned: the calling process owns the lab, and the kernel kills the sshd if that process
+        dies, even by SIGKILL; `picluster lab up` starts hosts that outlive it.
+        """
+        args = [
+            "ip", "netns", "exec", self.netns,
+            "unshare", "--uts", "--mount", "--propagation", "private", "--",
+            sys.executable, "-I", str(HOSTINIT), str(self.dir / "spec.json"),
+        ]  # fmt: skip
+        with open(self.log_path, "ab") as log:
+            proc = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=procs.die_with_parent if owned else None,
+            )
+        self.pid = proc.pid
+        try:
+            self.started = psutil.Process(proc.pid).create_time()
+        except psutil.NoSuchProcess:
+            self.started = None
+        return proc
+
+    def record_namespaces(self) -> None:
+        """Note the namespaces' inodes once hostinit is in them, to find their processes later."""
+        if self.pid is not None:
+            self.net_inode = procs.namespace_inode(self.pid, "net")
+            self.mnt_inode = procs.namespace_inode(self.pid, "mnt")
+
+    def alive(self) -> bool:
+        if self.pid is None:
+            return False
+        try:
+            proc = psutil.Process(self.pid)
+            if self.started is not None and abs(proc.create_time() - self.started) > 0.01:
+                return False
+            return proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    def log_tail(self) -> str:
+        """The last two lines of the host's log on one line (sshd says what, then that it quits)."""
+        try:
+            lines = [line.strip() for line in self.log_path.read_text(errors="replace").splitlines()]
+        except FileNotFoundError:
+            return "(no log)"
+        return " / ".join([line for line in lines if line][-2:]) or "(empty log)"
+
+    # -- acting inside the host ---------------------------------------------------------------
+
+    def _require_alive(self) -> int:
+        if not self.alive():
+            raise ClusterError(f"test host {self.name} is not running ({self.log_tail()})")
+        return self.pid
+
+    def run(
+        self,
+        args: list[str],
+        *,
+        input: str | None = None,
+        check: bool = True,
+        timeout: float = 60.0,
+    ) -> subprocess.CompletedProcess:
+        """Run a command as root in the host's network, mount and UTS namespaces."""
+        pid = self._require_alive()
+        return commands.run(
+            ["nsenter", "-t", str(pid), "-n", "-m", "-u", "--", *args],
+            input=input,
+            check=check,
+            timeout=timeout,
+        )
+
+    def path(self, inside: str) -> Path:
+        """A path as the host sees it (through its overlays), usable from the root namespace.
+
+        /proc/PID/root resolves in the mount namespace of PID.
+        """
+        return Path(f"/proc/{self._require_alive()}/root") / inside.lstrip("/")
+
+    def read_file(self, inside: str) -> str:
+        return self.path(inside).read_text()
+
+    def write_file(self, inside: str, text: str) -> None:
+        self.path(inside).write_text(text)
+
+    # -- what changed -----------------------------------------------------------------------
+
+    def manifest(self) -> dict[str, str | None]:
+        """Fingerprint (as the host sees it) of everything written to the host's private layers."""
+        result: dict[str, str | None] = {}
+        for target, upper in self.layers():
+            for rel, value in snapshot.tree(upper).items():
+                result[os.path.join(target, rel)] = value
+        return result
+
+    def save_baseline(self) -> None:
+        (self.dir / "baseline.json").write_text(json.dumps(self.manifest(), sort_keys=True))
+
+    def baseline(self) -> dict[str, str | None]:
+        """The manifest when the lab came up: the lab's own seeding (user, mocks, hostname)."""
+        return json.loads((self.dir / "baseline.json").read_text())
+
+    def changes(
+        self,
+        since: dict[str, str | None] | None = None,
+        ignore: tuple[str, ...] = LOGIN_RECORDS,
+    ) -> list[snapshot.Change]:
+        """What was added, modified or deleted inside the host's layers since `since`.
+
+        `since` is an earlier manifest(); by default the one taken when the lab came up.  A path
+        that is in neither manifest shows the machine's own file, which is the overlay's lower.
+        """
+        before = self.baseline() if since is None else since
+        now = self.manifest()
+        view_before, view_after = {}, {}
+        for path in set(before) | set(now):
+            if path in ignore:
+                continue
+            lower = None if (path in before and path in now) else self._lower(path)
+            view_before[path] = before[path] if path in before else lower
+            view_after[path] = now[path] if path in now else lower
+        return snapshot.diff(view_before, view_after)
+
+    def _lower(self, path: str) -> str | None:
+        if path == mockpi.BOOT_FIRMWARE or path.startswith(mockpi.BOOT_FIRMWARE + "/"):
+            return None  # the mock boot partition has nothing below it
+        return snapshot.fingerprint(path)
+
+
+def _hosts_file(name: str) -> str:
+    # As Raspberry Pi Imager leaves it on a freshly written card whose hostname it set.
+    return (
+        "127.0.0.1\tlocalhost\n"
+        "::1\t\tlocalhost ip6-localhost ip6-loopback\n"
+        "ff02::1\t\tip6-allnodes\n"
+        "ff02::2\t\tip6-allrouters\n"
+        "\n"
+        f"127.0.1.1\t\t{name}\n"
+    )
+
+
+def untraversable_dirs(paths: list[Path]) -> list[str]:
+    """Directories on the way to `paths` that others may not enter (e.g. /root, mode 0700)."""
+    found: list[str] = []
+    for path in paths:
+        for parent in reversed(path.parents):
+            if str(parent) == "/" or str(parent) in found:
+                continue
+            try:
+                mode = os.stat(parent).st_mode
+            except FileNotFoundError:
+                break
+            if not mode & stat.S_IXOTH:
+                found.append(str(parent))
+    return found

@@ -1,0 +1,88 @@
+"""Processes of test hosts: finding every one of them, killing them, and tying them to their owner."""
+
+import ctypes
+import os
+import signal
+import time
+from collections.abc import Iterable
+
+import psutil
+
+_PR_SET_PDEATHSIG = 1
+
+
+def namespace_inode(pid: int, kind: str) -> int | None:
+    """Inode of a process's namespace ("net", "mnt", ...): equal inodes, same namespace."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/{kind}").st_ino
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+
+
+def netns_inode(name: str) -> int | None:
+    """Inode of a named network namespace (`ip netns add` binds it at /run/netns/NAME)."""
+    try:
+        return os.stat(f"/run/netns/{name}").st_ino
+    except FileNotFoundError:
+        return None
+
+
+def in_namespaces(net: Iterable[int | None], mnt: Iterable[int | None]) -> list[int]:
+    """Processes whose network or mount namespace is one of the given inodes.
+
+    Scanning /proc (rather than `ip netns pids`) also finds processes in a namespace whose name
+    is already gone, and those that entered only a host's mount namespace.
+    """
+    net = {inode for inode in net if inode}
+    mnt = {inode for inode in mnt if inode}
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        pid = int(entry.name)
+        if namespace_inode(pid, "net") in net or namespace_inode(pid, "mnt") in mnt:
+            found.append(pid)
+    return found
+
+
+def kill_all(pids: Iterable[int], grace: float = 2.0) -> list[int]:
+    """SIGTERM, then SIGKILL what is left after `grace` seconds; returns pids still alive."""
+    procs = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            proc.terminate()
+            procs.append(proc)
+        except psutil.NoSuchProcess:
+            pass
+    alive = _wait_gone(procs, grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return [proc.pid for proc in _wait_gone(alive, 5.0)]
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    # Polled: most are not our children, so there is nothing to wait() on.
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [proc for proc in procs if _running(proc)]
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.02)
+
+
+def _running(proc: psutil.Process) -> bool:
+    # A killed child of someone else's stays a zombie until that parent reaps it: dead all the same.
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def die_with_parent() -> None:
+    """preexec_fn: the kernel SIGKILLs the child when the process that started it dies."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)

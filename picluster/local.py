@@ -1,0 +1,289 @@
+"""The embedded local cluster: real ps/worker servers as processes on 127.0.0.1.
+
+A run directory holds ``cluster.json`` (layout, pids) and one log and ready file per
+task.  Persistent clusters (``picluster cluster up``) live in ``<state>/local``;
+temporary ones, started by ``run``/``train``, die with their coordinator.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from picluster.clusterspec import Layout, Task, local_layout
+from picluster.errors import ClusterError, UsageError
+from picluster.paths import state_dir
+
+HOST = "127.0.0.1"
+MAX_TASKS = 64
+START_TIMEOUT = 120.0
+_STATE = "cluster.json"
+
+
+@dataclass(frozen=True)
+class TaskState:
+    task: Task
+    pid: int | None
+    state: str  # "up", "starting", "down"
+    log: Path
+
+
+def persistent_dir() -> Path:
+    return state_dir() / "local"
+
+
+def threads_per_task(workers: int) -> int:
+    # Workers share this machine's cores; more threads than cores only adds contention.
+    return max(1, (os.cpu_count() or 1) // max(1, workers))
+
+
+class LocalCluster:
+    def __init__(self, run_dir: Path, layout: Layout, pids: dict[str, int], temporary: bool) -> None:
+        self.run_dir = run_dir
+        self.layout = layout
+        self.pids = pids
+        self.temporary = temporary
+
+    # -- starting ---------------------------------------------------------------------------
+    @classmethod
+    def start(
+        cls,
+        ps: int,
+        workers: int,
+        run_dir: Path | None = None,
+        base_port: int | None = None,
+        temporary: bool = False,
+        timeout: float = START_TIMEOUT,
+    ) -> "LocalCluster":
+        if ps < 0 or workers < 1:
+            raise UsageError("a local cluster needs at least 1 worker and 0 or more ps tasks")
+        if ps + workers > MAX_TASKS:
+            raise UsageError(f"{ps + workers} tasks is more than the local limit of {MAX_TASKS}")
+        if run_dir is None:
+            if temporary:
+                root = state_dir() / "tmp"
+                root.mkdir(parents=True, exist_ok=True)
+                run_dir = Path(tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=root))
+            else:
+                run_dir = persistent_dir()
+        ports = _choose_ports(ps + workers, base_port)
+        layout = local_layout(ports[:ps], ports[ps:])
+        run_dir.mkdir(parents=True, exist_ok=True)
+        cluster = cls(run_dir, layout, {}, temporary)
+        cluster._save()
+        try:
+            for task in layout.tasks:
+                cluster._spawn(task, threads_per_task(workers) if task.job == "worker" else 1)
+            cluster._save()
+            cluster.wait_ready(timeout)
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+
+    def _spawn(self, task: Task, threads: int) -> None:
+        log = self._log(task)
+        ready = self._ready(task)
+        ready.unlink(missing_ok=True)
+        cmd = [
+            sys.executable, "-m", "picluster.server",
+            "--cluster-file", str(self.run_dir / _STATE),
+            "--job", task.job, "--task", str(task.index),
+            "--threads", str(threads),
+            "--ready-file", str(ready),
+        ]
+        if self.temporary:
+            cmd += ["--parent", str(os.getpid())]
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                # Own session: a Ctrl-C at the terminal goes to the coordinator, which stops us in order.
+                start_new_session=True,
+                cwd=self.run_dir,
+            )
+        self.pids[task.label] = proc.pid
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pending = list(self.layout.tasks)
+        while pending:
+            still = []
+            for task in pending:
+                state = self._task_state(task)
+                if state == "up":
+                    continue
+                if state == "down":
+                    raise ClusterError(f"local task {task.label} exited during start-up: {_last_line(self._log(task))}")
+                still.append(task)
+            pending = still
+            if pending and time.monotonic() > deadline:
+                names = ", ".join(t.label for t in pending)
+                raise ClusterError(f"local tasks not answering after {timeout:.0f} s: {names} (logs in {self.run_dir})")
+            if pending:
+                time.sleep(0.05)
+
+    # -- inspecting -------------------------------------------------------------------------
+    @classmethod
+    def open(cls, run_dir: Path | None = None) -> "LocalCluster | None":
+        run_dir = run_dir or persistent_dir()
+        try:
+            data = json.loads((run_dir / _STATE).read_text())
+            return cls(run_dir, Layout.from_json(data["layout"]), dict(data.get("pids", {})), data.get("temporary", False))
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ClusterError(f"local cluster state {run_dir / _STATE} is damaged ({exc}); remove {run_dir}") from None
+
+    def status(self) -> list[TaskState]:
+        return [TaskState(t, self._live_pid(t), self._task_state(t), self._log(t)) for t in self.layout.tasks]
+
+    def is_up(self) -> bool:
+        return all(s.state == "up" for s in self.status())
+
+    def restart_missing(self, timeout: float = START_TIMEOUT) -> list[Task]:
+        """Start again the tasks that are down, on their old ports; return them."""
+        missing = [s.task for s in self.status() if s.state == "down"]
+        workers = len(self.layout.workers)
+        try:
+            for task in missing:
+                _check_free(task.port)
+                self._spawn(task, threads_per_task(workers) if task.job == "worker" else 1)
+            self._save()
+            self.wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return missing
+
+    def _task_state(self, task: Task) -> str:
+        if self._live_pid(task) is None:
+            return "down"
+        if self._ready(task).exists() and _answers(task.host, task.port):
+            return "up"
+        return "starting"
+
+    def _live_pid(self, task: Task) -> int | None:
+        pid = self.pids.get(task.label)
+        if pid is None:
+            return None
+        try:
+            proc = psutil.Process(pid)
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                proc.wait(0)
+                return None
+            cmdline = proc.cmdline()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.TimeoutExpired):
+            return None
+        # A recycled pid belongs to someone else: ours carry this cluster's state file.
+        if "picluster.server" in cmdline and str(self.run_dir / _STATE) in cmdline:
+            return pid
+        return None
+
+    # -- stopping ---------------------------------------------------------------------------
+    def stop(self, grace: float = 5.0) -> None:
+        live = [(t, self._live_pid(t)) for t in self.layout.tasks]
+        live = [(t, pid) for t, pid in live if pid]
+        for _, pid in live:
+            _signal_group(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        procs = []
+        for _, pid in live:
+            try:
+                procs.append(psutil.Process(pid))
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(procs, timeout=max(0.0, deadline - time.monotonic()))
+        for proc in alive:
+            _signal_group(proc.pid, signal.SIGKILL)
+        psutil.wait_procs(alive, timeout=5)
+        if self.temporary:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        else:
+            self.pids = {}
+            (self.run_dir / _STATE).unlink(missing_ok=True)
+            for task in self.layout.tasks:
+                self._ready(task).unlink(missing_ok=True)
+
+    # -- files ------------------------------------------------------------------------------
+    def _log(self, task: Task) -> Path:
+        return self.run_dir / f"{task.job}-{task.index}.log"
+
+    def _ready(self, task: Task) -> Path:
+        return self.run_dir / f"{task.job}-{task.index}.ready"
+
+    def _save(self) -> None:
+        data = {"layout": self.layout.to_json(), "pids": self.pids, "temporary": self.temporary}
+        tmp = self.run_dir / (_STATE + ".tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, self.run_dir / _STATE)
+
+
+def _choose_ports(count: int, base: int | None) -> list[int]:
+    if base is not None:
+        if not 1024 <= base <= 65535 - count:
+            raise UsageError(f"--port {base} must leave room for {count} ports between 1024 and 65535")
+        ports = list(range(base, base + count))
+        for p in ports:
+            _check_free(p)
+        return ports
+    # Hold every socket until all are chosen so the kernel hands out distinct ports.
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((HOST, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _check_free(port: int) -> None:
+    for family, addr in ((socket.AF_INET, HOST), (socket.AF_INET6, "::")):
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            # As gRPC does: connections in TIME_WAIT from a dead task must not block its restart.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((addr, port))
+            except OSError:
+                raise UsageError(f"port {port} on {HOST} is already in use; choose another with --port or stop its owner") from None
+
+
+def _answers(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _last_line(log: Path) -> str:
+    try:
+        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no log"
+    meaningful = [ln for ln in lines if "Error" in ln or "error" in ln or "refusing" in ln]
+    return (meaningful or lines or ["no output"])[-1].strip()[:300]

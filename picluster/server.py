@@ -1,0 +1,107 @@
+"""One TensorFlow task: ``python -m picluster.server --cluster-file F --job worker --task 0``.
+
+The process re-executes itself once with the bind shim preloaded, starts a
+``tf.distribute.Server``, checks that it listens only on its own address,
+writes a ready file, and serves until it is killed.
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+_SHIM_MARK = "PICLUSTER_SHIM_LOADED"
+
+
+def _die_with_parent(parent: int) -> None:
+    # The kernel kills us when the coordinator dies, even by SIGKILL.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+def _reexec_with_shim(host: str, port: int) -> None:
+    from picluster.native import bind_shim
+
+    env = dict(os.environ)
+    preload = [str(bind_shim())] + [p for p in env.get("LD_PRELOAD", "").split(":") if p]
+    env.update(
+        LD_PRELOAD=":".join(preload),
+        PICLUSTER_BIND_ADDR=host,
+        PICLUSTER_BIND_PORT=str(port),
+        **{_SHIM_MARK: "1"},
+    )
+    os.execve(sys.executable, [sys.executable, "-m", "picluster.server", *sys.argv[1:]], env)
+
+
+def _listening_hosts(port: int) -> set[str]:
+    import psutil
+
+    return {
+        c.laddr.ip
+        for c in psutil.Process().net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m picluster.server")
+    parser.add_argument("--cluster-file", required=True, type=Path, help="JSON: {'layout': [...]} ")
+    parser.add_argument("--job", required=True, choices=["ps", "worker"])
+    parser.add_argument("--task", required=True, type=int)
+    parser.add_argument("--threads", type=int, default=0, help="intra/inter-op threads (0: TensorFlow's default)")
+    parser.add_argument("--ready-file", type=Path)
+    parser.add_argument("--parent", type=int, help="exit when this pid (the coordinator) exits")
+    args = parser.parse_args(argv)
+
+    if args.parent:
+        _die_with_parent(args.parent)
+
+    from picluster.clusterspec import Layout
+
+    layout = Layout.from_json(json.loads(args.cluster_file.read_text())["layout"])
+    me = layout.task(args.job, args.task)
+    if os.environ.get(_SHIM_MARK) != "1":
+        _reexec_with_shim(me.host, me.port)
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    import tensorflow as tf
+
+    if args.threads:
+        # The server's devices take their pools from the context, not from the ConfigProto.
+        # One spare inter-op thread: a long kernel must not hold up sends to other tasks.
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.threads + 1)
+    config = tf.compat.v1.ConfigProto(
+        intra_op_parallelism_threads=args.threads,
+        inter_op_parallelism_threads=args.threads + 1 if args.threads else 0,
+    )
+    server = tf.distribute.Server(
+        tf.train.ClusterSpec(layout.cluster_dict()),
+        job_name=me.job,
+        task_index=me.index,
+        protocol="grpc",
+        config=config,
+        start=True,
+    )
+    hosts = _listening_hosts(me.port)
+    allowed = {me.host, f"::ffff:{me.host}"}
+    if not hosts or not hosts <= allowed:
+        print(f"picluster.server: refusing to serve: listening on {sorted(hosts)}, expected {me.host} only", file=sys.stderr)
+        return 3
+    print(f"picluster.server: {me.label} serving {server.target} (pid {os.getpid()})", flush=True)
+    if args.ready_file:
+        tmp = args.ready_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"pid": os.getpid(), "target": server.target}))
+        os.replace(tmp, args.ready_file)
+    server.join()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

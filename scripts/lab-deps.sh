@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Debian packages the test lab (picluster/lab) needs on the coordinator.
+#
+# Idempotent: installs only what is missing.  Installing openssh-server must not
+# leave an sshd listening on port 22 in the root namespace: the lab runs its own
+# sshd per test host, inside that host's network namespace, and nothing else.
+set -euo pipefail
+
+packages=(
+    openssh-server   # /usr/sbin/sshd, run once per test host
+    openssh-client   # ssh-keygen, ssh: for people reaching a test host by hand
+    iproute2         # ip netns / link / addr, tc
+    util-linux       # unshare, nsenter, mount, findmnt
+    sudo             # the cluster user's sudo inside each host
+    nftables         # make_unreachable(how="drop"); provisioning writes nft rules
+    procps           # pgrep/ps for people checking that nothing is left running
+)
+
+if [[ $(id -u) -ne 0 ]]; then
+    echo "lab-deps: must run as root (apt-get install)" >&2
+    exit 1
+fi
+
+missing=()
+for pkg in "${packages[@]}"; do
+    if [[ "$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)" != "installed" ]]; then
+        missing+=("$pkg")
+    fi
+done
+
+sshd_on_22() {
+    # Listening sockets of the root network namespace only (ss runs here).
+    ss -Hltnp 'sport = :22' 2>/dev/null | grep -q sshd
+}
+
+if (( ${#missing[@]} )); then
+    had_sshd=no
+    sshd_on_22 && had_sshd=yes
+
+    # Forbid service starts during the install, unless a policy already exists
+    # (Docker images ship one): then it is not ours to add or remove.
+    policy=/usr/sbin/policy-rc.d
+    own_policy=no
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\n# picluster lab-deps.sh: no service starts during install\nexit 101\n' >"$policy"
+        chmod 755 "$policy"
+        own_policy=yes
+    fi
+    trap '[[ $own_policy == yes ]] && rm -f "$policy"' EXIT
+
+    echo "lab-deps: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+
+    if [[ $own_policy == yes ]]; then
+        rm -f "$policy"
+        own_policy=no
+    fi
+
+    # Under systemd the unit may be enabled (or socket-activated) regardless.
+    if [[ -d /run/systemd/system ]]; then
+        systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
+    fi
+    if [[ $had_sshd == no ]] && sshd_on_22; then
+        if [[ -x /etc/init.d/ssh ]]; then
+            /etc/init.d/ssh stop >/dev/null 2>&1 || true
+        fi
+    fi
+else
+    echo "lab-deps: all present (${packages[*]})"
+fi
+
+if sshd_on_22; then
+    echo "lab-deps: warning: an sshd listens on port 22 in the root namespace (not started by this script)" >&2
+fi
+
+# The lab runs sshd directly; fail here, not in the middle of a test run.
+for tool in /usr/sbin/sshd /usr/lib/openssh/sftp-server; do
+    [[ -x $tool ]] || { echo "lab-deps: $tool missing after install" >&2; exit 1; }
+done
+for tool in ip tc unshare nsenter mount umount findmnt sudo nft; do
+    command -v "$tool" >/dev/null || { echo "lab-deps: $tool missing after install" >&2; exit 1; }
+done

@@ -1,0 +1,72 @@
+"""Bad input: one line on stderr, exit code 2, no traceback, no servers left."""
+
+import pytest
+
+from conftest import picluster, server_processes
+
+BAD_RUN_ARGS = [
+    ["--samples", "abc"],
+    ["--samples", "0"],
+    ["--samples", "-5"],
+    ["--samples", "1.5"],
+    ["--samples", "1e30"],
+    ["--samples", "nan"],
+    ["--nodes", "0"],
+    ["--nodes", "-1"],
+    ["--nodes", "65"],
+    ["--seed", "x"],
+    ["--sweep", "1e7,,2e7"],
+    ["--nodes-list", "1,2"],
+    ["--sweep", "1e7", "--csv", "/nonexistent-dir/out.csv"],
+    ["--bogus"],
+]
+
+
+def assert_one_line_usage_error(result):
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("picluster: error: ")
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args", BAD_RUN_ARGS, ids=" ".join)
+def test_bad_run_arguments(state, args):
+    result = picluster("run", "montecarlo", *args, timeout=60)
+    assert_one_line_usage_error(result)
+    assert not state.exists() or not server_processes(state)
+
+
+def test_messages_name_the_problem(state):
+    assert "not a whole number" in picluster("run", "montecarlo", "--samples", "1.5").stderr
+    assert "above the maximum" in picluster("run", "montecarlo", "--samples", "1e30").stderr
+    assert "'--nodes'" in picluster("run", "montecarlo", "--nodes", "0").stderr
+
+
+@pytest.mark.parametrize("content,fragment", [
+    (None, "no such file"),
+    ("[cluster\n", "invalid TOML"),
+    ('[cluster]\nname="c"\nuser="pi"\nnodes="n[1-2]"\naddresses="10.9.0.[1-2]"\nfoo=1\n', "unknown key 'foo'"),
+    ('[cluster]\nname="c"\nuser="pi"\nnodes="n[1-2]"\naddresses="10.9.0.[1-2]"\n', "--nodes 3 is more than the 1 worker"),
+])
+def test_bad_or_too_small_inventory(state, tmp_path, content, fragment):
+    path = tmp_path / "picluster.toml"
+    if content is not None:
+        path.write_text(content)
+    result = picluster("run", "montecarlo", "--inventory", path, "--nodes", "3", timeout=60)
+    assert_one_line_usage_error(result)
+    assert fragment in result.stderr
+
+
+def test_inventory_directory_and_env_variable(state, tmp_path, monkeypatch):
+    result = picluster("run", "montecarlo", "--inventory", tmp_path)
+    assert_one_line_usage_error(result)
+    monkeypatch.setenv("PICLUSTER_INVENTORY", str(tmp_path / "nope.toml"))
+    result = picluster("cluster", "status")
+    assert_one_line_usage_error(result)
+    assert "nope.toml" in result.stderr
+
+
+def test_help_is_not_an_error():
+    result = picluster("run", "montecarlo", "--help")
+    assert result.returncode == 0 and "--samples" in result.stdout

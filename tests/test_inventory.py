@@ -1,0 +1,88 @@
+import ipaddress
+from pathlib import Path
+
+import pytest
+
+from picluster.errors import UsageError
+from picluster.inventory import load_inventory
+
+GOOD = """
+[cluster]
+name = "pi16"
+user = "pi"
+nodes = "node[01-16]"
+addresses = "192.168.1.[16-31]"
+subnet = "192.168.1.0/24"
+tf_port = 2222
+
+[roles]
+ps = "node11"
+worker = "node[01-10,12-16]"
+nfs_master = "node11"
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "picluster.toml"
+    path.write_text(text)
+    return path
+
+
+def test_good_inventory(tmp_path):
+    inv = load_inventory(write(tmp_path, GOOD))
+    assert len(inv.nodes) == 16
+    assert inv.node("node11").address == "192.168.1.26"
+    assert inv.ps == ("node11",)
+    assert len(inv.workers) == 15 and "node11" not in inv.workers
+    assert inv.nfs_master == "node11"
+    assert inv.cluster_subnet == ipaddress.IPv4Network("192.168.1.0/24")
+
+
+def test_defaults_and_explicit_nodes(tmp_path):
+    inv = load_inventory(write(tmp_path, """
+[cluster]
+name = "tiny"
+user = "pi"
+[[node]]
+name = "alpha"
+address = "10.0.0.5"
+[[node]]
+name = "beta"
+address = "10.0.0.6"
+"""))
+    assert inv.ps == ("alpha",) and inv.workers == ("beta",) and inv.nfs_master == "alpha"
+    assert inv.cluster_subnet.supernet_of(ipaddress.IPv4Network("10.0.0.4/30"))
+    assert inv.tf_port == 2222 and str(inv.data_dir) == "/mnt/picluster"
+
+
+@pytest.mark.parametrize("change,message", [
+    (("nodes = \"node[01-16]\"", "nodes = \"node[01-15],node01\""), "duplicate node name 'node01'"),
+    (("addresses = \"192.168.1.[16-31]\"", "addresses = \"192.168.1.[16-30],192.168.1.16\""), "duplicate address 192.168.1.16"),
+    (("nodes = \"node[01-16]\"", "nodes = \"node[01-15],bad_name\""), "not a valid hostname"),
+    (("nodes = \"node[01-16]\"", "nodes = \"node[01-15],-edge\""), "not a valid hostname"),
+    (("nodes = \"node[01-16]\"", "nodes = \"node[16-01]\""), "runs backwards"),
+    (("addresses = \"192.168.1.[16-31]\"", "addresses = \"192.168.1.[16-30]\""), "16 names but cluster.addresses has 15"),
+    (("addresses = \"192.168.1.[16-31]\"", "addresses = \"192.168.1.[250-265]\""), "not an IPv4 address"),
+    (("subnet = \"192.168.1.0/24\"", "subnet = \"10.0.0.0/8\""), "does not contain node[01-16]"),
+    (("tf_port = 2222", "tf_port = 2222\ncolour = \"red\""), "unknown key 'colour' in [cluster]"),
+    (("tf_port = 2222", "tf_port = 70000"), "tf_port must be a port number"),
+    (("ps = \"node11\"", "ps = \"node99\""), "roles.ps: node99 not in the node list"),
+    (("nfs_master = \"node11\"", "nfs_master = \"node[11-12]\""), "exactly one node"),
+    (("user = \"pi\"", "user = \"pi; rm -rf /\""), "not a valid user name"),
+])
+def test_invalid_inventories_name_the_problem(tmp_path, change, message):
+    old, new = change
+    assert old in GOOD
+    with pytest.raises(UsageError) as err:
+        load_inventory(write(tmp_path, GOOD.replace(old, new)))
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_unreadable_and_invalid_toml(tmp_path):
+    with pytest.raises(UsageError, match="no such file"):
+        load_inventory(tmp_path / "missing.toml")
+    with pytest.raises(UsageError, match="invalid TOML"):
+        load_inventory(write(tmp_path, "[cluster\nname="))
+    with pytest.raises(UsageError, match=r"missing \[cluster\]"):
+        load_inventory(write(tmp_path, "[roles]\n"))

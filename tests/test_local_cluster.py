@@ -1,0 +1,144 @@
+"""The embedded local cluster through the real CLI: real servers, real gRPC, real processes."""
+
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from conftest import ROOT, picluster, server_processes
+
+pytestmark = pytest.mark.slow
+
+
+def wait_for(predicate, timeout=60.0, interval=0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    return predicate()
+
+
+def test_up_status_run_restart_down(state):
+    up = picluster("cluster", "up", "--ps", "1", "--workers", "2")
+    assert up.returncode == 0, up.stderr
+    servers = server_processes(state)
+    # The bind shim re-executes each server once, so each task is exactly one process.
+    assert len(servers) == 3
+
+    # Every server listens on 127.0.0.1 only, never on the wildcard address.
+    for proc in servers:
+        listening = {c.laddr.ip for c in proc.net_connections("inet") if c.status == psutil.CONN_LISTEN}
+        assert listening and listening <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening
+
+    status = picluster("cluster", "status")
+    assert status.returncode == 0
+    assert status.stdout.count(" up ") == 3, status.stdout
+
+    first = json.loads(picluster("run", "montecarlo", "--samples", "2e6", "--nodes", "2", "--seed", "7", "--json").stdout)
+    again = json.loads(picluster("run", "montecarlo", "--samples", "2e6", "--nodes", "2", "--seed", "7", "--json").stdout)
+    assert first["cluster"] == "local" and first["cluster_start_s"] == 0.0
+    assert first["hits"] == again["hits"]
+    assert abs(first["estimate"] - 3.141592653589793) < 5 * first["std_error"]
+
+    too_many = picluster("run", "montecarlo", "--samples", "1e6", "--nodes", "3")
+    assert too_many.returncode == 2 and "more than the 2 workers" in too_many.stderr
+
+    victim = max(servers, key=lambda p: " ".join(p.cmdline()).count("worker") and "--task" in p.cmdline() and p.cmdline()[p.cmdline().index("--task") + 1] == "1")
+    victim.kill()
+    victim.wait(10)
+    status = picluster("cluster", "status")
+    assert status.returncode == 3 and "down" in status.stdout
+
+    restart = picluster("cluster", "up", "--ps", "1", "--workers", "2")
+    assert restart.returncode == 0, restart.stderr
+    assert "restarted 1 task(s)" in restart.stdout
+    survivors = {p.pid for p in servers if p.pid != victim.pid}
+    assert survivors <= {p.pid for p in server_processes(state)}
+
+    down = picluster("cluster", "down")
+    assert down.returncode == 0 and "stopped 3 task(s)" in down.stdout
+    assert wait_for(lambda: not server_processes(state), timeout=10)
+    assert picluster("cluster", "status").returncode == 3
+
+
+def test_configured_port_taken(state):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = picluster("cluster", "up", "--ps", "0", "--workers", "2", "--port", port)
+    assert result.returncode == 2
+    assert f"port {port}" in result.stderr and "in use" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not server_processes(state)
+
+
+def start_long_run(state):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "picluster", "run", "montecarlo", "--samples", "1e13", "--nodes", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=os.environ.copy(),
+    )
+    # Wait until both servers are up and the coordinator is computing.
+    started = wait_for(lambda: len(server_processes(state)) == 2 and
+                       len(list((state / "tmp").glob("*/*.ready"))) == 2, timeout=120)
+    if not started:
+        proc.kill()
+        pytest.fail(f"servers did not start: {proc.communicate()[1]}")
+    time.sleep(3)
+    return proc
+
+
+@pytest.fixture
+def long_run(state):
+    procs = []
+    yield lambda: procs.append(start_long_run(state)) or procs[-1]
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_killed_coordinator_leaves_no_server(state, long_run):
+    proc = long_run()
+    proc.kill()
+    proc.wait(10)
+    assert wait_for(lambda: not server_processes(state), timeout=10), "servers outlived a SIGKILLed coordinator"
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupted_run_stops_its_servers(state, long_run, sig, code):
+    proc = long_run()
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+    assert not server_processes(state)
+    assert not any((state / "tmp").iterdir()), "temporary run directory left behind"
+
+
+def test_sweep_writes_csv_and_table(state, tmp_path):
+    out = tmp_path / "sweep.csv"
+    result = picluster("run", "montecarlo", "--sweep", "1e5,3e5", "--nodes-list", "1,2", "--seed", "3", "--csv", out)
+    assert result.returncode == 0, result.stderr
+    rows = list(csv.DictReader(out.open()))
+    assert [(r["samples"], r["nodes"]) for r in rows] == [("100000", "1"), ("300000", "1"), ("100000", "2"), ("300000", "2")]
+    assert all(abs(float(r["estimate"]) - 3.14159265) < 5 * float(r["std_error"]) for r in rows)
+    assert "1 node" in result.stdout and "2 nodes" in result.stdout
+    assert not server_processes(state)
+
+
+def test_default_command_on_temporary_cluster(state):
+    result = picluster("run", "montecarlo", "--samples", "1e6", "--nodes", "2", "--seed", "1")
+    assert result.returncode == 0, result.stderr
+    assert "temporary local cluster" in result.stdout
+    assert "cluster start" in result.stdout and "graph build" in result.stdout and "compute" in result.stdout
+    assert not server_processes(state)
