@@ -27,6 +27,7 @@ HOST = "127.0.0.1"
 MAX_TASKS = 64
 START_TIMEOUT = 120.0
 _STATE = "cluster.json"
+AGENT = "agent"
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class LocalCluster:
         self.layout = layout
         self.pids = pids
         self.temporary = temporary
+        self._children: dict[int, subprocess.Popen] = {}  # started by this process
+        self.agent_port: int | None = None
 
     # -- starting ---------------------------------------------------------------------------
     @classmethod
@@ -83,6 +86,7 @@ class LocalCluster:
         try:
             for task in layout.tasks:
                 cluster._spawn(task, threads_per_task(workers) if task.job == "worker" else 1)
+            cluster._spawn_agent()
             cluster._save()
             cluster.wait_ready(timeout)
         except BaseException:
@@ -114,6 +118,26 @@ class LocalCluster:
                 cwd=self.run_dir,
             )
         self.pids[task.label] = proc.pid
+        self._children[proc.pid] = proc
+
+    def _spawn_agent(self) -> None:
+        """One node agent serves this machine's metrics for `picluster top` and the live views."""
+        (port,) = _choose_ports(1, None)
+        self.agent_port = port
+        cmd = [sys.executable, "-m", "picluster.agent", "--addr", HOST, "--port", str(port),
+               "--node", "localhost", "--ready-file", str(self.run_dir / "agent.ready")]
+        if self.temporary:
+            cmd += ["--parent", str(os.getpid())]
+        with open(self.run_dir / "agent.log", "ab") as out:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True, cwd=self.run_dir)
+        self.pids[AGENT] = proc.pid
+        self._children[proc.pid] = proc
+
+    def agent_state(self) -> str:
+        if self._live_pid_of(AGENT, "picluster.agent") is None:
+            return "down"
+        return "up" if (self.run_dir / "agent.ready").exists() and _answers(HOST, self.agent_port) else "starting"
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -140,7 +164,9 @@ class LocalCluster:
         run_dir = run_dir or persistent_dir()
         try:
             data = json.loads((run_dir / _STATE).read_text())
-            return cls(run_dir, Layout.from_json(data["layout"]), dict(data.get("pids", {})), data.get("temporary", False))
+            cluster = cls(run_dir, Layout.from_json(data["layout"]), dict(data.get("pids", {})), data.get("temporary", False))
+            cluster.agent_port = data.get("agent_port")
+            return cluster
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError) as exc:
@@ -160,6 +186,8 @@ class LocalCluster:
             for task in missing:
                 _check_free(task.port)
                 self._spawn(task, threads_per_task(workers) if task.job == "worker" else 1)
+            if self.agent_state() == "down":
+                self._spawn_agent()
             self._save()
             self.wait_ready(timeout)
         except BaseException:
@@ -175,9 +203,16 @@ class LocalCluster:
         return "starting"
 
     def _live_pid(self, task: Task) -> int | None:
-        pid = self.pids.get(task.label)
+        return self._live_pid_of(task.label, "picluster.server")
+
+    def _live_pid_of(self, label: str, module: str) -> int | None:
+        pid = self.pids.get(label)
         if pid is None:
             return None
+        child = self._children.get(pid)
+        if child is not None:
+            # Our own child may not have exec'd its command line yet; poll() also reaps it.
+            return pid if child.poll() is None else None
         try:
             proc = psutil.Process(pid)
             if proc.status() == psutil.STATUS_ZOMBIE:
@@ -187,14 +222,15 @@ class LocalCluster:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.TimeoutExpired):
             return None
         # A recycled pid belongs to someone else: ours carry this cluster's state file.
-        if "picluster.server" in cmdline and str(self.run_dir / _STATE) in cmdline:
+        if module in cmdline and any(str(self.run_dir) in part for part in cmdline):
             return pid
         return None
 
     # -- stopping ---------------------------------------------------------------------------
     def stop(self, grace: float = 5.0) -> None:
-        live = [(t, self._live_pid(t)) for t in self.layout.tasks]
-        live = [(t, pid) for t, pid in live if pid]
+        live = [(t.label, self._live_pid(t)) for t in self.layout.tasks]
+        live.append((AGENT, self._live_pid_of(AGENT, "picluster.agent")))
+        live = [(label, pid) for label, pid in live if pid]
         for _, pid in live:
             _signal_group(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
@@ -215,6 +251,7 @@ class LocalCluster:
             (self.run_dir / _STATE).unlink(missing_ok=True)
             for task in self.layout.tasks:
                 self._ready(task).unlink(missing_ok=True)
+            (self.run_dir / "agent.ready").unlink(missing_ok=True)
 
     # -- files ------------------------------------------------------------------------------
     def _log(self, task: Task) -> Path:
@@ -224,7 +261,8 @@ class LocalCluster:
         return self.run_dir / f"{task.job}-{task.index}.ready"
 
     def _save(self) -> None:
-        data = {"layout": self.layout.to_json(), "pids": self.pids, "temporary": self.temporary}
+        data = {"layout": self.layout.to_json(), "pids": self.pids, "temporary": self.temporary,
+                "agent_port": self.agent_port}
         tmp = self.run_dir / (_STATE + ".tmp")
         tmp.write_text(json.dumps(data, indent=1))
         os.replace(tmp, self.run_dir / _STATE)

@@ -6,23 +6,14 @@ writes a ready file, and serves until it is killed.
 """
 
 import argparse
-import ctypes
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 
-_PR_SET_PDEATHSIG = 1
+from picluster.lifetime import die_with_parent
+
 _SHIM_MARK = "PICLUSTER_SHIM_LOADED"
-
-
-def _die_with_parent(parent: int) -> None:
-    # The kernel kills us when the coordinator dies, even by SIGKILL.
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:
-        os._exit(0)
 
 
 def _reexec_with_shim(host: str, port: int) -> None:
@@ -60,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.parent:
-        _die_with_parent(args.parent)
+        die_with_parent(args.parent)
 
     from picluster.clusterspec import Layout
 

@@ -14,6 +14,13 @@ packages=(
     sudo             # the cluster user's sudo inside each host
     nftables         # make_unreachable(how="drop"); provisioning writes nft rules
     procps           # pgrep/ps for people checking that nothing is left running
+    # What `picluster provision` wants on the nodes, pre-installed (service starts blocked) so
+    # that inside a test host the packages step finds them and reports ok: the hosts share
+    # this machine's /usr, so an install inside a host would write the machine's.
+    nfs-kernel-server
+    nfs-common
+    python3-venv
+    python3-apt      # Ansible's apt module on the test hosts (else it installs it itself)
 )
 
 if [[ $(id -u) -ne 0 ]]; then
@@ -72,7 +79,7 @@ else
 fi
 
 if sshd_on_22; then
-    echo "lab-deps: warning: an sshd listens on port 22 in the root namespace (not started by this script)" >&2
+    echo "lab-deps: warning: an sshd (not started here) listens on port 22 in the root namespace" >&2
 fi
 
 # The lab runs sshd directly; fail here, not in the middle of a test run.

@@ -9,12 +9,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def server_processes(state: Path) -> list[psutil.Process]:
-    """picluster.server processes whose run directory lies under ``state``."""
+def server_processes(state: Path, module: str = "picluster.server") -> list[psutil.Process]:
+    """``module`` processes (servers, or agents) whose run directory lies under ``state``."""
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if "picluster.server" in cmd and any(str(state) in part for part in cmd):
+        if module in cmd and any(str(state) in part for part in cmd):
             found.append(proc)
     return found
 
@@ -26,10 +26,10 @@ def state(tmp_path, monkeypatch):
     monkeypatch.setenv("PICLUSTER_STATE_DIR", str(path))
     monkeypatch.delenv("PICLUSTER_INVENTORY", raising=False)
     yield path
-    left = server_processes(path)
+    left = server_processes(path) + server_processes(path, "picluster.agent")
     for proc in left:
         proc.kill()
-    assert not left, f"servers left running: {[p.pid for p in left]}"
+    assert not left, f"servers or agents left running: {[p.pid for p in left]}"
 
 
 def picluster(*args, env=None, timeout=300, input=None):
@@ -43,3 +43,6 @@ def picluster(*args, env=None, timeout=300, input=None):
         input=input,
         cwd=ROOT,
     )
+
+
+from lab_fixtures import lab4, lab_factory, lab_support  # noqa: E402,F401  (test hosts, picluster.lab)

@@ -164,7 +164,8 @@ def test_keypair_is_usable_by_paramiko(tmp_path):
 
 @pytest.mark.slow
 def test_lab_deps_script_is_idempotent_and_leaves_no_sshd_on_the_machine():
-    proc = subprocess.run(["bash", "scripts/lab-deps.sh"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    script = REPO / "scripts" / "lab-deps.sh"
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     listening = [
         c for c in psutil.net_connections("tcp") if c.status == psutil.CONN_LISTEN and c.laddr.port == 22
@@ -219,7 +220,8 @@ def test_venv_python_runs_as_the_cluster_user(lab4):
     host = lab4.host("node03")
     before = host.manifest()
     with lab4.connect(host) as conn:
-        out = conn.run(f"{sys.executable} -c 'import sys, getpass; print(sys.prefix, getpass.getuser())'", hide=True)
+        code = "import sys, getpass; print(sys.prefix, getpass.getuser())"
+        out = conn.run(f"{sys.executable} -c '{code}'", hide=True)
     assert out.stdout.split() == [sys.prefix, "pi"]
     assert os.stat("/root").st_mode == root_mode  # only the hosts see /root as enterable
     assert host.changes(since=before) == []
@@ -520,3 +522,22 @@ def test_cli_up_status_and_down_from_another_process(lab_support, tmp_path):
     assert bad.returncode == 2 and "1-6 lowercase" in bad.stderr
     bad = cli("lab", "down", "--name", "a1", "--all")
     assert bad.returncode == 2
+
+
+@pytest.mark.slow
+def test_a_lab_can_keep_its_state_under_tmp(lab_factory, tmp_path):
+    # Tests give picluster a private PICLUSTER_STATE_DIR under /tmp, which every host covers
+    # with its own tmpfs: the host's sshd and layers must not care.
+    lab = lab_factory(1, root=tmp_path / "labs")
+    assert lab.run_dir.is_relative_to(tmp_path)
+    with lab.connect("node01") as conn:
+        assert conn.run("hostname; ls /tmp", hide=True).stdout.split() == ["node01"]
+        conn.run("echo x | sudo tee /etc/probe-under-tmp >/dev/null", hide=True)
+    assert (lab.host("node01").upper_dir("/etc") / "probe-under-tmp").read_text() == "x\n"
+    run_dir = lab.run_dir
+    lab.down()
+    assert_nothing_left(lab.id, run_dir)
+    refused = Path("/var/tmp/picluster-lab-refused")
+    with pytest.raises(UsageError, match="lies under /var"):  # the hosts' /var overlay would hide it
+        Lab(1, root=refused).up()
+    assert not refused.exists()

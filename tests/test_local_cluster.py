@@ -43,6 +43,13 @@ def test_up_status_run_restart_down(state):
     assert status.returncode == 0
     assert status.stdout.count(" up ") == 3, status.stdout
 
+    # The node agent serves this machine's metrics; `top` shows them with the task states.
+    assert len(server_processes(state, "picluster.agent")) == 1
+    top = picluster("top", "--once")
+    assert top.returncode == 0, top.stderr
+    row = next(line for line in top.stdout.splitlines() if "localhost" in line)
+    assert "3/3 up" in row and "GiB" in row and "%" in row
+
     first = json.loads(picluster("run", "montecarlo", "--samples", "2e6", "--nodes", "2", "--seed", "7", "--json").stdout)
     again = json.loads(picluster("run", "montecarlo", "--samples", "2e6", "--nodes", "2", "--seed", "7", "--json").stdout)
     assert first["cluster"] == "local" and first["cluster_start_s"] == 0.0
@@ -89,7 +96,7 @@ def start_long_run(state):
     )
     # Wait until both servers are up and the coordinator is computing.
     started = wait_for(lambda: len(server_processes(state)) == 2 and
-                       len(list((state / "tmp").glob("*/*.ready"))) == 2, timeout=120)
+                       len(list((state / "tmp").glob("*/worker-*.ready"))) == 2, timeout=120)
     if not started:
         proc.kill()
         pytest.fail(f"servers did not start: {proc.communicate()[1]}")
@@ -119,7 +126,7 @@ def test_interrupted_run_stops_its_servers(state, long_run, sig, code):
     proc = long_run()
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
-    assert proc.returncode == code, err
+    assert proc.returncode == code, (proc.returncode, err[-2000:])
     assert "Traceback" not in err
     assert not server_processes(state)
     assert not any((state / "tmp").iterdir()), "temporary run directory left behind"

@@ -18,13 +18,17 @@ def app() -> None:
 def _register() -> None:
     # Subcommand modules import heavy libraries lazily, inside their commands,
     # so `picluster --help` and bad-argument errors stay fast.
-    from picluster.cli import cluster, data, lab, run
+    from picluster.cli import cluster, data, lab, provision, run, top, train
 
     app.add_command(cluster.cluster)
     app.add_command(cluster.server)
     app.add_command(run.run)
     app.add_command(data.data)
     app.add_command(lab.lab)
+    app.add_command(top.top)
+    app.add_command(provision.provision)
+    app.add_command(provision.inventory)
+    app.add_command(train.train)
 
 
 def _fail(message: str, code: int) -> None:

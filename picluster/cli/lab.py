@@ -18,14 +18,18 @@ def lab() -> None:
 
 @lab.command()
 @click.option("--nodes", "-n", type=click.IntRange(1, 99), default=4, show_default=True, help="How many hosts.")
-@click.option("--name", "lab_id", default=None, help="Lab name: 1-6 lowercase letters or digits (default: random).")
+@click.option(
+    "--name", "lab_id", default=None, help="Lab name: 1-6 lowercase letters or digits [default: random]."
+)
 @click.option(
     "--inventory-out",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
     help="Also write the lab's picluster.toml here (it is always written in the lab's state dir).",
 )
-@click.option("--timeout", type=click.FloatRange(1, 600), default=60.0, show_default=True, help="Seconds to wait for SSH.")
+@click.option(
+    "--timeout", type=click.FloatRange(1, 600), default=60.0, show_default=True, help="Seconds to wait for SSH."
+)
 def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: float) -> None:
     """Create the hosts and wait until each answers SSH with the run's key."""
     from rich.console import Console
@@ -77,7 +81,7 @@ def status(lab_id: str | None) -> None:
     for one in ids:
         lab_ = labs.open_lab(one)
         if not lab_.hosts:
-            console.print(f"lab {one}: leftovers without state (remove with: picluster lab down --name {one})")
+            console.print(f"lab {one}: leftovers without state (picluster lab down --name {one})")
             continue
         owner = lab_.owner
         kept = f"owned by pid {owner['pid']}" if owner else "kept until `picluster lab down`"

@@ -4,7 +4,8 @@ Inside the host (see hostinit.py for the order of mounts):
 - /etc, /var, /home, /srv, /mnt and /boot are overlays: the machine's directory below, an upper
   directory in the lab's run dir on top, so whatever provisioning writes there lands in the run
   dir and nowhere else.  /usr, /opt, /work, ... are the machine's own, shared and writable:
-  a host is not a sandbox for package installs (see lab/README in the report of issue 5);
+  a host is no sandbox for package installs (an apt-get install in a host would write the
+  machine's /usr, and its dpkg database in the host's /var);
 - /boot/firmware is a MOCK Raspberry Pi boot partition and, optionally, /sys/firmware holds a
   MOCK device-tree model (mockpi.py);
 - /run and /tmp are private tmpfs;

@@ -54,6 +54,8 @@ class HostStatus:
 
 
 class Lab:
+    """N hosts named node01.. at .11, .12, ... of a /24 whose .1 is the bridge (the coordinator)."""
+
     def __init__(
         self,
         nodes: int = 4,
@@ -65,8 +67,10 @@ class Lab:
         owned: bool = True,
         root: Path | None = None,
     ) -> None:
-        """owned: this process owns the lab, which goes down when it exits, however it exits.
-        `picluster lab up` passes False so the lab outlives the command."""
+        """owned: this process owns the lab, which goes down when it exits, however it exits
+        (atexit, and the kernel kills the sshds if it dies; that tie is to the *thread* calling
+        up(), so call it from one that outlives the lab).  `picluster lab up` passes False so
+        the lab outlives the command."""
         if not 1 <= nodes <= naming.MAX_NODES:
             raise UsageError(f"a lab has 1 to {naming.MAX_NODES} hosts, not {nodes}")
         if not _USER_NAME.match(user):
@@ -78,7 +82,7 @@ class Lab:
         unknown = set(self.host_options) - {naming.host_name(i) for i in range(1, nodes + 1)}
         if unknown:
             raise UsageError(f"host_options name hosts this lab does not have: {', '.join(sorted(unknown))}")
-        self.subnet = ipaddress.ip_network(subnet) if subnet else None
+        self.subnet = _check_subnet(subnet, nodes) if subnet else None
         self.owned = owned
         self.root = Path(root) if root else state_root()
         self.user: User | None = None
@@ -90,6 +94,9 @@ class Lab:
         # down() act, since an id given to Lab() may name somebody else's lab.
         self._created = False
         self.owner: dict | None = None
+
+    def __repr__(self) -> str:
+        return f"<Lab {self.id} {self.subnet} {len(self.hosts)} hosts {self.phase}>"
 
     # -- names and paths -----------------------------------------------------------------------
 
@@ -202,6 +209,10 @@ class Lab:
                 host.save_baseline()
             self.write_inventory(self.inventory_path)
             self.phase = "up"
+            if not self.owned:
+                self.owner = None
+                atexit.unregister(self._down_at_exit)
+                self._atexit_registered = False
             self.save()
         except BaseException as exc:
             if self._created:
@@ -218,7 +229,9 @@ class Lab:
             if self.id is None:
                 self.id = naming.new_id(taken)
             elif self.id in taken:
-                raise UsageError(f"a lab named {self.id} exists already: `picluster lab down --name {self.id}`")
+                raise UsageError(
+                    f"a lab named {self.id} exists already: `picluster lab down --name {self.id}`"
+                )
             self._check_run_dir()
             if self.subnet is None:
                 self.subnet = netns.pick_subnet(netns.used_networks())
@@ -230,10 +243,11 @@ class Lab:
             self.run_dir.mkdir(parents=True, exist_ok=False)
             self._created = True
             self.run_dir.chmod(0o700)
-            if self.owned:
-                self.owner = _owner()
-                atexit.register(self._down_at_exit)
-                self._atexit_registered = True
+            # Until up() returns, this process owns the lab even when the lab is to outlive it:
+            # a lab whose owner died half-way is an orphan that reap_orphans() removes.
+            self.owner = _owner()
+            atexit.register(self._down_at_exit)
+            self._atexit_registered = True
             self.save()
             # The bridge claims the subnet for the next lab's pick_subnet: create it under the lock.
             prefix = self.subnet.prefixlen
@@ -265,7 +279,10 @@ class Lab:
                     "set PICLUSTER_STATE_DIR elsewhere"
                 )
         if re.search(r"[\s,:\\]", run_dir):
-            raise UsageError(f"lab state dir {run_dir} holds a space, comma, colon or backslash, which overlay mounts cannot take")
+            raise UsageError(
+                f"lab state dir {run_dir} holds a space, comma, colon or backslash, "
+                "which overlay mount options cannot take"
+            )
 
     def _pick_user(self) -> User:
         passwd = _read_db("/etc/passwd")
@@ -280,7 +297,9 @@ class Lab:
         login = keys.make_keypair(self.key_path, f"picluster-lab-{self.id}")
         traversable = untraversable_dirs([Path(sys.executable).resolve(), Path(sys.executable).parent])
         label = f"lab {self.id}"
-        known = [f"{h.address} {h.prepare(self.user, login.public_line, traversable, label)}" for h in self.hosts]
+        known = [
+            f"{h.address} {h.prepare(self.user, login.public_line, traversable, label)}" for h in self.hosts
+        ]
         self.known_hosts_path.write_text("\n".join(known) + "\n")
         self.ssh_config_path.write_text("".join(self._ssh_config_entry(h) for h in self.hosts))
         for host in self.hosts:
@@ -294,7 +313,9 @@ class Lab:
 
         def attempt(host: Host) -> tuple[str, str | None]:
             try:
-                seen = ssh.remote_hostname(host.address, self.user.name, self.key_path, self.known_hosts_path, 3.0)
+                seen = ssh.remote_hostname(
+                    host.address, self.user.name, self.key_path, self.known_hosts_path, timeout=3.0
+                )
             except Exception as exc:
                 return host.name, f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
             if seen != host.name:
@@ -356,7 +377,7 @@ class Lab:
         lab_links |= {name for name in netns.link_names() if naming.lab_of_link(name) == self.id}
         steps += [lambda name=name: netns.delete_link(name) for name in sorted(lab_links, reverse=True)]
         steps.append(self._unmount_leftovers)
-        steps.append(lambda: shutil.rmtree(self.run_dir, ignore_errors=False) if self.run_dir.exists() else None)
+        steps.append(self._remove_run_dir)
         for step in steps:
             try:
                 step()
@@ -365,6 +386,10 @@ class Lab:
         self.phase = "down"
         if problems:
             raise ClusterError(f"lab {self.id}: teardown incomplete: {'; '.join(problems)}")
+
+    def _remove_run_dir(self) -> None:
+        if self.run_dir.exists():
+            shutil.rmtree(self.run_dir)
 
     def _unmount_leftovers(self) -> None:
         # The hosts' mounts live in their own mount namespaces and vanish with their processes;
@@ -436,8 +461,9 @@ class Lab:
     # -- faults and limits ---------------------------------------------------------------------
 
     def make_unreachable(self, which: "str | int | Host", how: str = "down") -> None:
-        """Cut a host off: "down" sets its link down (fast "no route to host"), "drop" silently
-        discards its traffic (connections hang until they time out)."""
+        """Cut a host off mid-run: "down" sets its link down, as if its cable were pulled; "drop"
+        discards its frames at the bridge with the link still up, as a dead switch port would.
+        Either way open connections stall and new ones fail or time out."""
         host = self.host(which)
         if how == "down":
             netns.set_link(host.veth, up=False)
@@ -585,6 +611,16 @@ def _lab_lock():
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _check_subnet(text: str, nodes: int) -> ipaddress.IPv4Network:
+    try:
+        subnet = ipaddress.IPv4Network(text)
+    except ValueError as exc:
+        raise UsageError(f"subnet {text!r}: {exc}") from None
+    if subnet.num_addresses < FIRST_HOST_OCTET + nodes + 1:
+        raise UsageError(f"subnet {subnet} is too small for {nodes} hosts from .{FIRST_HOST_OCTET} on")
+    return subnet
 
 
 def _read_db(path: str) -> dict[str, list[str]]:

@@ -1,9 +1,9 @@
 """Faults and limits on a test host's link: cut it, black-hole it, or shape it with tc.
 
-Cutting ("down") sets the bridge end of the host's veth down: connections fail fast with "no
-route to host".  Black-holing ("drop") adds the veth to a set in the lab's own nftables table in
-the *bridge* family of the root namespace: every frame to or from the host vanishes and
-connections time out.  Neither touches the host's own nftables ruleset, which provisioning owns.
+Cutting ("down") sets the bridge end of the host's veth down, as a pulled cable.  Black-holing
+("drop") adds the veth to a set in the lab's own nftables table in the *bridge* family of the
+root namespace: every frame to or from the host vanishes while its link stays up.  Neither
+touches the host's own nftables ruleset, which provisioning owns.
 
 Shaping puts the same qdisc on both ends of the link, so each direction is limited: rate with
 tbf, and delay or loss with netem.  This machine's kernel has no netem (CONFIG_NET_SCH_NETEM is
@@ -31,7 +31,11 @@ def _table_script(table: str) -> str:
     return f"""\
 table bridge {table} {{
     set blocked {{ type ifname; }}
-    chain forward {{ type filter hook forward priority 0; policy accept; iifname @blocked drop; oifname @blocked drop; }}
+    chain forward {{
+        type filter hook forward priority 0; policy accept;
+        iifname @blocked drop
+        oifname @blocked drop
+    }}
     chain input {{ type filter hook input priority 0; policy accept; iifname @blocked drop; }}
     chain output {{ type filter hook output priority 0; policy accept; oifname @blocked drop; }}
 }}

@@ -1,0 +1,87 @@
+"""`picluster provision` (Fabric over every node) and `picluster inventory --ansible`."""
+
+from pathlib import Path
+
+import click
+
+from picluster.cli.options import inventory_option
+from picluster.errors import ClusterError, UsageError
+
+_known_hosts_option = click.option(
+    "--known-hosts",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Accept only the host keys in this file [default: ~/.ssh/known_hosts, unknown hosts accepted].",
+)
+
+
+def _load(inventory: Path | None):
+    from picluster.inventory import load_inventory
+
+    if inventory is None:
+        raise UsageError("this command needs an inventory: pass --inventory picluster.toml or set PICLUSTER_INVENTORY")
+    return load_inventory(inventory)
+
+
+@click.command()
+@inventory_option
+@click.option("--only", default=None, metavar="STEP,..", help="Run only these steps (facts always runs): "
+              "hostname, raspi, packages, nfs-server, nfs-client, ssh, runtime, firewall.")
+@click.option("--dry-run", is_flag=True, help="Print the plan per node; change nothing.")
+@click.option("--venv", default="picluster-venv", show_default=True,
+              help="The virtualenv on each node (relative: under the user's home).")
+@click.option("--fanout", type=click.IntRange(1, 64), default=8, show_default=True, help="Nodes worked on at once.")
+@click.option("--timeout", type=click.FloatRange(1, 3600), default=120.0, show_default=True,
+              help="Seconds one command may take before its node counts as unreachable (installs get longer).")
+@_known_hosts_option
+def provision(inventory, only, dry_run, venv, fanout, timeout, known_hosts) -> None:
+    """Bring every node to the cluster's state: hostname, Pi settings, packages, NFS, SSH, Python, firewall.
+
+    Idempotent: a second run reports no changes.  Exit code 1 when any node failed; the others
+    still complete."""  # noqa: D301
+    from rich.console import Console
+
+    from picluster import nodeset
+    from picluster.provision.report import show
+    from picluster.provision.runner import STEP_NAMES, parse_only, provision as run
+    from picluster.provision.steps import Options
+
+    inv = _load(inventory)
+    steps = parse_only(only)
+    options = Options(
+        dry_run=dry_run, only=steps, venv=venv, fanout=fanout, timeout=timeout, known_hosts=known_hosts,
+        connect_timeout=min(10.0, timeout),
+    )  # fmt: skip
+    reports = run(inv, options)
+    columns = ["facts", *[s for s in (steps or STEP_NAMES) if s != "facts"]]
+    show(Console(), reports, columns, dry_run)
+    failed = [r for r in reports if r.failed]
+    if failed:
+        first = failed[0]
+        raise ClusterError(
+            f"provisioning failed on {nodeset.fold(r.name for r in failed)} ({first.name}: {first.first_failure()})"
+        )
+
+
+@click.command("inventory")
+@inventory_option
+@click.option("--ansible", "as_ansible", is_flag=True, required=True, help="Write an Ansible (YAML) inventory.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write it here [default: standard output].")
+@_known_hosts_option
+def inventory(inventory, as_ansible, out, known_hosts) -> None:
+    """Write an Ansible inventory from picluster.toml (for ansible/site.yml)."""
+    from picluster.provision.ansible_inventory import ansible_inventory
+    from picluster.provision.runner import public_key
+
+    if not as_ansible:
+        raise UsageError("say which format: --ansible")
+    inv = _load(inventory)
+    text = ansible_inventory(inv, known_hosts=known_hosts, public_key=public_key(inv.ssh_key))
+    if out is None:
+        click.echo(text, nl=False)
+    else:
+        try:
+            out.write_text(text)
+        except OSError as exc:
+            raise UsageError(f"--out {out}: cannot write: {exc.strerror}") from None

@@ -1,0 +1,41 @@
+"""``picluster top``: one row per node, refreshed every second; q or Ctrl-C quits."""
+
+import sys
+import time
+
+import click
+from rich.console import Console
+
+from picluster.cli.options import inventory_option
+
+
+@click.command()
+@inventory_option
+@click.option("--once", is_flag=True, help="print one snapshot and exit (the default when stdout is not a terminal)")
+@click.option("--interval", type=click.FloatRange(0.2, 60), default=1.0, show_default=True, help="seconds between refreshes")
+def top(inventory, once, interval) -> None:
+    """Per-node CPU, load, memory, temperature, network and TensorFlow task states."""
+    from picluster.monitor import Monitor
+    from picluster.views.nodes import nodes_table
+
+    monitor = Monitor.for_cluster(inventory)
+    console = Console()
+    if once or not console.is_terminal:
+        if not console.is_terminal:
+            console = Console(width=160)  # a log or a pipe: never squeeze the columns
+        monitor.poll()
+        time.sleep(min(interval, 1.0))  # two scrapes give network rates
+        console.print(nodes_table(monitor.poll(), title=monitor.title))
+        return
+    from rich.live import Live
+
+    from picluster.cli.keys import QuitKey
+
+    with QuitKey() as quit_key, Live(nodes_table(monitor.poll(), title=monitor.title), console=console,
+                                     auto_refresh=False, screen=False) as live:
+        try:
+            while not quit_key.pressed(timeout=interval):
+                live.update(nodes_table(monitor.poll(), title=monitor.title), refresh=True)
+        except KeyboardInterrupt:
+            pass
+    sys.stdout.flush()

@@ -1,0 +1,66 @@
+"""``picluster train har``: the deep residual bidirectional LSTM on HAR, replicated over ps/worker tasks."""
+
+from pathlib import Path
+
+import click
+
+from picluster.cli.options import inventory_option
+from picluster.errors import UsageError
+
+
+@click.group()
+def train() -> None:
+    """Train a model on the cluster (a temporary local one when none is running)."""
+
+
+@train.command()
+@inventory_option
+@click.option("--layers", type=int, default=None, help="stacked blocks [3]")
+@click.option("--residual", type=int, default=None, help="residual LSTMs summed per block; 1 = none [2]")
+@click.option("--hidden", type=int, default=None, help="hidden units per block, split over directions [32]")
+@click.option("--bidir/--no-bidir", default=None, help="bidirectional LSTMs [bidir]")
+@click.option("--epochs", type=int, default=None, help="epochs [60]")
+@click.option("--batch", type=int, default=None, help="windows per worker step [100]")
+@click.option("--lr", "learning_rate", type=float, default=None, help="Adam learning rate [0.001]")
+@click.option("--mode", type=click.Choice(["sync", "async"]), default=None, help="gradient aggregation [sync]")
+@click.option("--workers", type=int, default=None, help="worker tasks, one client each [2]")
+@click.option("--ps", type=int, default=None, help="parameter-server tasks [1]")
+@click.option("--standalone", is_flag=True, default=None, help="one process, no ps (the baseline for benchmarks)")
+@click.option("--seed", type=int, default=None, help="shuffling and initialisation seed [1]")
+@click.option("--target-val-accuracy", type=float, default=None, help="stop once validation accuracy reaches this")
+@click.option("--checkpoint-epochs", type=int, default=None, help="epochs between checkpoints [1]")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="prepared HAR folder [picluster data har's]")
+@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="where the run keeps its files [<state>/runs/<time>]")
+@click.option("--resume", type=click.Path(file_okay=False, path_type=Path), default=None, help="continue the run in this directory from its last checkpoint")
+@click.option("--json", "as_json", is_flag=True, help="print result.json at the end instead of a summary")
+def har(inventory, resume, run_dir, as_json, data_dir, **options) -> None:
+    """Deep residual bidirectional LSTM on UCI HAR windows, between-graph replicated."""
+    from dataclasses import replace
+
+    from picluster.har import har_dir
+    from picluster.train import job, progress
+    from picluster.train.config import TrainConfig
+
+    given = {k: v for k, v in options.items() if v is not None}
+    if resume is not None:
+        if run_dir is not None:
+            raise UsageError("give --resume or --run-dir, not both")
+        config = job.resume_config(resume)
+        if given:
+            # The model and its data stream must stay as checkpointed; only the length may grow.
+            if set(given) - {"epochs"}:
+                raise UsageError(f"--resume keeps the run's config; only --epochs may change (got --{sorted(set(given) - {'epochs'})[0].replace('_', '-')})")
+            config = replace(config, **given)
+        run = resume
+    else:
+        folder = data_dir or har_dir(inventory)
+        config = TrainConfig(**given, data_dir=str(folder))
+        run = job.new_run_dir(run_dir)
+    printer = progress.Printer(config, run, quiet=as_json)
+    result = job.train(config, run, inventory, on_epoch=printer.epoch, on_event=printer.event)
+    if as_json:
+        import json
+
+        click.echo(json.dumps(result))
+    else:
+        printer.summary(result)

@@ -1,0 +1,72 @@
+"""What the live views show: every node's agent scraped, with rates and TensorFlow task states."""
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from picluster.clusterspec import Layout
+from picluster.nodestats import NodeStats, rates, scrape
+from picluster.views.nodes import NodeRow
+
+
+@dataclass
+class Target:
+    node: str
+    roles: list[str]
+    host: str
+    port: int | None  # the agent's port; None: no agent known
+
+
+@dataclass
+class Monitor:
+    targets: list[Target]
+    layout: Layout | None
+    title: str
+    task_states: callable = None  # () -> {"worker:0": "up", ...} keyed by node
+    _last: dict[str, NodeStats | None] = field(default_factory=dict)
+
+    @classmethod
+    def for_cluster(cls, inventory: Path | None) -> "Monitor":
+        if inventory is not None:
+            from picluster.clusterspec import from_inventory
+            from picluster.inventory import load_inventory
+            from picluster.local import _answers
+
+            inv = load_inventory(inventory)
+            layout = from_inventory(inv)
+            targets = [Target(n.name, inv.roles_of(n.name), n.address, inv.agent_port) for n in inv.nodes]
+
+            def states():
+                out: dict[str, dict[str, str]] = {}
+                for t in layout.tasks:
+                    out.setdefault(t.node, {})[t.label] = "up" if _answers(t.host, t.port) else "down"
+                return out
+            return cls(targets, layout, f"{inv.name}: {len(inv.nodes)} nodes", states)
+        from picluster.local import LocalCluster
+
+        cluster = LocalCluster.open()
+        if cluster is None:
+            return cls([Target("localhost", [], "127.0.0.1", None)], None, "localhost (no local cluster running)")
+        roles = sorted({t.job for t in cluster.layout.tasks})
+
+        def local_states():
+            return {"localhost": {s.task.label: s.state for s in cluster.status()}}
+        return cls([Target("localhost", roles, "127.0.0.1", cluster.agent_port)], cluster.layout,
+                   "local cluster", local_states)
+
+    def poll(self) -> list[NodeRow]:
+        with ThreadPoolExecutor(max_workers=min(16, len(self.targets))) as pool:
+            fresh = list(pool.map(self._scrape, self.targets))
+        states = self.task_states() if self.task_states else {}
+        rows = []
+        for target, stats in zip(self.targets, fresh):
+            rx, tx = rates(self._last.get(target.node), stats)
+            self._last[target.node] = stats
+            rows.append(NodeRow(target.node, target.roles, stats, rx, tx, states.get(target.node, {})))
+        return rows
+
+    @staticmethod
+    def _scrape(target: Target) -> NodeStats | None:
+        if target.port is None:
+            return None
+        return scrape(target.node, target.host, target.port)

@@ -1,0 +1,115 @@
+"""Step 1, facts: what a node is (OS release, architecture, Pi model, boot directory, kernel NFS)."""
+
+from dataclasses import dataclass
+
+from picluster.errors import ClusterError
+from picluster.provision.remote import Remote
+from picluster.provision.result import Item, Status
+
+PI_OS_RELEASES = ("bookworm", "bullseye")
+
+_SCRIPT = r"""
+. /etc/os-release 2>/dev/null
+echo "id=$ID"
+echo "codename=$VERSION_CODENAME"
+echo "pretty=$PRETTY_NAME"
+[ -e /etc/rpi-issue ] && echo "rpi_issue=yes"
+echo "arch=$(uname -m)"
+m=$(tr -d '\000' < /proc/device-tree/model 2>/dev/null || tr -d '\000' < /sys/firmware/devicetree/base/model 2>/dev/null)
+echo "model=$m"
+[ -e /boot/firmware/config.txt ] && echo "boot_firmware=yes"
+[ -e /boot/config.txt ] && echo "boot_legacy=yes"
+echo "raspi_config=$(command -v raspi-config)"
+[ -d /run/systemd/system ] && echo "systemd=yes"
+grep -qw nfsd /proc/filesystems && echo "nfsd=yes"
+grep -qw nfs /proc/filesystems && echo "nfs=yes"
+k=/lib/modules/$(uname -r)/kernel/fs
+[ -n "$(find $k/nfsd -name 'nfsd.ko*' 2>/dev/null | head -n 1)" ] && echo "nfsd_module=yes"
+[ -n "$(find $k/nfs -name 'nfs.ko*' 2>/dev/null | head -n 1)" ] && echo "nfs_module=yes"
+echo "hostname=$(hostname)"
+echo "home=$HOME"
+"""
+
+
+@dataclass(frozen=True)
+class Facts:
+    os_id: str
+    codename: str
+    pretty: str
+    pi_os: bool
+    arch: str
+    model: str | None
+    boot_dir: str | None  # None: not a Pi
+    raspi_config: str | None  # path of raspi-config, when installed
+    systemd: bool
+    nfs_server_kernel: bool  # nfsd is in the kernel or a module of it
+    nfs_client_kernel: bool
+    hostname: str
+    home: str
+
+    @property
+    def is_pi(self) -> bool:
+        return bool(self.model and self.model.startswith("Raspberry Pi"))
+
+    def summary(self) -> str:
+        os_name = "Raspberry Pi OS" if self.pi_os else self.os_id.capitalize()
+        parts = [f"{os_name} {self.codename or '?'}", self.arch, self.model or "not a Pi"]
+        if self.boot_dir:
+            parts.append(f"boot {self.boot_dir}")
+        return ", ".join(parts)
+
+
+def parse(text: str) -> Facts:
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip()
+    os_id = values.get("id", "").lower()
+    codename = values.get("codename", "").lower()
+    model = values.get("model") or None
+    pi_os = os_id == "raspbian" or values.get("rpi_issue") == "yes"
+    if values.get("boot_firmware") == "yes":
+        boot = "/boot/firmware"
+    elif values.get("boot_legacy") == "yes":
+        boot = "/boot"
+    else:
+        boot = "/boot" if codename in ("bullseye", "buster", "stretch") else "/boot/firmware"
+    is_pi = bool(model and model.startswith("Raspberry Pi"))
+    return Facts(
+        os_id=os_id,
+        codename=codename,
+        pretty=values.get("pretty", ""),
+        pi_os=pi_os,
+        arch=values.get("arch", ""),
+        model=model,
+        boot_dir=boot if is_pi else None,
+        raspi_config=values.get("raspi_config") or None,
+        systemd=values.get("systemd") == "yes",
+        nfs_server_kernel=values.get("nfsd") == "yes" or values.get("nfsd_module") == "yes",
+        nfs_client_kernel=values.get("nfs") == "yes" or values.get("nfs_module") == "yes",
+        hostname=values.get("hostname", ""),
+        home=values.get("home", ""),
+    )
+
+
+def check_supported(facts: Facts) -> None:
+    if facts.os_id not in ("debian", "raspbian"):
+        raise ClusterError(
+            f"unsupported OS {facts.pretty or facts.os_id or 'unknown'} (want Raspberry Pi OS bookworm/bullseye or Debian)"
+        )
+    if facts.pi_os and facts.codename not in PI_OS_RELEASES:
+        raise ClusterError(f"unsupported Raspberry Pi OS release {facts.codename or '?'} (want bookworm or bullseye)")
+
+
+def gather(remote: Remote) -> tuple[Facts, list[Item]]:
+    """Log in, read the facts, and check sudo works without a password."""
+    remote.open()
+    facts = parse(remote.run(_SCRIPT).stdout)
+    check_supported(facts)
+    remote.run("true", sudo=True)  # raises SudoPasswordRequired
+    items = [
+        Item("reachable", Status.OK, f"{remote.user}@{remote.conn.host}, sudo without password"),
+        Item("system", Status.OK, facts.summary()),
+    ]
+    return facts, items

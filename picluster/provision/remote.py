@@ -1,0 +1,180 @@
+"""One node over SSH: commands (as the user or with password-less sudo) and idempotent file writes.
+
+Every failure becomes one of three exceptions with a one-line message:
+- Unreachable: the connection failed, or a command got no answer in time;
+- SudoPasswordRequired: sudo wants a password, which provisioning never types;
+- CommandFailed: a command ran and failed (its last line of stderr says why).
+"""
+
+import io
+import secrets
+import shlex
+import socket
+from pathlib import Path
+
+import fabric
+import invoke
+import paramiko
+
+from picluster.errors import ClusterError
+
+MISSING_EXIT = 3
+
+
+class Unreachable(ClusterError):
+    pass
+
+
+class AuthFailed(ClusterError):
+    pass
+
+
+class SudoPasswordRequired(ClusterError):
+    pass
+
+
+class CommandFailed(ClusterError):
+    pass
+
+
+def connect(
+    address: str,
+    user: str,
+    key: Path | None,
+    known_hosts: Path | None,
+    timeout: float,
+) -> fabric.Connection:
+    """A Fabric connection that uses `key` only (or the usual ~/.ssh keys without one).
+
+    With `known_hosts`, the node must present the host key recorded there; without, the
+    user's ~/.ssh/known_hosts is consulted and unknown hosts are accepted (Fabric's default).
+    """
+    connect_kwargs = {"banner_timeout": timeout, "auth_timeout": timeout}
+    if key is not None:
+        connect_kwargs.update(key_filename=[str(key)], look_for_keys=False, allow_agent=False)
+    conn = fabric.Connection(
+        host=address,
+        user=user,
+        config=fabric.Config(overrides={"run": {"in_stream": False}}),
+        connect_timeout=timeout,
+        connect_kwargs=connect_kwargs,
+    )
+    if known_hosts is not None:
+        conn.client.load_host_keys(str(known_hosts))
+        conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    return conn
+
+
+class Remote:
+    def __init__(self, conn: fabric.Connection, user: str, *, dry_run: bool = False, timeout: float = 120.0):
+        self.conn = conn
+        self.user = user
+        self.dry_run = dry_run
+        self.timeout = timeout
+
+    # -- connection ------------------------------------------------------------------------
+
+    def open(self) -> None:
+        try:
+            self.conn.open()
+        except paramiko.AuthenticationException:
+            raise AuthFailed(f"SSH key rejected for {self.user}@{self.conn.host} (check cluster.ssh_key)") from None
+        except paramiko.BadHostKeyException:
+            raise AuthFailed(f"host key of {self.conn.host} does not match known_hosts") from None
+        except paramiko.SSHException as exc:
+            if "not found in known_hosts" in str(exc):
+                raise AuthFailed(f"host key of {self.conn.host} is not in known_hosts") from None
+            raise Unreachable(f"SSH failed: {_one_line(exc)}") from None
+        except (socket.timeout, TimeoutError):
+            raise Unreachable("no answer to SSH (timed out)") from None
+        except (OSError, EOFError) as exc:
+            raise Unreachable(f"cannot connect: {_one_line(exc)}") from None
+
+    def close(self) -> None:
+        try:
+            self.conn.close()
+        except Exception:  # a dead transport may fail to close; nothing to do about it
+            pass
+
+    # -- commands --------------------------------------------------------------------------
+
+    def run(self, command: str, *, sudo: bool = False, check: bool = True, timeout: float | None = None):
+        """Run `command` with sh; with sudo as root via `sudo -n` (never a password prompt)."""
+        full = f"sudo -n -- sh -c {shlex.quote(command)}" if sudo else command
+        try:
+            result = self.conn.run(full, hide=True, warn=True, timeout=timeout or self.timeout, in_stream=False)
+        except invoke.exceptions.CommandTimedOut:
+            raise Unreachable(f"no answer within {timeout or self.timeout:.0f} s") from None
+        except paramiko.AuthenticationException:
+            raise AuthFailed(f"SSH key rejected for {self.user}@{self.conn.host} (check cluster.ssh_key)") from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise Unreachable(f"connection lost: {_one_line(exc)}") from None
+        if sudo and result.exited == 1 and "password is required" in result.stderr:
+            raise SudoPasswordRequired(f"sudo asks for a password; give {self.user} NOPASSWD sudo")
+        if check and result.exited != 0:
+            why = _last_line(result.stderr) or _last_line(result.stdout) or f"exit code {result.exited}"
+            raise CommandFailed(f"{_short(command)}: {why}")
+        return result
+
+    def ok(self, command: str, *, sudo: bool = False) -> bool:
+        """Whether `command` exits 0."""
+        return self.run(command, sudo=sudo, check=False).exited == 0
+
+    def out(self, command: str, *, sudo: bool = False) -> str:
+        return self.run(command, sudo=sudo).stdout.strip()
+
+    # -- files -----------------------------------------------------------------------------
+
+    def read(self, path: str, *, sudo: bool = True) -> str | None:
+        """A file's text, None when it does not exist."""
+        q = shlex.quote(path)
+        result = self.run(f"if [ -e {q} ]; then cat -- {q}; else exit {MISSING_EXIT}; fi", sudo=sudo, check=False)
+        if result.exited == MISSING_EXIT:
+            return None
+        if result.exited != 0:
+            raise CommandFailed(f"cannot read {path}: {_last_line(result.stderr)}")
+        return result.stdout
+
+    def write(self, path: str, content: str, *, mode: str = "0644", owner: str = "root", group: str = "root") -> bool:
+        """Make `path` hold exactly `content`; True when it had to change (or would, in a dry run).
+
+        An existing file keeps its mode; the new content replaces it atomically (same directory, mv).
+        """
+        if self.read(path) == content:
+            return False
+        if self.dry_run:
+            return True
+        tmp = f"/tmp/picluster-{secrets.token_hex(6)}"
+        self.upload(content, tmp)
+        q, new = shlex.quote(path), shlex.quote(path + ".picluster-new")
+        parent = shlex.quote(str(Path(path).parent))
+        result = self.run(
+            f"m=$(stat -c %a {q} 2>/dev/null || echo {mode}); mkdir -p {parent} && "
+            f"install -m \"$m\" -o {owner} -g {group} {tmp} {new} && mv -f {new} {q}; rc=$?; rm -f {tmp}; exit $rc",
+            sudo=True,
+            check=False,
+        )
+        if result.exited != 0:
+            raise CommandFailed(f"cannot write {path}: {_last_line(result.stderr) or f'exit code {result.exited}'}")
+        return True
+
+    def upload(self, content: str, remote_path: str) -> None:
+        try:
+            self.conn.put(io.BytesIO(content.encode()), remote=remote_path)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise Unreachable(f"upload failed: {_one_line(exc)}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _short(command: str, limit: int = 60) -> str:
+    command = " ".join(command.split())
+    return command if len(command) <= limit else command[: limit - 3] + "..."

@@ -1,0 +1,127 @@
+"""Fan the steps out over every node: one step at a time on all nodes in parallel (bounded), so
+the NFS master exports before any client mounts.  A node that fails to connect, stops answering,
+rejects the key or wants a sudo password stops there; every other node goes on."""
+
+import socket
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import paramiko
+
+from picluster.errors import ClusterError, UsageError
+from picluster.inventory import Inventory, Node
+from picluster.provision import facts as facts_mod
+from picluster.provision.remote import AuthFailed, Remote, SudoPasswordRequired, Unreachable, connect
+from picluster.provision.result import Item, NodeReport, Status, StepResult
+from picluster.provision.steps import Context, Options, Shared, firewall, hostname, nfs, packages, raspi, runtime, ssh
+
+STEPS: dict[str, Callable] = {
+    "hostname": hostname.run,
+    "raspi": raspi.run,
+    "packages": packages.run,
+    "nfs-server": nfs.server,
+    "nfs-client": nfs.client,
+    "ssh": ssh.run,
+    "runtime": runtime.run,
+    "firewall": firewall.run,
+}
+STEP_NAMES = ("facts", *STEPS)
+
+
+def parse_only(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in STEP_NAMES]
+    if unknown or not names:
+        raise UsageError(f"--only {text!r}: unknown step {unknown[0] if unknown else '(none)'} (steps: {', '.join(STEP_NAMES)})")
+    return tuple(n for n in STEP_NAMES if n in names)
+
+
+def public_key(key: Path | None) -> str | None:
+    """The coordinator's public key line: KEY.pub, else derived from the private key."""
+    if key is None:
+        return None
+    pub = Path(f"{key}.pub")
+    if pub.is_file():
+        text = pub.read_text().strip()
+        if len(text.split()) >= 2:
+            return text
+    try:
+        pkey = paramiko.PKey.from_path(str(key))
+    except FileNotFoundError:
+        raise UsageError(f"cluster.ssh_key {key}: no such file") from None
+    except (paramiko.SSHException, OSError, ValueError) as exc:
+        raise UsageError(f"cluster.ssh_key {key}: not a usable private key ({exc})") from None
+    return f"{pkey.get_name()} {pkey.get_base64()} picluster@{socket.gethostname()}"
+
+
+class _Node:
+    def __init__(self, node: Node, remote: Remote, report: NodeReport):
+        self.node, self.remote, self.report = node, remote, report
+        self.ctx: Context | None = None
+        self.seconds = 0.0
+
+
+def provision(
+    inv: Inventory,
+    options: Options = Options(),
+    on_step: Callable[[str, list[NodeReport]], None] | None = None,
+) -> list[NodeReport]:
+    """Run the steps on every node; returns one report per node, in inventory order."""
+    if inv.ssh_key is not None and not inv.ssh_key.is_file():
+        raise UsageError(f"cluster.ssh_key {inv.ssh_key}: no such file")
+    steps = options.only or STEP_NAMES
+    shared = Shared(public_key=public_key(inv.ssh_key) if "ssh" in steps else None)
+    nodes = []
+    for node in inv.nodes:
+        conn = connect(node.address, inv.user, inv.ssh_key, options.known_hosts, options.connect_timeout)
+        nodes.append(_Node(node, Remote(conn, inv.user, dry_run=options.dry_run, timeout=options.timeout), NodeReport(node.name)))
+    reports = [n.report for n in nodes]
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(options.fanout, len(nodes)))) as pool:
+            for step in ("facts", *[s for s in steps if s != "facts"]):
+                live = [n for n in nodes if n.report.failure is None]
+                list(pool.map(lambda n: _run_step(n, step, inv, options, shared), live))
+                if on_step is not None:
+                    on_step(step, reports)
+    finally:
+        for n in nodes:
+            n.remote.close()
+    for n in nodes:
+        n.report.seconds = n.seconds
+    return reports
+
+
+def _run_step(n: _Node, step: str, inv: Inventory, options: Options, shared: Shared) -> None:
+    started = time.perf_counter()
+    result = StepResult(step)
+    n.report.steps.append(result)
+    try:
+        if step == "facts":
+            node_facts, items = facts_mod.gather(n.remote)
+            result.items.extend(items)
+            n.ctx = Context(inv, n.node, n.remote, node_facts, options, shared)
+        else:
+            for item in STEPS[step](n.ctx):
+                result.items.append(item)
+    except Unreachable as exc:
+        n.report.unreachable = True
+        n.report.failure = f"unreachable: {exc}"
+        result.items.append(Item("error", Status.FAILED, n.report.failure))
+    except (AuthFailed, SudoPasswordRequired) as exc:
+        n.report.failure = str(exc)
+        result.items.append(Item("error", Status.FAILED, str(exc)))
+    except ClusterError as exc:
+        result.items.append(Item("error", Status.FAILED, str(exc)))
+        if step == "facts":
+            n.report.failure = str(exc)
+    except Exception as exc:  # a bug or an unforeseen remote answer: this node only
+        result.items.append(Item("error", Status.FAILED, f"{type(exc).__name__}: {exc}"))
+    finally:
+        n.seconds += time.perf_counter() - started
+    if result.status is Status.FAILED and n.report.failure is None:
+        # Later steps build on this one (packages before NFS, NFS before mounts): stop here.
+        n.report.failure = n.report.first_failure()

@@ -1,0 +1,52 @@
+"""Step 9, firewall: nftables table `inet picluster` from nfs/picluster.nft.j2.
+
+TensorFlow's servers have no authentication and execute any graph they are sent (its
+SECURITY.md), so the TensorFlow ports, the node agent's and NFS's (2049, 111 and mountd's
+fixed port) accept only the cluster subnet; everything else, SSH included, is left alone.
+"""
+
+from picluster.provision import templates
+from picluster.provision.result import Item, Status
+from picluster.provision.steps import NO_SYSTEMD, Context, action_item, file_item, managed_line
+from picluster.provision.steps.nfs import MOUNTD_PORT
+
+RULES = "/etc/nftables.d/picluster.nft"
+MAIN = "/etc/nftables.conf"
+INCLUDE = 'include "/etc/nftables.d/*.nft"'
+NFS_PORTS = (111, 2049, MOUNTD_PORT)
+
+
+def ports(tf_port: int, agent_port: int) -> tuple[list[int], list[int]]:
+    tcp = sorted({tf_port, tf_port + 1, agent_port, *NFS_PORTS})
+    udp = sorted(NFS_PORTS)
+    return tcp, udp
+
+
+def rules_text(inv) -> str:
+    tcp, udp = ports(inv.tf_port, inv.agent_port)
+    return templates.render(
+        "picluster.nft.j2",
+        subnet=inv.cluster_subnet,
+        tcp_ports=", ".join(map(str, tcp)),
+        udp_ports=", ".join(map(str, udp)),
+    )
+
+
+def run(ctx: Context):
+    remote = ctx.remote
+    rules = file_item(ctx, "rules", RULES, rules_text(ctx.inv))
+    yield rules
+    main = remote.read(MAIN)
+    wanted = managed_line(main or "#!/usr/sbin/nft -f\n", INCLUDE, lambda line: line.strip() == INCLUDE)
+    yield file_item(ctx, "include", MAIN, wanted, mode="0755")
+    live = remote.ok("nft list table inet picluster >/dev/null", sudo=True)
+    if live and rules.status is Status.OK:
+        yield Item("active", Status.OK, "table inet picluster loaded")
+    else:
+        yield action_item(ctx, "active", f"nft -f {RULES}", "load table inet picluster (nft -f)")
+    if not ctx.facts.systemd:
+        yield Item("at_boot", Status.SKIPPED, NO_SYSTEMD)
+    elif remote.ok("systemctl is-enabled --quiet nftables"):
+        yield Item("at_boot", Status.OK, "nftables.service enabled")
+    else:
+        yield action_item(ctx, "at_boot", "systemctl enable nftables", "enable nftables.service")

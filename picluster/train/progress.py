@@ -1,0 +1,54 @@
+"""What the user sees: one line per epoch as the chief writes it, then the selected model."""
+
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from picluster.har.spec import CLASSES
+
+
+class Printer:
+    def __init__(self, config, run_dir, quiet: bool = False) -> None:
+        self.config = config
+        self.quiet = quiet
+        # Progress goes to stderr so --json output stays parseable.
+        self.console = Console(file=sys.stderr, highlight=False, soft_wrap=True)
+        if not quiet:
+            kind = "one process" if config.standalone else f"{config.mode}, {config.ps} ps + {config.workers} workers"
+            self.console.print(f"run {run_dir}: {config.layers}x{config.residual} {'bidir ' if config.bidir else ''}"
+                               f"LSTM, hidden {config.hidden}, {kind}, {config.epochs} epochs")
+
+    def event(self, message: str) -> None:
+        if not self.quiet:
+            self.console.print(message)
+
+    def epoch(self, r: dict) -> None:
+        if self.quiet:
+            return
+        f = lambda k: float(r[k]) if r.get(k) not in (None, "") else float("nan")  # noqa: E731
+        stale = f" stale {f('staleness_mean'):.2f}/{r['staleness_max']}" if r.get("staleness_mean") else ""
+        self.console.print(
+            f"epoch {int(r['epoch']):3d}  train {f('train_loss'):.3f} {f('train_acc'):.1%}  "
+            f"val {f('val_loss'):.3f} {f('val_acc'):.1%} F1 {f('val_f1'):.3f}  "
+            f"test {f('test_loss'):.3f} {f('test_acc'):.1%} F1 {f('test_f1'):.3f}  "
+            f"{f('epoch_s'):.1f}s = input {f('input_s'):.2f} + compute {f('compute_s'):.1f} + exchange {f('exchange_s'):.1f}{stale}"
+        )
+
+    def summary(self, result: dict) -> None:
+        c = self.console
+        if result.get("best_epoch") is None:
+            c.print("no epoch completed")
+            return
+        c.print(f"selected on validation: epoch {result['best_epoch']} (val {result['val_accuracy']:.1%})  "
+                f"test accuracy {result['test_accuracy']:.2%}  weighted F1 {result['test_f1']:.4f}  "
+                f"({result['wall_s']:.0f} s, {result['parameters']:,} parameters)")
+        if result.get("lost_workers"):
+            c.print(f"workers lost during the run: {', '.join(map(str, result['lost_workers']))}")
+        table = Table(title="test confusion matrix (rows: true, columns: predicted)")
+        table.add_column("")
+        for name in CLASSES:
+            table.add_column(name[:8], justify="right")
+        for name, row in zip(CLASSES, result["confusion"]):
+            table.add_row(name, *map(str, row))
+        c.print(table)

@@ -1,0 +1,81 @@
+"""The per-node panel shared by ``picluster top`` and the live views of ``run`` and ``train``."""
+
+from dataclasses import dataclass, field
+
+from rich.table import Table
+from rich.text import Text
+
+from picluster.nodestats import NodeStats
+
+_BLOCKS = " ▁▂▃▄▅▆▇█"
+
+
+@dataclass
+class NodeRow:
+    name: str
+    roles: list[str]
+    stats: NodeStats | None  # None: the agent did not answer
+    rx_rate: float = 0.0
+    tx_rate: float = 0.0
+    tasks: dict[str, str] = field(default_factory=dict)  # "worker:0" -> "up" | "starting" | "down"
+
+
+def cpu_bars(percents: list[float]) -> Text:
+    """One block per core, height = load; then the mean."""
+    text = Text()
+    for p in percents:
+        level = min(len(_BLOCKS) - 1, max(0, round(p / 100 * (len(_BLOCKS) - 1))))
+        text.append(_BLOCKS[level] if level else "·", style=_load_style(p))
+    mean = sum(percents) / len(percents) if percents else 0.0
+    text.append(f" {mean:3.0f}%")
+    return text
+
+
+def _load_style(percent: float) -> str:
+    return "red" if percent >= 90 else "yellow" if percent >= 60 else "green"
+
+
+def human_bytes(n: float, suffix: str = "") -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}{suffix}" if unit == "B" else f"{n:.1f} {unit}{suffix}"
+        n /= 1000.0
+    return f"{n:.1f} TB{suffix}"
+
+
+def _tasks(tasks: dict[str, str]) -> Text:
+    """A node runs one or two tasks on a Pi, many on a local cluster: list only those not up."""
+    if not tasks:
+        return Text("-")
+    if len(tasks) <= 2:
+        text = Text()
+        for label, state in sorted(tasks.items()):
+            text.append(f"{label} {state} ", style=_STATE_STYLE.get(state, "red"))
+        return text
+    up = sum(1 for s in tasks.values() if s == "up")
+    text = Text(f"{up}/{len(tasks)} up", style="green" if up == len(tasks) else "yellow")
+    for label, state in sorted(tasks.items()):
+        if state != "up":
+            text.append(f" {label} {state}", style=_STATE_STYLE.get(state, "red"))
+    return text
+
+
+_STATE_STYLE = {"up": "green", "starting": "yellow", "down": "red"}
+
+
+def nodes_table(rows: list[NodeRow], title: str | None = None) -> Table:
+    table = Table(title=title, expand=False, pad_edge=False)
+    for name, justify in (("node", "left"), ("roles", "left"), ("cpu", "left"), ("load", "right"),
+                          ("memory", "right"), ("temp", "right"), ("net rx/tx", "right"), ("tasks", "left")):
+        table.add_column(name, justify=justify, no_wrap=True)
+    for row in rows:
+        roles = ",".join(row.roles) or "-"
+        s = row.stats
+        if s is None:
+            table.add_row(row.name, roles, Text("unreachable", style="bold red"), "-", "-", "-", "-", _tasks(row.tasks))
+            continue
+        memory = f"{s.memory_used / 2**30:.1f}/{s.memory_total / 2**30:.1f} GiB"
+        temp = f"{s.temperature:.1f}°C" if s.temperature is not None else "-"
+        net = f"{human_bytes(row.rx_rate, '/s')} / {human_bytes(row.tx_rate, '/s')}"
+        table.add_row(row.name, roles, cpu_bars(s.cpu_percent), f"{s.load[0]:.2f}", memory, temp, net, _tasks(row.tasks))
+    return table

@@ -1,0 +1,258 @@
+"""`picluster provision` and the Ansible twin against the test lab: real SSH hosts on this machine.
+
+The kernel here has no NFS: exports, NFS restarts and mounts must say
+`skipped (no NFS support in this kernel)`, which these tests assert exactly.
+"""
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from lab_fixtures import lab4, lab_factory, lab_support  # noqa: F401
+
+from conftest import picluster
+from picluster.inventory import load_inventory
+from picluster.lab import HostOptions, keys, snapshot
+from picluster.provision.result import Status
+from picluster.provision.runner import STEP_NAMES, provision
+from picluster.provision.steps import NO_NFS, Options
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = sys.prefix  # the coordinator's venv: the hosts share /usr and this tree, so picluster and TF import
+SUDO_MARK = "/home/pi/.sudo_as_admin_successful"  # sudo's own bookkeeping on Debian, on first use
+
+MASTER_FILES = {
+    "/boot/firmware/config.txt", "/etc/hosts", "/etc/fstab", "/etc/exports", "/etc/default/nfs-kernel-server",
+    "/etc/modprobe.d", "/etc/modprobe.d/sunrpc.conf", "/etc/nftables.conf", "/etc/nftables.d",
+    "/etc/nftables.d/picluster.nft", "/etc/ssh/sshd_config.d/50-picluster.conf", "/srv/picluster", SUDO_MARK,
+}  # fmt: skip
+CLIENT_FILES = {
+    "/boot/firmware/config.txt", "/etc/hosts", "/etc/fstab", "/etc/nftables.conf", "/etc/nftables.d",
+    "/etc/nftables.d/picluster.nft", "/etc/ssh/sshd_config.d/50-picluster.conf", SUDO_MARK,
+}  # fmt: skip
+# What provisioning would write on a Pi, seen on the real machine: none of it may change.
+MACHINE_PATHS = (
+    "/etc/hosts", "/etc/hostname", "/etc/exports", "/etc/fstab", "/etc/default/nfs-kernel-server",
+    "/etc/modprobe.d", "/etc/nftables.conf", "/etc/nftables.d", "/etc/ssh/sshd_config.d", "/boot", "/srv",
+)  # fmt: skip
+
+
+def inventory(lab, tmp_path: Path, name: str = "picluster.toml") -> Path:
+    return lab.write_inventory(tmp_path / name)
+
+
+def run_cli(lab, inv: Path, *args: str, timeout: float = 300):
+    return picluster(
+        "provision", "-i", inv, "--known-hosts", lab.known_hosts_path, "--venv", VENV, *args,
+        env=dict(os.environ, COLUMNS="250"), timeout=timeout,
+    )  # fmt: skip
+
+
+def options(lab, **kwargs) -> Options:
+    return Options(**{"known_hosts": lab.known_hosts_path, "venv": VENV, **kwargs})
+
+
+def changed_paths(lab) -> dict[str, set[str]]:
+    return {name: {c.path for c in changes} for name, changes in lab.changes().items()}
+
+
+def machine_state() -> tuple:
+    ruleset = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    hostname = subprocess.run(["hostname"], capture_output=True, text=True).stdout
+    return snapshot.take(MACHINE_PATHS), ruleset, hostname
+
+
+def items(report, step):
+    return {i.name: (i.status, i.detail) for i in report.step(step).items}
+
+
+def test_provision_writes_every_file_once_and_a_second_run_changes_nothing(lab4, tmp_path):
+    inv = inventory(lab4, tmp_path)
+    # node02 comes as Raspberry Pi Imager leaves a card whose hostname was not set.
+    lab4.host("node02").run(
+        ["sh", "-c", "echo raspberrypi > /etc/hostname && sed -i 's/^127.0.1.1.*/127.0.1.1\traspberrypi/' /etc/hosts"
+         " && hostname raspberrypi"]
+    )  # fmt: skip
+    baseline = {h.name: h.manifest() for h in lab4.hosts}
+    machine_before = machine_state()
+
+    dry = run_cli(lab4, inv, "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "node01: 11 change(s) planned" in dry.stdout
+    assert "node02: 9 change(s) planned" in dry.stdout  # /etc/hostname and the live name too
+    assert "  hostname live: would set the hostname raspberrypi -> node02" in dry.stdout
+    assert "node01: would change (11)" in dry.stdout
+    for host in lab4.hosts:
+        assert {c.path for c in host.changes(since=baseline[host.name])} <= {SUDO_MARK}, host.name
+    assert lab4.host("node02").run(["hostname"]).stdout.strip() == "raspberrypi"
+
+    first = run_cli(lab4, inv)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "node01: changed (11)" in first.stdout
+    assert "node02: changed (9)" in first.stdout
+    assert "node[03-04]: changed (7)" in first.stdout
+    assert "nfs-client mount: skipped (no NFS support in this kernel): node[01-04]" in first.stdout
+    assert "nfs-server exportfs: skipped (no NFS support in this kernel): node01" in first.stdout
+    assert "nfs-server service: skipped (no NFS support in this kernel): node01" in first.stdout
+
+    changes = changed_paths(lab4)
+    assert changes["node01"] == MASTER_FILES
+    # node02's /etc/hostname is back to what the lab seeded, so it is no change since the lab came up.
+    assert changes["node02"] == changes["node03"] == changes["node04"] == CLIENT_FILES
+
+    subnet = str(lab4.subnet)
+    master = lab4.host("node01")
+    assert master.read_file("/etc/exports").splitlines()[-1] == f"/srv/picluster {subnet}(rw,sync,no_subtree_check,root_squash)"
+    assert "\nRPCNFSDCOUNT=8\n" in master.read_file("/etc/default/nfs-kernel-server")
+    assert "options sunrpc tcp_max_slot_table_entries=128" in master.read_file("/etc/modprobe.d/sunrpc.conf")
+    share = master.run(["stat", "-c", "%U:%G %a", "/srv/picluster"]).stdout.strip()
+    assert share == "pi:pi 775"
+    for host in lab4.hosts:
+        hosts = host.read_file("/etc/hosts")
+        assert f"127.0.1.1\t{host.name}\n" in hosts
+        for other in lab4.hosts:
+            assert hosts.count(f"{other.address}\t{other.name}\n") == 1
+        assert host.read_file("/etc/hostname") == f"{host.name}\n"
+        assert host.run(["hostname"]).stdout.strip() == host.name
+        assert host.read_file("/boot/firmware/config.txt").endswith("[all]\ngpu_mem=16\n")
+        assert host.read_file("/etc/fstab").splitlines()[-1] == f"{master.address}:/srv/picluster /mnt/picluster nfs defaults,_netdev 0 0"
+        assert "PasswordAuthentication no" in host.read_file("/etc/ssh/sshd_config.d/50-picluster.conf")
+        live = host.run(["nft", "list", "table", "inet", "picluster"]).stdout
+        assert f"ip saddr {subnet} tcp dport {{ 111, 2049, 2222, 2223, 9100, 20048 }} accept" in live
+        assert "tcp dport { 111, 2049, 2222, 2223, 9100, 20048 } drop" in live
+
+    second = run_cli(lab4, inv)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "node[01-04]: ok" in second.stdout
+    assert "changed" not in second.stdout
+
+    reports = provision(load_inventory(inv), options(lab4))
+    for report in reports:
+        assert [s.step for s in report.steps] == list(STEP_NAMES)
+        assert report.changes == 0 and not report.failed, report
+        assert items(report, "nfs-client")["mount"] == (Status.SKIPPED, NO_NFS)
+        assert items(report, "runtime")["venv"][0] is Status.OK
+        assert items(report, "raspi")["gpu_mem"][0] is Status.OK
+    server = items(reports[0], "nfs-server")
+    assert server["exportfs"] == (Status.SKIPPED, NO_NFS) and server["service"] == (Status.SKIPPED, NO_NFS)
+    assert changed_paths(lab4) == changes
+
+    assert machine_state() == machine_before
+
+
+def test_missing_package_fails_clearly_and_a_new_venv_is_only_planned(lab4, tmp_path):
+    inv = load_inventory(inventory(lab4, tmp_path))
+    before = {h.name: h.manifest() for h in lab4.hosts}
+    reports = provision(inv, options(lab4, only=("packages",), extra_packages=("picluster-no-such-package",)))
+    for report in reports:
+        got = items(report, "packages")
+        status, detail = got["picluster-no-such-package"]
+        assert status is Status.FAILED and "Unable to locate package picluster-no-such-package" in detail
+        assert got["nfs-common"] == (Status.OK, "installed")
+        assert report.failed
+    assert ("nfs-kernel-server" in items(reports[0], "packages")) and ("nfs-kernel-server" not in items(reports[1], "packages"))
+    assert subprocess.run(["dpkg-query", "-W", "picluster-no-such-package"], capture_output=True).returncode != 0
+
+    reports = provision(inv, options(lab4, only=("runtime",), dry_run=True, venv="new-venv"))
+    for report in reports:
+        status, detail = items(report, "runtime")["venv"]
+        assert status is Status.CHANGED
+        assert detail == "would create /home/pi/new-venv and install picluster and tensorflow==2.21.* into /home/pi/new-venv"
+    for host in lab4.hosts:
+        assert host.changes(since=before[host.name]) == []
+        assert not host.path("/home/pi/new-venv").exists()
+
+
+def test_unreachable_hosts_and_a_wrong_key(lab_factory, tmp_path):
+    lab = lab_factory(3)
+    inv = inventory(lab, tmp_path)
+
+    lab.make_unreachable("node03")
+    try:
+        result = run_cli(lab, inv, "--timeout", "4", timeout=120)
+    finally:
+        lab.restore("node03")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("picluster: error: provisioning failed on node03 (node03: unreachable: ")
+    assert "node03: unreachable (no answer to SSH (timed out))" in result.stdout
+    assert "node01: changed (11)" in result.stdout and "node02: changed (7)" in result.stdout
+
+    # Mid-run: node02 goes away once the hostname step is done everywhere.
+    cut = threading.Event()
+
+    def on_step(step, reports):
+        if step == "hostname":
+            lab.make_unreachable("node02")
+            cut.set()
+
+    try:
+        reports = provision(load_inventory(inv), options(lab, timeout=4, connect_timeout=4), on_step=on_step)
+    finally:
+        lab.restore("node02")
+    assert cut.is_set()
+    by_name = {r.name: r for r in reports}
+    lost = by_name["node02"]
+    assert lost.unreachable and lost.failed and lost.failure.startswith("unreachable: ")
+    assert [s.step for s in lost.steps] == ["facts", "hostname", "raspi"]
+    assert lost.step("raspi").status is Status.FAILED
+    for name in ("node01", "node03"):
+        assert [s.step for s in by_name[name].steps] == list(STEP_NAMES)
+        assert not by_name[name].failed
+
+    wrong = keys.make_keypair(tmp_path / "wrong_key", "not-the-lab")
+    inv.write_text(inv.read_text().replace(str(lab.key_path), str(wrong.private_path)))
+    result = run_cli(lab, inv, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"picluster: error: provisioning failed on node[01-03] (node01: SSH key rejected for "
+        f"pi@{lab.host('node01').address} (check cluster.ssh_key))\n"
+    )
+
+
+def test_sudo_password_and_a_host_that_is_not_a_pi(lab_factory, tmp_path):
+    lab = lab_factory(
+        2, host_options={"node01": HostOptions(pi_model=None), "node02": HostOptions(sudo_nopasswd=False)}
+    )
+    result = run_cli(lab, inventory(lab, tmp_path), timeout=120)
+    assert result.returncode == 1
+    assert result.stderr == (
+        "picluster: error: provisioning failed on node02 (node02: sudo asks for a password; give pi NOPASSWD sudo)\n"
+    )
+    assert "raspi gpu_mem: skipped (not a Raspberry Pi): node01" in result.stdout
+    assert "node01: changed (" in result.stdout
+    assert "node02: failed (sudo asks for a password; give pi NOPASSWD sudo)" in result.stdout
+    assert "gpu_mem=16" not in lab.host("node01").read_file("/boot/firmware/config.txt")
+    assert {c.path for c in lab.host("node02").changes()} <= {SUDO_MARK}
+
+
+def test_ansible_converges_to_the_same_state(lab_factory, tmp_path):
+    lab = lab_factory(2)
+    inv = inventory(lab, tmp_path)
+    ansible_inv = tmp_path / "inventory.yml"
+    made = picluster("inventory", "--ansible", "-i", inv, "--known-hosts", lab.known_hosts_path, "--out", ansible_inv)
+    assert made.returncode == 0, made.stderr
+    playbook = [
+        str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(ansible_inv), "site.yml", "-e", f"venv={VENV}",
+    ]  # fmt: skip
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    first = subprocess.run(playbook, cwd=ROOT / "ansible", capture_output=True, text=True, timeout=300, env=env)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
+    assert "skipped (no NFS support in this kernel)" in first.stdout
+    second = subprocess.run(playbook, cwd=ROOT / "ansible", capture_output=True, text=True, timeout=300, env=env)
+    assert second.returncode == 0, second.stdout[-3000:]
+    recap = second.stdout.split("PLAY RECAP")[-1]
+    for host in lab.hosts:
+        line = next(line for line in recap.splitlines() if line.startswith(host.name))
+        assert "changed=0" in line and "failed=0" in line, line
+    # Same end state: the Fabric path finds nothing to change.
+    reports = provision(load_inventory(inv), options(lab))
+    for report in reports:
+        assert not report.failed and report.changes == 0, [
+            (s.step, i) for s in report.steps for i in s.items if i.status is not Status.OK
+        ]

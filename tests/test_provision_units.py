@@ -1,0 +1,287 @@
+"""`picluster provision` without hosts: templates, file edits, facts, results, CLI input, Ansible syntax."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import jinja2
+import pytest
+import yaml
+
+from conftest import picluster
+from picluster.errors import ClusterError, UsageError
+from picluster.inventory import parse_inventory
+from picluster.lab import keys
+from picluster.provision import facts, templates
+from picluster.provision.ansible_inventory import ansible_inventory
+from picluster.provision.result import Item, NodeReport, Status, StepResult, folded_skips, folded_summary
+from picluster.provision.runner import STEP_NAMES, parse_only, public_key
+from picluster.provision.steps import managed_line
+from picluster.provision.steps.firewall import rules_text
+from picluster.provision.steps.hostname import BEGIN, END, hosts_text
+from picluster.provision.steps.nfs import nfsd_threads
+from picluster.provision.steps.raspi import gpu_mem_text
+
+ROOT = Path(__file__).resolve().parents[1]
+INV = {
+    "cluster": {
+        "name": "pi4", "user": "pi", "nodes": "node[01-04]", "addresses": "192.168.1.[16-19]",
+        "subnet": "192.168.1.0/26",
+    },
+}  # fmt: skip
+
+
+def inv():
+    return parse_inventory(INV)
+
+
+# -- templates ----------------------------------------------------------------------------------
+
+TEMPLATE_VARS = {
+    "exports.j2": {"share_dir": "/srv/picluster", "subnet": "192.168.1.0/26"},
+    "nfs-kernel-server.j2": {"nfsd_threads": 16, "mountd_port": 20048},
+    "sunrpc.conf.j2": {},
+    "fstab.j2": {"nfs_server": "192.168.1.16", "share_dir": "/srv/picluster", "data_dir": "/mnt/picluster"},
+    "picluster.nft.j2": {"subnet": "192.168.1.0/26", "tcp_ports": "111, 2049", "udp_ports": "111, 2049"},
+}
+
+
+def test_every_template_is_covered_and_renders_like_jinja2():
+    names = sorted(p.name for p in templates.TEMPLATE_DIR.glob("*.j2"))
+    assert names == sorted(TEMPLATE_VARS)
+    env = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    for name, variables in TEMPLATE_VARS.items():
+        ours = templates.render(name, **variables)
+        theirs = env.from_string(templates.template_path(name).read_text()).render(**variables)
+        assert ours == theirs, name
+        assert "{{" not in ours
+
+
+def test_template_lines():
+    assert templates.render("exports.j2", **TEMPLATE_VARS["exports.j2"]) == (
+        "/srv/picluster 192.168.1.0/26(rw,sync,no_subtree_check,root_squash)\n"
+    )
+    assert templates.render("fstab.j2", **TEMPLATE_VARS["fstab.j2"]) == (
+        "192.168.1.16:/srv/picluster /mnt/picluster nfs defaults,_netdev 0 0\n"
+    )
+    defaults = templates.render("nfs-kernel-server.j2", nfsd_threads=16, mountd_port=20048)
+    assert "\nRPCNFSDCOUNT=16\n" in defaults
+    sunrpc = templates.render("sunrpc.conf.j2")
+    assert "options sunrpc tcp_slot_table_entries=128\n" in sunrpc
+    assert "options sunrpc tcp_max_slot_table_entries=128\n" in sunrpc
+
+
+def test_renderer_refuses_missing_values_and_other_jinja():
+    with pytest.raises(ClusterError, match="no value for"):
+        templates.render_text("{{ a }} {{ b }}", {"a": 1})
+    with pytest.raises(ClusterError, match="only"):
+        templates.render_text("{% if a %}x{% endif %}", {"a": 1})
+    assert templates.render_text("{{a}}-{{  a  }}", {"a": 7}) == "7-7"
+
+
+def test_nfsd_threads_at_least_one_per_node():
+    assert nfsd_threads(4) == 8  # never below the default
+    assert nfsd_threads(16) == 16
+    assert nfsd_threads(20) == 20
+
+
+def test_firewall_rules_name_the_subnet_and_ports():
+    text = rules_text(inv())
+    assert "ip saddr 192.168.1.0/26 tcp dport { 111, 2049, 2222, 2223, 9100, 20048 } accept" in text
+    assert "tcp dport { 111, 2049, 2222, 2223, 9100, 20048 } drop" in text
+    assert "dport 22" not in text and ", 22," not in text
+
+
+# -- file edits -----------------------------------------------------------------------------------
+
+def test_hosts_text_sets_loopback_name_and_lists_every_node_once():
+    before = "127.0.0.1\tlocalhost\n\n127.0.1.1\t\traspberrypi\n"
+    nodes = inv().nodes
+    after = hosts_text(before, "node02", nodes)
+    assert "127.0.1.1\tnode02\n" in after and "raspberrypi" not in after
+    assert after.count(BEGIN) == 1 and after.count(END) == 1
+    assert "192.168.1.19\tnode04\n" in after
+    assert hosts_text(after, "node02", nodes) == after  # idempotent
+    fewer = hosts_text(after, "node02", nodes[:2])
+    assert "node04" not in fewer and fewer.count(BEGIN) == 1
+
+
+def test_hosts_text_adds_a_missing_loopback_line():
+    assert hosts_text("127.0.0.1 localhost\n", "n1", inv().nodes[:1]).startswith("127.0.0.1 localhost\n127.0.1.1\tn1\n")
+
+
+def test_gpu_mem_replaced_or_appended_for_all_boards():
+    assert gpu_mem_text("a=1\ngpu_mem=64\n") == "a=1\ngpu_mem=16\n"
+    # Only in [all] (or before any section) does it apply to every board.
+    assert gpu_mem_text("a=1\n[cm4]\ngpu_mem=64\n") == "a=1\n[cm4]\ngpu_mem=64\n[all]\ngpu_mem=16\n"
+    assert gpu_mem_text("[all]\n") == "[all]\ngpu_mem=16\n"
+    once = gpu_mem_text("x=1\n[pi4]\ny=2\n")
+    assert gpu_mem_text(once) == once
+
+
+def test_managed_line_replaces_every_match_with_one_line():
+    same = lambda line: line.startswith("/srv ")  # noqa: E731
+    assert managed_line("# c\n/srv a\n/other b\n/srv c\n", "/srv new", same) == "# c\n/srv new\n/other b\n"
+    assert managed_line(None, "/srv new", same) == "/srv new\n"
+    assert managed_line("x", "/srv new", same) == "x\n/srv new\n"
+
+
+# -- facts ------------------------------------------------------------------------------------------
+
+def test_facts_of_a_bookworm_pi():
+    f = facts.parse(
+        "id=debian\ncodename=bookworm\npretty=Debian GNU/Linux 12 (bookworm)\nrpi_issue=yes\narch=aarch64\n"
+        "model=Raspberry Pi 4 Model B Rev 1.5\nboot_firmware=yes\nboot_legacy=yes\nraspi_config=/usr/bin/raspi-config\n"
+        "systemd=yes\nnfsd_module=yes\nhostname=raspberrypi\nhome=/home/pi\n"
+    )
+    assert f.pi_os and f.is_pi and f.boot_dir == "/boot/firmware" and f.nfs_server_kernel and not f.nfs_client_kernel
+    assert f.summary() == "Raspberry Pi OS bookworm, aarch64, Raspberry Pi 4 Model B Rev 1.5, boot /boot/firmware"
+    facts.check_supported(f)
+
+
+def test_facts_of_a_bullseye_pi_and_plain_debian():
+    old = facts.parse("id=raspbian\ncodename=bullseye\narch=armv7l\nmodel=Raspberry Pi 3 Model B Plus Rev 1.3\n")
+    assert old.pi_os and old.boot_dir == "/boot"
+    pc = facts.parse("id=debian\ncodename=bookworm\narch=x86_64\nmodel=\nboot_firmware=yes\n")
+    assert not pc.is_pi and pc.boot_dir is None and not pc.pi_os
+    facts.check_supported(pc)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("id=ubuntu\ncodename=noble\npretty=Ubuntu 24.04\n", "unsupported OS Ubuntu 24.04"),
+        ("id=raspbian\ncodename=buster\n", "unsupported Raspberry Pi OS release buster"),
+    ],
+)
+def test_unsupported_os(text, message):
+    with pytest.raises(ClusterError, match=message):
+        facts.check_supported(facts.parse(text))
+
+
+# -- results and steps ---------------------------------------------------------------------------------
+
+def _report(name, *statuses, unreachable=False, failure=None):
+    step = StepResult("nfs-client", [Item(f"i{n}", s, "no NFS support in this kernel") for n, s in enumerate(statuses)])
+    return NodeReport(name, [step], unreachable=unreachable, failure=failure)
+
+
+def test_step_status_is_the_worst_item():
+    assert StepResult("x", [Item("a", Status.OK), Item("b", Status.SKIPPED)]).status is Status.OK
+    assert StepResult("x", [Item("a", Status.OK), Item("b", Status.CHANGED)]).status is Status.CHANGED
+    assert StepResult("x", [Item("a", Status.CHANGED), Item("b", Status.FAILED)]).status is Status.FAILED
+    assert StepResult("x", [Item("a", Status.SKIPPED)]).status is Status.SKIPPED
+
+
+def test_folded_summary_groups_nodes_by_outcome():
+    reports = [
+        _report("node01", Status.OK),
+        _report("node02", Status.OK),
+        _report("node03", unreachable=True, failure="unreachable: no answer within 5 s"),
+        _report("node04", Status.OK),
+        _report("node05", Status.CHANGED, Status.CHANGED),
+        _report("node07", unreachable=True, failure="unreachable: no answer within 5 s"),
+    ]
+    assert folded_summary(reports) == [
+        "node[01-02,04]: ok",
+        "node[03,07]: unreachable (no answer within 5 s)",
+        "node05: changed (2)",
+    ]
+    assert folded_summary(reports[4:5], dry_run=True) == ["node05: would change (2)"]
+    skipped = [_report("node01", Status.SKIPPED), _report("node02", Status.SKIPPED)]
+    assert folded_skips(skipped) == ["nfs-client i0: skipped (no NFS support in this kernel): node[01-02]"]
+
+
+def test_parse_only():
+    assert parse_only(None) is None
+    assert parse_only("firewall,hostname") == ("hostname", "firewall")  # in run order
+    assert set(STEP_NAMES) >= {"facts", "nfs-server", "nfs-client", "runtime"}
+    with pytest.raises(UsageError, match="unknown step nfs"):
+        parse_only("hostname,nfs")
+    with pytest.raises(UsageError):
+        parse_only(",")
+
+
+def test_public_key_from_pub_file_or_private_key(tmp_path):
+    pair = keys.make_keypair(tmp_path / "id_ed25519", "me@coordinator")
+    assert public_key(pair.private_path) == pair.public_line
+    pair.public_path.unlink()
+    derived = public_key(pair.private_path)
+    assert derived.split()[:2] == pair.public_line.split()[:2]
+    with pytest.raises(UsageError, match="no such file"):
+        public_key(tmp_path / "nope")
+    assert public_key(None) is None
+
+
+def test_ansible_inventory_is_yaml_with_the_groups_and_template_variables(tmp_path):
+    data = yaml.safe_load(ansible_inventory(inv(), known_hosts=tmp_path / "kh", public_key="ssh-ed25519 AAAA x"))
+    hosts = data["all"]["hosts"]
+    assert list(hosts) == ["node01", "node02", "node03", "node04"]
+    assert hosts["node03"]["ansible_host"] == "192.168.1.18"
+    assert list(data["all"]["children"]["nfs_server"]["hosts"]) == ["node01"]
+    assert list(data["all"]["children"]["worker"]["hosts"]) == ["node02", "node03", "node04"]
+    v = data["all"]["vars"]
+    for name, variables in TEMPLATE_VARS.items():
+        for key in variables:
+            assert key in v, (name, key)
+    assert v["subnet"] == "192.168.1.0/26" and v["nfs_server"] == "192.168.1.16" and v["nfsd_threads"] == 8
+    assert f"UserKnownHostsFile={tmp_path / 'kh'}" in v["ansible_ssh_common_args"]
+
+
+# -- CLI input ---------------------------------------------------------------------------------------------
+
+BAD_INVENTORIES = {
+    "duplicate name": ('[[node]]\nname = "n1"\naddress = "10.0.0.1"\n[[node]]\nname = "n1"\naddress = "10.0.0.2"\n',
+                       "duplicate node name 'n1'"),
+    "duplicate address": ('[[node]]\nname = "n1"\naddress = "10.0.0.1"\n[[node]]\nname = "n2"\naddress = "10.0.0.1"\n',
+                          "duplicate address 10.0.0.1"),
+    "invalid hostname": ('[[node]]\nname = "bad_name"\naddress = "10.0.0.1"\n', "is not a valid hostname"),
+    "subnet": ('[[node]]\nname = "n1"\naddress = "10.0.0.1"\n[[node]]\nname = "n2"\naddress = "10.0.1.9"\n',
+               "does not contain n2"),
+}  # fmt: skip
+
+
+def assert_one_line_error(result, code, needle):
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("picluster: error: ") and needle in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INVENTORIES))
+def test_bad_inventory_is_one_line_exit_2(tmp_path, case):
+    body, needle = BAD_INVENTORIES[case]
+    subnet = 'subnet = "10.0.0.0/24"\n' if case == "subnet" else ""
+    path = tmp_path / "picluster.toml"
+    path.write_text(f'[cluster]\nname = "c"\nuser = "pi"\n{subnet}\n{body}')
+    for args in (["provision", "-i", path], ["inventory", "--ansible", "-i", path]):
+        assert_one_line_error(picluster(*args, timeout=60), 2, needle)
+
+
+def test_provision_needs_an_inventory_and_known_steps(tmp_path, monkeypatch):
+    monkeypatch.delenv("PICLUSTER_INVENTORY", raising=False)
+    assert_one_line_error(picluster("provision", timeout=60), 2, "needs an inventory")
+    path = tmp_path / "picluster.toml"
+    path.write_text('[cluster]\nname = "c"\nuser = "pi"\nnodes = "n1"\naddresses = "10.0.0.1"\n')
+    assert_one_line_error(picluster("provision", "-i", path, "--only", "nfs", timeout=60), 2, "unknown step nfs")
+    missing_key = path.read_text().replace('user = "pi"', 'user = "pi"\nssh_key = "/nonexistent/key"')
+    path.write_text(missing_key)
+    assert_one_line_error(picluster("provision", "-i", path, timeout=60), 2, "cluster.ssh_key /nonexistent/key: no such file")
+
+
+def test_ansible_playbook_syntax_check(tmp_path):
+    out = tmp_path / "inventory.yml"
+    out.write_text(ansible_inventory(inv(), public_key="ssh-ed25519 AAAA x"))
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(out), "site.yml", "--syntax-check"],
+        cwd=ROOT / "ansible", capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "playbook: site.yml" in result.stdout
+
+
+def test_ansible_templates_are_the_shared_ones():
+    links = sorted((ROOT / "ansible" / "roles").glob("*/templates/*.j2"))
+    assert {p.name for p in links} == set(TEMPLATE_VARS)
+    for link in links:
+        assert link.is_symlink() and link.resolve() == templates.template_path(link.name).resolve(), link

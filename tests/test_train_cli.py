@@ -1,0 +1,153 @@
+"""`picluster train har` through the real CLI and a real local cluster, with a tiny model on tiny data."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from conftest import ROOT, picluster
+from train_fixtures import TINY_MODEL, write_tiny_har
+
+from picluster.har.dataset import CACHE_NAME, checksum, save
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    return write_tiny_har(tmp_path / "har")
+
+
+def _rows(run_dir):
+    with open(run_dir / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def _one_line_usage_error(result):
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("picluster: error: ")
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--layers", "0"], "--layers 0"),
+        (["--hidden", "3"], "--hidden 3 must be even"),
+        (["--epochs", "-2"], "--epochs -2"),
+        (["--workers", "-1"], "--workers -1"),
+    ],
+)
+def test_bad_options_fail_in_one_line(state, tiny, args, words):
+    result = picluster("train", "har", "--data-dir", tiny, *args)
+    _one_line_usage_error(result)
+    assert words in result.stderr
+
+
+def test_missing_dataset_names_the_command_that_prepares_it(state, tmp_path):
+    result = picluster("train", "har", "--data-dir", tmp_path / "nothing")
+    _one_line_usage_error(result)
+    assert "picluster data har" in result.stderr
+
+
+def test_dataset_of_the_wrong_shape_is_refused(state, tmp_path):
+    arrays = {}
+    for split in ("train", "val", "test"):
+        arrays[f"x_{split}"] = np.zeros((12, 64, 9), np.float32)
+        arrays[f"y_{split}"] = np.zeros(12, np.int64)
+        arrays[f"subject_{split}"] = np.ones(12, np.int64)
+    from picluster.har.dataset import HarData
+
+    save(HarData(**arrays, source="tests", checksum=checksum(arrays)), tmp_path / "har" / CACHE_NAME)
+    result = picluster("train", "har", "--data-dir", tmp_path / "har")
+    _one_line_usage_error(result)
+
+
+def _start(*args):
+    return subprocess.Popen(
+        [sys.executable, "-m", "picluster", "train", "har", *map(str, args)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=os.environ.copy(),
+    )
+
+
+def _client(run_dir, task):
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "picluster.train.replica" in cmd and str(run_dir) in cmd and cmd[cmd.index("--task") + 1] == str(task):
+            return proc
+    return None
+
+
+def _wait_for_epochs(run_dir, epochs, proc, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (run_dir / "metrics.csv").exists() and len(_rows(run_dir)) >= epochs:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    raise AssertionError(f"no {epochs} epochs after {timeout} s")
+
+
+def _no_clients_left(run_dir):
+    time.sleep(0.5)
+    assert _client(run_dir, 0) is None and _client(run_dir, 1) is None
+
+
+@pytest.mark.slow
+def test_sync_training_learns_and_a_killed_worker_run_resumes(state, tiny, tmp_path):
+    run_dir = tmp_path / "run"
+    proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "40", "--mode", "sync")
+    try:
+        _wait_for_epochs(run_dir, 3, proc)
+        _client(run_dir, 1).kill()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err
+    assert "worker 1 died" in err and "--resume" in err
+    _no_clients_left(run_dir)
+    done = _rows(run_dir)
+    steps = [int(r["global_step"]) for r in done]
+    assert steps == sorted(steps) and steps[0] == 6  # 240 windows / 2 workers / batch 20: one step per pair
+    checkpointed = max(int(p.name.split("-")[1].split(".")[0]) for p in (run_dir / "checkpoints").glob("*.index"))
+
+    result = picluster("train", "har", "--resume", run_dir, "--epochs", str(len(done) + 3), "--json", timeout=240)
+    assert result.returncode == 0, result.stderr
+    rows = _rows(run_dir)
+    resumed = [r for r in rows if int(r["global_step"]) > checkpointed]
+    # The first epoch after the restart starts from the checkpoint's step, not from zero.
+    assert int(resumed[0]["global_step"]) == checkpointed + 6
+    assert int(rows[-1]["epoch"]) == len(done) + 3
+    losses = [float(r["train_loss"]) for r in rows]
+    assert losses[-1] < 0.7 * losses[0]
+    final = json.loads(result.stdout)
+    assert final["selected_on"] == "validation" and final["test_accuracy"] > 0.5
+    assert final["resumes"] and final["resumes"][0]["global_step"] == checkpointed
+    assert sum(map(sum, final["confusion"])) == 60
+    assert (run_dir / "tensorboard").is_dir() and any((run_dir / "best").glob("*.index"))
+
+
+@pytest.mark.slow
+def test_async_training_goes_on_without_a_killed_worker(state, tiny, tmp_path):
+    run_dir = tmp_path / "run"
+    proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "8", "--mode", "async", "--json")
+    try:
+        _wait_for_epochs(run_dir, 2, proc)
+        _client(run_dir, 1).kill()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "worker 1 died" in err and "goes on" in err
+    result = json.loads(out)
+    assert result["lost_workers"] == [1] and result["epochs_run"] == 8
+    rows = _rows(run_dir)
+    assert len(rows) == 8
+    assert float(rows[-1]["train_loss"]) < 0.7 * float(rows[0]["train_loss"])
+    # Async: the global step counts every worker's updates; staleness is reported.
+    assert rows[0]["staleness_mean"] != "" and int(rows[0]["global_step"]) >= 6
+    _no_clients_left(run_dir)
