@@ -12,6 +12,7 @@ from picluster.clusterspec import Layout, from_inventory
 from picluster.errors import ClusterError, UsageError
 from picluster.inventory import load_inventory
 from picluster.local import MAX_TASKS, LocalCluster
+from picluster.monitor import Monitor
 
 
 @dataclass
@@ -19,6 +20,7 @@ class Attached:
     layout: Layout
     kind: str  # "inventory", "local", "temporary"
     start_s: float  # time spent starting servers (0 when they were already up)
+    monitor: Monitor | None = None  # the nodes' agents, for live views
 
 
 @contextmanager
@@ -30,20 +32,20 @@ def attach(inventory: Path | None, workers: int, ps: int = 0) -> Iterator[Attach
         layout = from_inventory(load_inventory(inventory))
         _check_size(layout, workers, ps, "the inventory")
         _check_answering(layout.workers[:workers] + layout.ps[:ps])
-        yield Attached(layout, "inventory", 0.0)
+        yield Attached(layout, "inventory", 0.0, Monitor.for_cluster(inventory))
         return
     running = LocalCluster.open()
     if running is not None and any(s.state != "down" for s in running.status()):
         _check_size(running.layout, workers, ps, "the running local cluster ('picluster cluster down' to drop it)")
         _check_answering(running.layout.workers[:workers] + running.layout.ps[:ps])
-        yield Attached(running.layout, "local", 0.0)
+        yield Attached(running.layout, "local", 0.0, Monitor.for_local(running))
         return
     if workers + ps > MAX_TASKS:
         raise UsageError(f"--nodes {workers} is more than the local cluster limit of {MAX_TASKS - ps} workers")
     start = time.perf_counter()
     cluster = LocalCluster.start(ps=ps, workers=workers, temporary=True)
     try:
-        yield Attached(cluster.layout, "temporary", time.perf_counter() - start)
+        yield Attached(cluster.layout, "temporary", time.perf_counter() - start, Monitor.for_local(cluster))
     finally:
         cluster.stop()
 

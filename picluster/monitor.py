@@ -47,6 +47,10 @@ class Monitor:
         cluster = LocalCluster.open()
         if cluster is None:
             return cls([Target("localhost", [], "127.0.0.1", None)], None, "localhost (no local cluster running)")
+        return cls.for_local(cluster)
+
+    @classmethod
+    def for_local(cls, cluster) -> "Monitor":
         roles = sorted({t.job for t in cluster.layout.tasks})
 
         def local_states():

@@ -17,6 +17,7 @@ from picluster.errors import ClusterError, UsageError
 
 CHUNK = 1 << 18  # points per draw: ~2 MiB of float32 pairs, small enough for a Pi's 1 GB
 INT64_MAX = 2**63 - 1
+CHUNKS_PER_ROUND = 256  # ~67 M points per task per session.run: a fraction of a second on a PC
 
 
 @dataclass(frozen=True)
@@ -52,11 +53,25 @@ def split_samples(samples: int, nodes: int) -> list[int]:
     return [n + r] + [n] * (nodes - 1)
 
 
-def _count_hits(tf, count, seed, task_id: int, chunk: int):
+def rounds(counts: list[int], chunk: int, chunks_per_round: int) -> list[tuple[list[int], list[int]]]:
+    """Split every task's count into rounds of whole chunks: [(first chunk per task, samples per task)].
+
+    A round's chunks keep the indices they have in a single run, so the hit count does not
+    depend on how a run is cut into rounds; rounds only give progress and prompt cancelling.
+    """
+    span = chunk * chunks_per_round
+    total_rounds = max(1, max(-(-c // span) for c in counts))
+    return [
+        ([r * chunks_per_round] * len(counts), [max(0, min(span, c - r * span)) for c in counts])
+        for r in range(total_rounds)
+    ]
+
+
+def _count_hits(tf, count, first_chunk, seed, task_id: int, chunk: int):
     """Points of ``count`` uniform draws in [0,1)^2 that fall inside the unit quarter circle."""
     chunk64 = tf.constant(chunk, tf.int64)
     iterations = (count + chunk64 - 1) // chunk64
-    stream = tf.constant(task_id << 40, tf.int64)
+    stream = tf.constant(task_id << 40, tf.int64) + first_chunk
 
     def body(j, hits):
         size = tf.minimum(chunk64, count - j * chunk64)
@@ -93,13 +108,15 @@ class MonteCarlo:
         with graph.as_default():
             # Feeds live on the task that uses them: the master hands each task its own
             # values, so no task waits for another's executor to forward them.
-            self._counts, self._seeds, partial = [], [], []
+            self._counts, self._firsts, self._seeds, partial = [], [], [], []
             for i, task in enumerate(self.workers):
                 with tf.device(task.device):
                     count = tf.compat.v1.placeholder(tf.int64, [], name=f"count_{i}")
+                    first = tf.compat.v1.placeholder(tf.int64, [], name=f"first_chunk_{i}")
                     seed = tf.compat.v1.placeholder(tf.int64, [], name=f"seed_{i}")
-                    partial.append(_count_hits(tf, count, seed, i, chunk))
+                    partial.append(_count_hits(tf, count, first, seed, i, chunk))
                 self._counts.append(count)
+                self._firsts.append(first)
                 self._seeds.append(seed)
             with tf.device(self.workers[0].device):
                 self._total = tf.add_n(partial)
@@ -110,10 +127,11 @@ class MonteCarlo:
         )
         self._tf = tf
         self._session = tf.compat.v1.Session(f"grpc://{self.workers[0].address}", graph=graph, config=config)
-        self._run([0] * nodes, 0)  # registers the graph partitions on every task
+        self.chunk = chunk
+        self._run([0] * nodes, [0] * nodes, 0)  # registers the graph partitions on every task
 
-    def _run(self, counts: list[int], seed: int) -> int:
-        feed = dict(zip(self._counts, counts)) | dict.fromkeys(self._seeds, seed)
+    def _run(self, firsts: list[int], counts: list[int], seed: int) -> int:
+        feed = dict(zip(self._counts, counts)) | dict(zip(self._firsts, firsts)) | dict.fromkeys(self._seeds, seed)
         outcome: dict = {}
 
         def step() -> None:
@@ -134,7 +152,7 @@ class MonteCarlo:
             raise
         error = outcome.get("error")
         if isinstance(error, self._tf.errors.OpError):
-            raise ClusterError(f"Monte-Carlo run failed: {_first_line(error.message)}") from None
+            raise ClusterError(f"Monte-Carlo run failed{self._culprit(error.message)}: {_first_line(error.message)}") from None
         if error is not None:
             raise error
         return outcome["hits"]
@@ -144,12 +162,24 @@ class MonteCarlo:
         closer.start()
         closer.join(5.0)
 
-    def estimate(self, samples: int, seed: int) -> Estimate:
+    def _culprit(self, message: str) -> str:
+        """' on node03 (worker:1)' when TensorFlow's message names one of our tasks."""
+        for task in self.workers:
+            if f"/job:{task.job}/replica:0/task:{task.index}" in (message or "") or task.address in (message or ""):
+                return f" on {task.node} ({task.label})"
+        return ""
+
+    def estimate(self, samples: int, seed: int, progress=None) -> Estimate:
+        """Run ``samples`` draws; ``progress(done, total)`` is called after every round."""
         if not 1 <= samples <= INT64_MAX:
             raise UsageError(f"--samples must be between 1 and {INT64_MAX}")
-        counts = split_samples(samples, self.nodes)
         start = time.perf_counter()
-        hits = self._run(counts, seed)
+        hits = done = 0
+        for firsts, counts in rounds(split_samples(samples, self.nodes), self.chunk, CHUNKS_PER_ROUND):
+            hits += self._run(firsts, counts, seed)
+            done += sum(counts)
+            if progress is not None:
+                progress(done, samples)
         return Estimate(samples, self.nodes, hits, seed, time.perf_counter() - start)
 
     def close(self) -> None:

@@ -23,7 +23,7 @@ def test_estimate_statistics():
 
 
 @pytest.mark.slow
-def test_montecarlo_on_real_cluster(state):
+def test_montecarlo_on_real_cluster(state, monkeypatch):
     from picluster.local import LocalCluster
     from picluster.montecarlo import MonteCarlo
 
@@ -31,6 +31,10 @@ def test_montecarlo_on_real_cluster(state):
     try:
         with MonteCarlo(cluster.layout, 2) as job:
             a = job.estimate(3_000_001, seed=11)
+            seen = []
+            with monkeypatch.context() as patch:
+                patch.setattr("picluster.montecarlo.CHUNKS_PER_ROUND", 1)
+                a_rounds = job.estimate(3_000_001, seed=11, progress=lambda done, total: seen.append(done))
             b = job.estimate(3_000_001, seed=11)
             c = job.estimate(3_000_001, seed=12)
         with MonteCarlo(cluster.layout, 1) as single:
@@ -40,9 +44,23 @@ def test_montecarlo_on_real_cluster(state):
     finally:
         cluster.stop()
     assert a.hits == b.hits
+    # Cut into rounds of one chunk, the run draws the same points and reports progress.
+    assert a_rounds.hits == a.hits
+    assert len(seen) > 1 and seen == sorted(seen) and seen[-1] == 3_000_001
     assert a.hits != c.hits
     assert abs(a.pi - math.pi) < 5 * a.std_error
     assert abs(c.pi - math.pi) < 5 * c.std_error
     assert abs(d.pi - math.pi) < 5 * d.std_error
     # Chunks of every task use disjoint RNG streams, so one node draws other points than two.
     assert d.hits != a.hits
+
+
+def test_rounds_keep_chunk_indices_and_cover_every_sample():
+    from picluster.montecarlo import rounds
+
+    counts = [1000, 997, 0]
+    plan = rounds(counts, chunk=10, chunks_per_round=7)
+    assert [sum(c[i] for _, c in plan) for i in range(3)] == counts
+    assert all(first == [r * 7] * 3 for r, (first, _) in enumerate(plan))
+    assert len(plan) == 15 and plan[-1][1] == [20, 17, 0]
+    assert rounds([5], chunk=10, chunks_per_round=7) == [([0], [5])]

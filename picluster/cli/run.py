@@ -25,13 +25,15 @@ def run() -> None:
 @click.option("--nodes", type=Count(1, MAX_NODES), default=None, help="worker tasks to use [default: all workers, or one per core locally]")
 @click.option("--seed", type=Count(0), default=None, help="RNG seed: the same seed and --nodes give the same count [default: random]")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
+@click.option("--live/--no-live", default=True, show_default=True, help="live node panel and progress (on a terminal; else log lines)")
 @click.option("--sweep", type=CountList(Count()), default=None, help="sample sizes for a table, e.g. 1e7,2e7,5e7,1e8")
 @click.option("--nodes-list", type=CountList(Count(1, MAX_NODES)), default=None, help="node counts for --sweep, e.g. 1,2,4,8,16")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("montecarlo-sweep.csv"), show_default=True, help="where --sweep writes its table")
-def montecarlo(inventory, samples, nodes, seed, as_json, sweep, nodes_list, csv_path) -> None:
+def montecarlo(inventory, samples, nodes, seed, as_json, live, sweep, nodes_list, csv_path) -> None:
     """Estimate pi by drawing points in the unit square on every worker."""
     from picluster import report
     from picluster.connect import attach
+    from picluster.live import JobDisplay
     from picluster.montecarlo import MonteCarlo
 
     if nodes_list is not None and sweep is None:
@@ -51,7 +53,11 @@ def montecarlo(inventory, samples, nodes, seed, as_json, sweep, nodes_list, csv_
             build_start = time.perf_counter()
             with MonteCarlo(cluster.layout, want) as job:
                 build_s = time.perf_counter() - build_start
-                estimate = job.estimate(samples, seed)
+                if as_json:
+                    estimate = job.estimate(samples, seed)
+                else:
+                    with JobDisplay(f"montecarlo on {want} worker(s)", "samples", cluster.monitor, live) as display:
+                        estimate = job.estimate(samples, seed, progress=display.update)
         times = {"cluster_start_s": cluster.start_s, "graph_build_s": build_s,
                  "compute_s": estimate.compute_s, "total_s": time.perf_counter() - total_start}
         if as_json:

@@ -53,8 +53,13 @@ def har(inventory, resume, run_dir, as_json, data_dir, **options) -> None:
             config = replace(config, **given)
         run = resume
     else:
-        folder = data_dir or har_dir(inventory)
+        if data_dir is None and inventory is not None:
+            from picluster.inventory import load_inventory
+
+            data_dir = har_dir(load_inventory(inventory))
+        folder = data_dir or har_dir()
         config = TrainConfig(**given, data_dir=str(folder))
+        job.check_data(config)  # before a run directory or a server exists
         run = job.new_run_dir(run_dir)
     printer = progress.Printer(config, run, quiet=as_json)
     result = job.train(config, run, inventory, on_epoch=printer.epoch, on_event=printer.event)

@@ -66,11 +66,15 @@ def connect(
 
 
 class Remote:
-    def __init__(self, conn: fabric.Connection, user: str, *, dry_run: bool = False, timeout: float = 120.0):
+    def __init__(
+        self, conn: fabric.Connection, user: str, *, dry_run: bool = False, timeout: float = 120.0,
+        open_timeout: float = 10.0,
+    ):  # fmt: skip
         self.conn = conn
         self.user = user
         self.dry_run = dry_run
         self.timeout = timeout
+        self.open_timeout = open_timeout  # connecting, and opening a channel on the connection
 
     # -- connection ------------------------------------------------------------------------
 
@@ -89,6 +93,8 @@ class Remote:
             raise Unreachable("no answer to SSH (timed out)") from None
         except (OSError, EOFError) as exc:
             raise Unreachable(f"cannot connect: {_one_line(exc)}") from None
+        # Each command opens a channel; paramiko waits an hour for one on a dead link.
+        self.conn.transport.channel_timeout = self.open_timeout
 
     def close(self) -> None:
         try:
@@ -108,6 +114,8 @@ class Remote:
         except paramiko.AuthenticationException:
             raise AuthFailed(f"SSH key rejected for {self.user}@{self.conn.host} (check cluster.ssh_key)") from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
+            if "Timeout opening channel" in str(exc):
+                raise Unreachable(f"no answer within {self.open_timeout:.0f} s (opening an SSH channel)") from None
             raise Unreachable(f"connection lost: {_one_line(exc)}") from None
         if sudo and result.exited == 1 and "password is required" in result.stderr:
             raise SudoPasswordRequired(f"sudo asks for a password; give {self.user} NOPASSWD sudo")

@@ -78,7 +78,10 @@ def provision(
     nodes = []
     for node in inv.nodes:
         conn = connect(node.address, inv.user, inv.ssh_key, options.known_hosts, options.connect_timeout)
-        nodes.append(_Node(node, Remote(conn, inv.user, dry_run=options.dry_run, timeout=options.timeout), NodeReport(node.name)))
+        remote = Remote(
+            conn, inv.user, dry_run=options.dry_run, timeout=options.timeout, open_timeout=options.connect_timeout
+        )
+        nodes.append(_Node(node, remote, NodeReport(node.name)))
     reports = [n.report for n in nodes]
     try:
         with ThreadPoolExecutor(max_workers=max(1, min(options.fanout, len(nodes)))) as pool:

@@ -29,11 +29,13 @@ PROBE_REPEATS = 3
 
 # -- data ---------------------------------------------------------------------------------------
 def load_data(config: TrainConfig):
-    from picluster.har import har_dir, load_har
+    from picluster.har import har_dir
+    from picluster.har.dataset import cache_path, load
     from picluster.har.spec import CHANNELS, CLASSES
 
+    # Only what `picluster data har` prepared: building it here would hide a wrong --data-dir.
     folder = Path(config.data_dir) if config.data_dir else har_dir()
-    data = load_har(folder)
+    data = load(cache_path(folder))
     for split in ("train", "val", "test"):
         x, y = getattr(data, f"x_{split}"), getattr(data, f"y_{split}")
         if x.ndim != 3 or x.shape[1:] != (STEPS, len(CHANNELS)) or y.shape != (len(x),):
@@ -42,7 +44,17 @@ def load_data(config: TrainConfig):
             raise UsageError(f"{folder}: {split} labels outside 0..{len(CLASSES) - 1}")
     if len(data.x_train) < config.batch * max(1, config.workers):
         raise UsageError(f"{folder}: {len(data.x_train)} training windows are fewer than --batch x workers")
-    return data
+    return standardised(data)
+
+
+def standardised(data):
+    """Every channel to zero mean, unit variance over the training windows (a deviation: the
+    thesis fed raw signals, whose body-acceleration channels are ten times smaller than the others)."""
+    from dataclasses import replace
+
+    mean = data.x_train.mean(axis=(0, 1), dtype=np.float64).astype(np.float32)
+    std = data.x_train.std(axis=(0, 1), dtype=np.float64).astype(np.float32) + 1e-6
+    return replace(data, **{f"x_{s}": (getattr(data, f"x_{s}") - mean) / std for s in ("train", "val", "test")})
 
 
 def shard(n: int, task: int, workers: int, seed: int) -> np.ndarray:
