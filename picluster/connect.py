@@ -1,6 +1,5 @@
 """Which cluster a job runs on: the inventory's, the running local one, or a temporary local one."""
 
-import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,7 +10,7 @@ from picluster import nodeset
 from picluster.clusterspec import Layout, from_inventory
 from picluster.errors import ClusterError, UsageError
 from picluster.inventory import load_inventory
-from picluster.local import MAX_TASKS, LocalCluster
+from picluster.local import MAX_TASKS, LocalCluster, answers
 from picluster.monitor import Monitor
 
 
@@ -59,13 +58,7 @@ def _check_size(layout: Layout, workers: int, ps: int, what: str) -> None:
 
 
 def _check_answering(tasks) -> None:
-    silent = []
-    for task in tasks:
-        try:
-            with socket.create_connection((task.host, task.port), timeout=2.0):
-                pass
-        except OSError:
-            silent.append(task)
+    silent = [task for task in tasks if not answers(task.host, task.port)]
     if silent:
         nodes = nodeset.fold(t.node for t in silent)
         labels = ", ".join(t.label for t in silent)

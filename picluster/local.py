@@ -137,7 +137,7 @@ class LocalCluster:
     def agent_state(self) -> str:
         if self._live_pid_of(AGENT, "picluster.agent") is None:
             return "down"
-        return "up" if (self.run_dir / "agent.ready").exists() and _answers(HOST, self.agent_port) else "starting"
+        return "up" if (self.run_dir / "agent.ready").exists() and answers(HOST, self.agent_port) else "starting"
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -198,7 +198,7 @@ class LocalCluster:
     def _task_state(self, task: Task) -> str:
         if self._live_pid(task) is None:
             return "down"
-        if self._ready(task).exists() and _answers(task.host, task.port):
+        if self._ready(task).exists() and answers(task.host, task.port):
             return "up"
         return "starting"
 
@@ -300,7 +300,8 @@ def _check_free(port: int) -> None:
                 raise UsageError(f"port {port} on {HOST} is already in use; choose another with --port or stop its owner") from None
 
 
-def _answers(host: str, port: int) -> bool:
+def answers(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections there (a task's server, an agent)."""
     try:
         with socket.create_connection((host, port), timeout=0.5):
             return True

@@ -30,7 +30,7 @@ class Monitor:
         if inventory is not None:
             from picluster.clusterspec import from_inventory
             from picluster.inventory import load_inventory
-            from picluster.local import _answers
+            from picluster.local import answers
 
             inv = load_inventory(inventory)
             layout = from_inventory(inv)
@@ -39,7 +39,7 @@ class Monitor:
             def states():
                 out: dict[str, dict[str, str]] = {}
                 for t in layout.tasks:
-                    out.setdefault(t.node, {})[t.label] = "up" if _answers(t.host, t.port) else "down"
+                    out.setdefault(t.node, {})[t.label] = "up" if answers(t.host, t.port) else "down"
                 return out
             return cls(targets, layout, f"{inv.name}: {len(inv.nodes)} nodes", states)
         from picluster.local import LocalCluster

@@ -29,11 +29,11 @@ SUDO_MARK = "/home/pi/.sudo_as_admin_successful"  # sudo's own bookkeeping on De
 MASTER_FILES = {
     "/boot/firmware/config.txt", "/etc/hosts", "/etc/fstab", "/etc/exports", "/etc/default/nfs-kernel-server",
     "/etc/modprobe.d", "/etc/modprobe.d/sunrpc.conf", "/etc/nftables.conf", "/etc/nftables.d",
-    "/etc/nftables.d/picluster.nft", "/etc/ssh/sshd_config.d/50-picluster.conf", "/srv/picluster", SUDO_MARK,
+    "/etc/nftables.d/picluster.nft", "/etc/ssh/sshd_config.d/00-picluster.conf", "/srv/picluster", SUDO_MARK,
 }  # fmt: skip
 CLIENT_FILES = {
     "/boot/firmware/config.txt", "/etc/hosts", "/etc/fstab", "/etc/nftables.conf", "/etc/nftables.d",
-    "/etc/nftables.d/picluster.nft", "/etc/ssh/sshd_config.d/50-picluster.conf", SUDO_MARK,
+    "/etc/nftables.d/picluster.nft", "/etc/ssh/sshd_config.d/00-picluster.conf", SUDO_MARK,
 }  # fmt: skip
 # What provisioning would write on a Pi, seen on the real machine: none of it may change.
 MACHINE_PATHS = (
@@ -121,7 +121,7 @@ def test_provision_writes_every_file_once_and_a_second_run_changes_nothing(lab4,
         assert host.run(["hostname"]).stdout.strip() == host.name
         assert host.read_file("/boot/firmware/config.txt").endswith("[all]\ngpu_mem=16\n")
         assert host.read_file("/etc/fstab").splitlines()[-1] == f"{master.address}:/srv/picluster /mnt/picluster nfs defaults,_netdev 0 0"
-        assert "PasswordAuthentication no" in host.read_file("/etc/ssh/sshd_config.d/50-picluster.conf")
+        assert "PasswordAuthentication no" in host.read_file("/etc/ssh/sshd_config.d/00-picluster.conf")
         live = host.run(["nft", "list", "table", "inet", "picluster"]).stdout
         assert f"ip saddr {subnet} tcp dport {{ 111, 2049, 2222, 2223, 9100, 20048 }} accept" in live
         assert "tcp dport { 111, 2049, 2222, 2223, 9100, 20048 } drop" in live

@@ -50,12 +50,12 @@ def status(inventory) -> None:
     if inventory is not None:
         from picluster.clusterspec import from_inventory
         from picluster.inventory import load_inventory
-        from picluster.local import _answers
+        from picluster.local import answers
 
         layout = from_inventory(load_inventory(inventory))
         table = Table("task", "node", "address", "state")
         for task in layout.tasks:
-            table.add_row(task.label, task.node, task.address, "up" if _answers(task.host, task.port) else "down")
+            table.add_row(task.label, task.node, task.address, "up" if answers(task.host, task.port) else "down")
         Console().print(table)
         return
     from picluster.local import LocalCluster

@@ -3,7 +3,8 @@
 from picluster.provision.result import Item, Status
 from picluster.provision.steps import NO_SYSTEMD, Context, action_item, file_item
 
-DROP_IN = "/etc/ssh/sshd_config.d/50-picluster.conf"
+# sshd keeps the first value it reads and reads sshd_config.d/*.conf in order, so "00-" wins.
+DROP_IN = "/etc/ssh/sshd_config.d/00-picluster.conf"
 DROP_IN_TEXT = (
     "# Managed by picluster: key logins only.\n"
     "PasswordAuthentication no\n"
