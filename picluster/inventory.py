@@ -13,6 +13,7 @@ Example::
     share_dir = "/srv/picluster"        # NFS export on the NFS master
     data_dir = "/mnt/picluster"         # where every node mounts the share
     ssh_key = "~/.ssh/id_ed25519"       # optional private key for SSH
+    venv = "picluster-venv"             # picluster's virtualenv on every node (relative: in the user's home)
 
     [roles]
     ps = "node01"                       # default: the first node
@@ -33,7 +34,7 @@ from picluster.errors import UsageError
 
 _CLUSTER_KEYS = {
     "name", "user", "nodes", "addresses", "subnet", "tf_port", "agent_port",
-    "share_dir", "data_dir", "ssh_key",
+    "share_dir", "data_dir", "ssh_key", "venv",
 }
 _ROLE_KEYS = {"ps", "worker", "nfs_master"}
 _NODE_KEYS = {"name", "address"}
@@ -62,6 +63,7 @@ class Inventory:
     data_dir: Path = Path("/mnt/picluster")
     subnet: ipaddress.IPv4Network | None = None
     ssh_key: Path | None = None
+    venv: str = "picluster-venv"
     source: Path | None = field(default=None, compare=False)
 
     def node(self, name: str) -> Node:
@@ -193,6 +195,7 @@ def parse_inventory(data: dict, where: str = "inventory", source: Path | None = 
         data_dir=_abs_path(cluster, "data_dir", "/mnt/picluster", fail),
         subnet=subnet,
         ssh_key=Path(_string(cluster, "ssh_key", fail, "cluster")).expanduser() if "ssh_key" in cluster else None,
+        venv=_venv(cluster, fail),
         source=source,
     )
 
@@ -246,6 +249,13 @@ def _nodes(data, cluster, fail) -> list[Node]:
         seen_addrs[str(addr)] = name
         nodes.append(Node(name=name, address=str(addr)))
     return nodes
+
+
+def _venv(table: dict, fail) -> str:
+    value = table.get("venv", "picluster-venv")
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_./~-]+", value) or ".." in value.split("/"):
+        raise fail(f"cluster.venv must be a plain path (letters, digits, '._-/~'), got {value!r}")
+    return value
 
 
 def _check_keys(table: dict, known: set[str], where: str, fail) -> None:

@@ -23,7 +23,15 @@ def cluster() -> None:
 def up(inventory, ps, workers, port) -> None:
     """Start the servers and wait until every task answers."""
     if inventory is not None:
-        raise UsageError("starting servers on inventory nodes is not implemented yet (issue 6); start each node with 'picluster server'")
+        from picluster import remotecluster
+        from picluster.inventory import load_inventory
+
+        inv = load_inventory(inventory)
+        outcomes = remotecluster.up(inv)
+        started = sum(len(o.processes) for o in outcomes)
+        _print_remote_status(inv, Console())
+        click.echo(f"started {started} process(es)" if started else "already up")
+        return
     from picluster.local import LocalCluster
 
     running = LocalCluster.open()
@@ -48,15 +56,10 @@ def up(inventory, ps, workers, port) -> None:
 def status(inventory) -> None:
     """Show each task, its node and whether it answers."""
     if inventory is not None:
-        from picluster.clusterspec import from_inventory
         from picluster.inventory import load_inventory
-        from picluster.local import answers
 
-        layout = from_inventory(load_inventory(inventory))
-        table = Table("task", "node", "address", "state")
-        for task in layout.tasks:
-            table.add_row(task.label, task.node, task.address, "up" if answers(task.host, task.port) else "down")
-        Console().print(table)
+        if not _print_remote_status(load_inventory(inventory), Console()):
+            sys.exit(3)
         return
     from picluster.local import LocalCluster
 
@@ -74,7 +77,12 @@ def status(inventory) -> None:
 def down(inventory) -> None:
     """Stop every server and leave nothing running."""
     if inventory is not None:
-        raise UsageError("stopping servers on inventory nodes is not implemented yet (issue 6)")
+        from picluster import remotecluster
+        from picluster.inventory import load_inventory
+
+        outcomes = remotecluster.down(load_inventory(inventory))
+        click.echo(f"stopped {sum(len(o.processes) for o in outcomes)} process(es) on {len(outcomes)} node(s)")
+        return
     from picluster.local import LocalCluster
 
     running = LocalCluster.open()
@@ -84,6 +92,17 @@ def down(inventory) -> None:
     count = sum(1 for s in running.status() if s.state != "down")
     running.stop()
     click.echo(f"stopped {count} task(s)")
+
+
+def _print_remote_status(inv, console: Console) -> bool:
+    from picluster import remotecluster
+
+    table = Table("task", "node", "address", "state")
+    states = remotecluster.status(inv)
+    for task, state in states:
+        table.add_row(task.label, task.node, task.address, f"[{'green' if state == 'up' else 'red'}]{state}[/]")
+    console.print(table)
+    return all(state == "up" for _, state in states)
 
 
 def _print_status(cluster_, console: Console) -> None:

@@ -10,6 +10,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +24,7 @@ from picluster.train import metrics
 from picluster.train.config import TrainConfig
 
 POLL_S = 0.2
+CHECK_S = 5.0  # seconds between checks that the cluster's servers still answer
 
 
 def new_run_dir(run_dir: Path | None) -> Path:
@@ -70,7 +72,7 @@ def train(config: TrainConfig, run_dir: Path, inventory: Path | None = None,
         try:
             for i in range(config.workers):
                 clients.append(_spawn(run_dir, i))
-            return _follow(run_dir, config, clients, on_epoch, on_event)
+            return _follow(run_dir, config, clients, on_epoch, on_event, used)
         finally:
             _stop(clients)
 
@@ -88,12 +90,13 @@ def _spawn(run_dir: Path, task: int) -> subprocess.Popen:
 
 
 def _follow(run_dir: Path, config: TrainConfig, clients: list[subprocess.Popen],
-            on_epoch, on_event) -> dict:
+            on_epoch, on_event, tasks=()) -> dict:
     csv_path = run_dir / "metrics.csv"
     # Keyed by write time: on --resume the chief drops rows it will redo, and only new ones show.
     shown = {r.get("time") for r in metrics.read_rows(csv_path)}
     lost: set[int] = set()
     chief = clients[0]
+    last_check = time.monotonic()
     while True:
         rows = metrics.read_rows(csv_path)
         for row in rows:
@@ -118,11 +121,28 @@ def _follow(run_dir: Path, config: TrainConfig, clients: list[subprocess.Popen],
                                    + _resume_hint(run_dir))
             lost.add(i)
             on_event(f"worker {i} died ({why}); async training goes on with {config.workers - len(lost)} worker(s)")
+        if time.monotonic() - last_check > CHECK_S and not done:
+            # A dead server leaves the clients waiting forever: notice it here.
+            last_check = time.monotonic()
+            for task in tasks:
+                if not _answers(task.host, task.port) and (task.job == "ps" or task.index == 0 or config.mode == "sync"):
+                    raise ClusterError(f"{task.label} on {task.node} stopped answering; the run stopped"
+                                       + _resume_hint(run_dir))
         time.sleep(POLL_S)
     result = json.loads((run_dir / "result.json").read_text())
     result["lost_workers"] = sorted(lost)
     metrics.write_json(run_dir / "result.json", result)
     return result
+
+
+def _answers(host: str, port: int) -> bool:
+    for _ in range(3):  # a busy server may be slow to accept; three misses mean it is gone
+        try:
+            with socket.create_connection((host, port), timeout=2.0):
+                return True
+        except OSError:
+            time.sleep(0.5)
+    return False
 
 
 def _resume_hint(run_dir: Path) -> str:

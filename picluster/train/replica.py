@@ -44,17 +44,7 @@ def load_data(config: TrainConfig):
             raise UsageError(f"{folder}: {split} labels outside 0..{len(CLASSES) - 1}")
     if len(data.x_train) < config.batch * max(1, config.workers):
         raise UsageError(f"{folder}: {len(data.x_train)} training windows are fewer than --batch x workers")
-    return standardised(data)
-
-
-def standardised(data):
-    """Every channel to zero mean, unit variance over the training windows (a deviation: the
-    thesis fed raw signals, whose body-acceleration channels are ten times smaller than the others)."""
-    from dataclasses import replace
-
-    mean = data.x_train.mean(axis=(0, 1), dtype=np.float64).astype(np.float32)
-    std = data.x_train.std(axis=(0, 1), dtype=np.float64).astype(np.float32) + 1e-6
-    return replace(data, **{f"x_{s}": (getattr(data, f"x_{s}") - mean) / std for s in ("train", "val", "test")})
+    return data
 
 
 def shard(n: int, task: int, workers: int, seed: int) -> np.ndarray:

@@ -1,0 +1,148 @@
+"""Servers on inventory nodes, over SSH: start detached, check, stop.
+
+On each node the run directory ``~/.local/state/picluster/node`` holds the cluster file and,
+per task, a pid file and a log.  ``up`` starts only what does not answer, so after a task
+died it restarts just that one.  Each node also runs its agent on the cluster address.
+"""
+
+import json
+import shlex
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from picluster import nodeset
+from picluster.clusterspec import Layout, Task, from_inventory
+from picluster.errors import ClusterError
+from picluster.inventory import Inventory, Node
+from picluster.local import answers
+
+RUN_DIR = ".local/state/picluster/node"  # under the node user's home
+FANOUT = 16
+
+
+@dataclass
+class NodeOutcome:
+    node: str
+    processes: list[str]  # what was started (up) or stopped (down)
+    error: str | None = None
+
+
+def _python(inv: Inventory) -> str:
+    """The venv's python as a shell word (inventory.venv allows no shell metacharacters)."""
+    if inv.venv.startswith("/"):
+        return f"{inv.venv}/bin/python"
+    return f"$HOME/{inv.venv.removeprefix('~/')}/bin/python"
+
+
+def _remote(inv: Inventory, node: Node, timeout: float = 10.0):
+    from picluster.provision.remote import Remote, connect
+
+    conn = connect(node.address, inv.user, inv.ssh_key, None, timeout)
+    remote = Remote(conn, inv.user, timeout=60.0, open_timeout=timeout)
+    remote.open()
+    return remote
+
+
+def _start_command(inv: Inventory, node: Node, tasks: list[Task], layout: Layout) -> str:
+    py, run = _python(inv), f"$HOME/{RUN_DIR}"
+    lines = [f"mkdir -p {run} && chmod 700 {run} && cd {run}",
+             f"cat > cluster.json.new <<'PICLUSTER_EOF'\n{json.dumps({'layout': layout.to_json()})}\nPICLUSTER_EOF",
+             "mv cluster.json.new cluster.json"]
+    for task in tasks:
+        name = f"{task.job}-{task.index}"
+        # Start only what is not running: the pid file names a live picluster server of this task.
+        lines.append(
+            f"if ! {{ [ -f {name}.pid ] && kill -0 $(cat {name}.pid) 2>/dev/null && "
+            f"grep -q picluster.server /proc/$(cat {name}.pid)/cmdline; }}; then "
+            f"rm -f {name}.ready; setsid nohup {py} -m picluster.server --cluster-file {run}/cluster.json "
+            f"--job {task.job} --task {task.index} --ready-file {run}/{name}.ready >{name}.log 2>&1 </dev/null & "
+            f"echo $! > {name}.pid; echo started {task.label}; fi"
+        )
+    agent = (f"{py} -m picluster.agent --addr {node.address} --port {inv.agent_port} --node {shlex.quote(node.name)} "
+             f"--ready-file {run}/agent.ready")
+    lines.append(
+        "if ! { [ -f agent.pid ] && kill -0 $(cat agent.pid) 2>/dev/null; }; then "
+        f"setsid nohup {agent} >agent.log 2>&1 </dev/null & echo $! > agent.pid; echo started agent; fi"
+    )
+    return "\n".join(lines)
+
+
+def _fan_out(inv: Inventory, nodes: list[Node], work) -> list[NodeOutcome]:
+    def one(node: Node) -> NodeOutcome:
+        try:
+            return work(node)
+        except ClusterError as exc:
+            return NodeOutcome(node.name, [], str(exc))
+
+    with ThreadPoolExecutor(max_workers=min(FANOUT, max(1, len(nodes)))) as pool:
+        return list(pool.map(one, nodes))
+
+
+def _raise_failures(outcomes: list[NodeOutcome], what: str) -> None:
+    failed = [o for o in outcomes if o.error]
+    if failed:
+        by_error: dict[str, list[str]] = {}
+        for o in failed:
+            by_error.setdefault(o.error, []).append(o.node)
+        parts = [f"{nodeset.fold(nodes)}: {error}" for error, nodes in by_error.items()]
+        raise ClusterError(f"{what} failed on {'; '.join(parts)}")
+
+
+def up(inv: Inventory, timeout: float = 120.0) -> list[NodeOutcome]:
+    layout = from_inventory(inv)
+    nodes = [n for n in inv.nodes if any(t.node == n.name for t in layout.tasks)]
+
+    def start(node: Node) -> NodeOutcome:
+        tasks = [t for t in layout.tasks if t.node == node.name]
+        remote = _remote(inv, node)
+        try:
+            out = remote.run(_start_command(inv, node, tasks, layout)).stdout
+        finally:
+            remote.close()
+        return NodeOutcome(node.name, [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("started ")])
+
+    outcomes = _fan_out(inv, nodes, start)
+    _raise_failures(outcomes, "cluster up")
+    wait_answering(layout, timeout)
+    return outcomes
+
+
+def wait_answering(layout: Layout, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    pending = list(layout.tasks)
+    while pending:
+        pending = [t for t in pending if not answers(t.host, t.port)]
+        if pending and time.monotonic() > deadline:
+            labels = ", ".join(t.label for t in pending)
+            raise ClusterError(f"{nodeset.fold(t.node for t in pending)}: not answering after {timeout:.0f} s ({labels})")
+        if pending:
+            time.sleep(0.2)
+
+
+def status(inv: Inventory) -> list[tuple[Task, str]]:
+    return [(t, "up" if answers(t.host, t.port) else "down") for t in from_inventory(inv).tasks]
+
+
+def down(inv: Inventory) -> list[NodeOutcome]:
+    """Stop every task and agent picluster started on the nodes; verify each is gone."""
+    script = (
+        f"cd $HOME/{RUN_DIR} 2>/dev/null || exit 0\n"
+        "for f in *.pid; do [ -f \"$f\" ] || continue; p=$(cat \"$f\");\n"
+        "  if kill -0 \"$p\" 2>/dev/null && grep -q picluster /proc/$p/cmdline; then kill -TERM -\"$p\" 2>/dev/null || kill -TERM \"$p\"; echo \"stopped ${f%.pid}\"; fi; done\n"
+        "for i in 1 2 3 4 5 6 7 8 9 10; do alive=0; for f in *.pid; do [ -f \"$f\" ] && kill -0 $(cat \"$f\") 2>/dev/null && alive=1; done;"
+        " [ $alive = 0 ] && break; sleep 0.5; done\n"
+        "for f in *.pid; do [ -f \"$f\" ] && kill -KILL -$(cat \"$f\") 2>/dev/null; rm -f \"$f\" \"${f%.pid}.ready\"; done; exit 0"
+    )
+
+    def stop(node: Node) -> NodeOutcome:
+        remote = _remote(inv, node)
+        try:
+            out = remote.run(script).stdout
+        finally:
+            remote.close()
+        return NodeOutcome(node.name, [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("stopped ")])
+
+    outcomes = _fan_out(inv, list(inv.nodes), stop)
+    _raise_failures(outcomes, "cluster down")
+    return outcomes

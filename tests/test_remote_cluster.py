@@ -1,0 +1,93 @@
+"""Servers started over SSH on test hosts (real sshd in network namespaces), used by the same jobs."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from conftest import picluster
+from picluster.remotecluster import RUN_DIR
+
+pytestmark = pytest.mark.slow
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """Cells of each body row of a rich table."""
+    return [[c.strip() for c in line.strip("│").split("│")] for line in text.splitlines() if line.startswith("│")]
+
+
+def picluster_processes(host) -> list[str]:
+    """Command lines of picluster processes inside ``host``'s network namespace (not its sshd)."""
+    pids = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout.split()
+    lines = []
+    for pid in pids:
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "picluster." in cmd:
+            lines.append(cmd)
+    return lines
+
+
+@pytest.fixture
+def lab_cluster(lab_factory, tmp_path, state):
+    lab = lab_factory(3)
+    path = lab.write_inventory(tmp_path / "picluster.toml")
+    # The hosts share this machine's /usr and /work: the coordinator's venv runs in them too.
+    path.write_text(path.read_text().replace("[cluster]\n", f"[cluster]\nvenv = \"{sys.prefix}\"\n", 1))
+    yield lab, path
+    picluster("cluster", "down", "-i", path)
+
+
+def test_up_run_top_restart_down_over_ssh(lab_cluster):
+    lab, inventory = lab_cluster
+    node02, node03 = lab.host("node02"), lab.host("node03")
+
+    up = picluster("cluster", "up", "-i", inventory)
+    assert up.returncode == 0, up.stderr
+    assert "started 6 process(es)" in up.stdout  # 3 servers + 3 agents
+
+    # Each server listens on its node's cluster address only.
+    listening = node02.run(["ss", "-Hltn", "sport = :2222"]).stdout
+    assert f"[::ffff:{node02.address}]:2222" in listening and "*:2222" not in listening
+
+    result = picluster("run", "montecarlo", "-i", inventory, "--samples", "4e6", "--nodes", "2", "--seed", "9", "--json")
+    assert result.returncode == 0, result.stderr
+    estimate = json.loads(result.stdout)
+    assert estimate["cluster"] == "inventory" and estimate["nodes"] == 2
+    assert abs(estimate["estimate"] - math.pi) < 5 * estimate["std_error"]
+
+    top = picluster("top", "-i", inventory, "--once")
+    rows = {cells[0]: cells for cells in table_rows(top.stdout)}
+    assert set(rows) == {"node01", "node02", "node03"}, top.stdout
+    assert all("unreachable" not in cells[2] and "%" in cells[2] for cells in rows.values())
+    assert rows["node03"][-1] == "worker:1 up" and rows["node01"][1] == "ps,nfs"
+
+    pid = node03.read_file(f"/home/pi/{RUN_DIR}/worker-1.pid").strip()
+    node03.run(["kill", "-KILL", pid])
+    status = picluster("cluster", "status", "-i", inventory)
+    assert status.returncode == 3
+    states = {cells[0]: cells[-1] for cells in table_rows(status.stdout)}
+    assert states == {"ps:0": "up", "worker:0": "up", "worker:1": "down"}, status.stdout
+
+    again = picluster("cluster", "up", "-i", inventory)
+    assert again.returncode == 0 and "started 1 process(es)" in again.stdout, again.stdout + again.stderr
+
+    down = picluster("cluster", "down", "-i", inventory)
+    assert down.returncode == 0 and "stopped 6 process(es) on 3 node(s)" in down.stdout, down.stdout + down.stderr
+    for host in (lab.host("node01"), node02, node03):
+        assert picluster_processes(host) == []
+
+
+def test_unreachable_node_is_named(lab_cluster):
+    lab, inventory = lab_cluster
+    lab.make_unreachable("node02")
+    try:
+        result = picluster("cluster", "up", "-i", inventory, timeout=120)
+    finally:
+        lab.restore("node02")
+    assert result.returncode == 1
+    assert "node02" in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
