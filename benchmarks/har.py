@@ -65,6 +65,8 @@ def run_case(name: str, extra: list[str], args, tmp: Path) -> dict:
         "test_f1": result["test_f1"],
         "staleness_mean": sum(stale) / len(stale) if stale else None,
         "wall_s": wall,
+        "per_epoch": [{k: r[k] for k in ("epoch", "val_acc", "test_acc", "epoch_s", "wall_s")} for r in rows],
+        "start_to_first_epoch_s": float(rows[0]["time"]) - start,
     }
 
 

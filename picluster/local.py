@@ -300,10 +300,10 @@ def _check_free(port: int) -> None:
                 raise UsageError(f"port {port} on {HOST} is already in use; choose another with --port or stop its owner") from None
 
 
-def answers(host: str, port: int) -> bool:
+def answers(host: str, port: int, timeout: float = 0.5) -> bool:
     """Whether something accepts TCP connections there (a task's server, an agent)."""
     try:
-        with socket.create_connection((host, port), timeout=0.5):
+        with socket.create_connection((host, port), timeout=timeout):
             return True
     except OSError:
         return False

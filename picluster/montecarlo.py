@@ -12,11 +12,14 @@ import threading
 import time
 from dataclasses import dataclass
 
+from picluster import nodeset
 from picluster.clusterspec import Layout
 from picluster.errors import ClusterError, UsageError
+from picluster.local import answers
 
 CHUNK = 1 << 18  # points per draw: ~2 MiB of float32 pairs, small enough for a Pi's 1 GB
 INT64_MAX = 2**63 - 1
+LIVENESS_PERIOD_S = 1.0
 CHUNKS_PER_ROUND = 256  # ~67 M points per task per session.run: a fraction of a second on a PC
 
 
@@ -144,9 +147,14 @@ class MonteCarlo:
         # thread waits here instead, and on a signal closes the session, which cancels the step.
         worker = threading.Thread(target=step, name="montecarlo-step", daemon=True)
         worker.start()
+        checked = time.monotonic()
         try:
             while worker.is_alive():
                 worker.join(0.1)
+                if worker.is_alive() and time.monotonic() - checked >= LIVENESS_PERIOD_S:
+                    # TensorFlow waits forever for a task that died; we look for ourselves.
+                    self._check_alive()
+                    checked = time.monotonic()
         except BaseException:
             self._cancel()
             raise
@@ -161,6 +169,16 @@ class MonteCarlo:
         closer = threading.Thread(target=self._session.close, daemon=True)
         closer.start()
         closer.join(5.0)
+
+    def _check_alive(self) -> None:
+        silent = [t for t in self.workers if not answers(t.host, t.port)]
+        if silent:
+            silent = [t for t in silent if not answers(t.host, t.port, timeout=2.0)]  # one more chance
+        if silent:
+            raise ClusterError(
+                f"{nodeset.fold(t.node for t in silent)}: worker stopped answering during the run "
+                f"({', '.join(t.label for t in silent)}); the run is abandoned"
+            )
 
     def _culprit(self, message: str) -> str:
         """' on node03 (worker:1)' when TensorFlow's message names one of our tasks."""
@@ -183,7 +201,8 @@ class MonteCarlo:
         return Estimate(samples, self.nodes, hits, seed, time.perf_counter() - start)
 
     def close(self) -> None:
-        self._session.close()
+        # After a lost task, Session.close can wait for a step that never ends: bounded here.
+        self._cancel()
 
     def __enter__(self) -> "MonteCarlo":
         return self

@@ -273,3 +273,22 @@ def test_drift_is_put_back_item_by_item(lab4, tmp_path):
     assert "\nRPCNFSDCOUNT=8\n" in master.read_file("/etc/default/nfs-kernel-server")
     for report in reports[1:]:
         assert items(report, "nfs-server") == {"server": (Status.SKIPPED, "not the NFS master, node01 is")}
+
+
+def test_a_new_coordinator_key_is_appended_once(lab4, tmp_path, monkeypatch):
+    from picluster.provision import runner
+
+    other = keys.make_keypair(tmp_path / "coordinator2", "coordinator2")
+    monkeypatch.setattr(runner, "public_key", lambda key: other.public_line)
+    inv = load_inventory(inventory(lab4, tmp_path))
+    first = provision(inv, options(lab4, only=("ssh",)))
+    second = provision(inv, options(lab4, only=("ssh",)))
+    for one, two in zip(first, second):
+        assert items(one, "ssh")["authorized_key"] == (Status.CHANGED, "added the coordinator's key")
+        assert items(two, "ssh")["authorized_key"] == (Status.OK, "~/.ssh/authorized_keys")
+    for host in lab4.hosts:
+        lines = host.read_file("/home/pi/.ssh/authorized_keys").splitlines()
+        assert lines.count(other.public_line) == 1 and len(lines) == 2  # the lab's key stays
+        assert host.run(["stat", "-c", "%U %a", "/home/pi/.ssh/authorized_keys"]).stdout.strip() == "pi 600"
+    with lab4.connect("node01") as conn:  # the lab's key still logs in
+        assert conn.run("hostname", hide=True).stdout.strip() == "node01"

@@ -4,6 +4,9 @@ import json
 import math
 import subprocess
 import sys
+import time
+
+import psutil
 
 import pytest
 
@@ -91,3 +94,29 @@ def test_unreachable_node_is_named(lab_cluster):
         lab.restore("node02")
     assert result.returncode == 1
     assert "node02" in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_worker_killed_mid_run_names_the_node(lab_cluster):
+    lab, inventory = lab_cluster
+    assert picluster("cluster", "up", "-i", inventory).returncode == 0
+    run = subprocess.Popen(
+        [sys.executable, "-m", "picluster", "run", "montecarlo", "-i", str(inventory), "--samples", "1e12",
+         "--nodes", "2", "--no-live"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        node03 = lab.host("node03")
+        pid = int(node03.read_file(f"/home/pi/{RUN_DIR}/worker-1.pid"))
+        # The hosts share this machine's pid namespace: wait until that worker computes.
+        worker = psutil.Process(pid)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and worker.cpu_percent(interval=0.5) < 30:
+            pass
+        worker.kill()
+        out, err = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 1, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("picluster: error:")]
+    assert len(lines) == 1 and "node03" in lines[0], err[-2000:]

@@ -115,13 +115,13 @@ def test_sync_training_learns_and_a_killed_worker_run_resumes(state, tiny, tmp_p
     assert steps == sorted(steps) and steps[0] == 6  # 240 windows / 2 workers / batch 20: one step per pair
     checkpointed = max(int(p.name.split("-")[1].split(".")[0]) for p in (run_dir / "checkpoints").glob("*.index"))
 
-    result = picluster("train", "har", "--resume", run_dir, "--epochs", str(len(done) + 3), "--json", timeout=240)
+    result = picluster("train", "har", "--resume", run_dir, "--epochs", str(len(done) + 5), "--json", timeout=240)
     assert result.returncode == 0, result.stderr
     rows = _rows(run_dir)
     resumed = [r for r in rows if int(r["global_step"]) > checkpointed]
     # The first epoch after the restart starts from the checkpoint's step, not from zero.
     assert int(resumed[0]["global_step"]) == checkpointed + 6
-    assert int(rows[-1]["epoch"]) == len(done) + 3
+    assert int(rows[-1]["epoch"]) == len(done) + 5
     losses = [float(r["train_loss"]) for r in rows]
     assert losses[-1] < 0.7 * losses[0]
     final = json.loads(result.stdout)

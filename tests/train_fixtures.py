@@ -6,7 +6,7 @@ import numpy as np
 
 from picluster.har.dataset import CACHE_NAME, HarData, checksum, save
 
-TINY_MODEL = ["--layers", "1", "--residual", "1", "--hidden", "8", "--batch", "20"]
+TINY_MODEL = ["--layers", "1", "--residual", "1", "--hidden", "8", "--batch", "20", "--lr", "0.01"]
 
 
 def write_tiny_har(folder: Path, n_train: int = 240, n_eval: int = 60, steps: int = 128, seed: int = 0) -> Path:
@@ -16,7 +16,7 @@ def write_tiny_har(folder: Path, n_train: int = 240, n_eval: int = 60, steps: in
     for split, n in (("train", n_train), ("val", n_eval), ("test", n_eval)):
         y = np.arange(n) % 6
         x = rng.normal(0.0, 0.3, size=(n, steps, 9)).astype(np.float32)
-        x[np.arange(n), :, y] += 1.0
+        x[np.arange(n), :, y] += 2.0
         arrays[f"x_{split}"] = x
         arrays[f"y_{split}"] = y.astype(np.int64)
         arrays[f"subject_{split}"] = np.full(n, {"train": 1, "val": 5, "test": 2}[split], np.int64)

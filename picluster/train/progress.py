@@ -20,8 +20,7 @@ class Printer:
                                f"LSTM, hidden {config.hidden}, {kind}, {config.epochs} epochs")
 
     def event(self, message: str) -> None:
-        if not self.quiet:
-            self.console.print(message)
+        self.console.print(message)  # on stderr, so even with --json a lost worker is reported
 
     def epoch(self, r: dict) -> None:
         if self.quiet:
