@@ -160,6 +160,7 @@ class MonteCarlo:
             raise
         error = outcome.get("error")
         if isinstance(error, self._tf.errors.OpError):
+            self._check_alive()  # a lost task is the likeliest cause: name its node
             raise ClusterError(f"Monte-Carlo run failed{self._culprit(error.message)}: {_first_line(error.message)}") from None
         if error is not None:
             raise error
@@ -212,4 +213,7 @@ class MonteCarlo:
 
 
 def _first_line(text: str) -> str:
-    return (text or "").strip().splitlines()[0] if text and text.strip() else "unknown error"
+    """TensorFlow's first informative line (its messages open with a generic header)."""
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    useful = [ln for ln in lines if not ln.endswith("execution error:")]
+    return (useful or lines or ["unknown error"])[0][:300]

@@ -36,7 +36,7 @@ def _python(inv: Inventory) -> str:
 
 
 def _remote(inv: Inventory, node: Node, timeout: float = 10.0):
-    from picluster.provision.remote import Remote, connect
+    from picluster.remote import Remote, connect
 
     conn = connect(node.address, inv.user, inv.ssh_key, None, timeout)
     remote = Remote(conn, inv.user, timeout=60.0, open_timeout=timeout)

@@ -29,6 +29,7 @@ import psutil
 from picluster import paths
 from picluster.errors import ClusterError, UsageError
 from picluster.lab import commands, keys, links, naming, netns, procs, ssh
+from picluster.remote import connect
 from picluster.lab.host import DATA_DIR, OVERLAID, SHARE_DIR, Host, HostOptions, User, untraversable_dirs
 from picluster.lab.snapshot import Change
 
@@ -452,7 +453,7 @@ class Lab:
     def connect(self, which: "str | int | Host", key: Path | None = None, timeout: float = 10.0):
         """A fabric.Connection to a host as the cluster user (with the run's key unless `key`)."""
         host = self.host(which)
-        return ssh.connect(host.address, self.user.name, key or self.key_path, self.known_hosts_path, timeout)
+        return connect(host.address, self.user.name, key or self.key_path, self.known_hosts_path, timeout)
 
     def changes(self) -> dict[str, list[Change]]:
         """Per host, what changed in its private layers since the lab came up."""

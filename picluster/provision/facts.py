@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 
 from picluster.errors import ClusterError
-from picluster.provision.remote import Remote
+from picluster.remote import Remote
 from picluster.provision.result import Item, Status
 
 PI_OS_RELEASES = ("bookworm", "bullseye")
