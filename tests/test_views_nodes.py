@@ -5,7 +5,7 @@ import io
 from rich.console import Console
 
 from picluster.nodestats import parse, rates
-from picluster.views.nodes import NodeRow, cpu_bars, human_bytes, nodes_table
+from picluster.views.nodes import NodeRow, cpu_bars, nodes_table, short_bytes
 
 RECORDED_T0 = """
 picluster_cpu_percent{core="0",node="node02"} 100.0
@@ -54,13 +54,15 @@ def test_table_shows_each_node_and_unreachable():
     node02 = next(line for line in text.splitlines() if "node02" in line)
     assert "unreachable" in node01 and "ps:0 down" in node01 and "ps,nfs" in node01
     assert "█▄·▁  40%" in node02
-    assert "0.5/1.0 GiB" in node02 and "51.5°C" in node02
-    assert "1.0 MB/s / 50.0 kB/s" in node02 and "worker:0 up" in node02
+    assert "0.5/1.0" in node02 and " 52 " in node02
+    assert "1.0M/50k" in node02 and "worker:0 up" in node02
+    assert max(len(line) for line in render(nodes_table(rows), width=80).splitlines()) <= 80
+    assert "…" not in render(nodes_table(rows), width=80)
 
 
 def test_bars_and_units():
     assert cpu_bars([0.0, 100.0]).plain == "·█  50%"
-    assert human_bytes(999) == "999 B" and human_bytes(1500) == "1.5 kB" and human_bytes(2.5e9, "/s") == "2.5 GB/s"
+    assert short_bytes(999) == "999" and short_bytes(1500) == "1.5k" and short_bytes(23e6) == "23M"
 
 
 def test_many_tasks_on_one_node_are_summarised():

@@ -171,6 +171,7 @@ class Replica:
         import tensorflow as tf
 
         tf.compat.v1.disable_eager_execution()
+        t0 = time.perf_counter()
         cfg = self.config
         data = load_data(cfg)
         tf.compat.v1.set_random_seed(cfg.seed)
@@ -210,7 +211,10 @@ class Replica:
             def raw(fetches, feed=None):
                 return with_raw(lambda s: s.run(fetches, feed))
 
+            t1 = time.perf_counter()
             self._barrier(raw, g)
+            # Start-up cost, in the log: it counts in the wall time to an accuracy.
+            print(f"replica {self.task}: data+graph+session {t1 - t0:.1f} s, barrier {time.perf_counter() - t1:.1f} s", flush=True)
             start_step = int(raw(g.global_step))
             start_epoch = start_step // global_per_epoch
             chief = Chief(self.run_dir, cfg, g, data, with_raw, start_epoch, start_step) if self.chief else None

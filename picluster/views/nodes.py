@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass, field
 
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -35,19 +36,20 @@ def _load_style(percent: float) -> str:
     return "red" if percent >= 90 else "yellow" if percent >= 60 else "green"
 
 
-def human_bytes(n: float, suffix: str = "") -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}{suffix}" if unit == "B" else f"{n:.1f} {unit}{suffix}"
+def short_bytes(n: float) -> str:
+    """4 characters or so: 999, 1.5k, 23M, 1.2G (rates in a narrow column)."""
+    for unit in ("", "k", "M", "G", "T"):
+        if abs(n) < 1000 or unit == "T":
+            return f"{n:.0f}{unit}" if unit == "" or n >= 10 else f"{n:.1f}{unit}"
         n /= 1000.0
-    return f"{n:.1f} TB{suffix}"
+    return f"{n:.0f}T"
 
 
 def _tasks(tasks: dict[str, str]) -> Text:
-    """A node runs one or two tasks on a Pi, many on a local cluster: list only those not up."""
+    """One task is named; for more, a count and only those not up (a local cluster runs many)."""
     if not tasks:
         return Text("-")
-    if len(tasks) <= 2:
+    if len(tasks) == 1:
         text = Text()
         for label, state in sorted(tasks.items()):
             text.append(f"{label} {state} ", style=_STATE_STYLE.get(state, "red"))
@@ -64,9 +66,10 @@ _STATE_STYLE = {"up": "green", "starting": "yellow", "down": "red"}
 
 
 def nodes_table(rows: list[NodeRow], title: str | None = None) -> Table:
-    table = Table(title=title, expand=False, pad_edge=False)
+    table = Table(title=title, expand=False, pad_edge=False, box=box.SIMPLE_HEAD, collapse_padding=True)
+    # Fits 80 columns for a Pi (4 cores, 2 tasks): terminals on a Pi console are that narrow.
     for name, justify in (("node", "left"), ("roles", "left"), ("cpu", "left"), ("load", "right"),
-                          ("memory", "right"), ("temp", "right"), ("net rx/tx", "right"), ("tasks", "left")):
+                          ("mem GiB", "right"), ("°C", "right"), ("rx/tx B/s", "right"), ("tasks", "left")):
         table.add_column(name, justify=justify, no_wrap=True)
     for row in rows:
         roles = ",".join(row.roles) or "-"
@@ -74,8 +77,8 @@ def nodes_table(rows: list[NodeRow], title: str | None = None) -> Table:
         if s is None:
             table.add_row(row.name, roles, Text("unreachable", style="bold red"), "-", "-", "-", "-", _tasks(row.tasks))
             continue
-        memory = f"{s.memory_used / 2**30:.1f}/{s.memory_total / 2**30:.1f} GiB"
-        temp = f"{s.temperature:.1f}°C" if s.temperature is not None else "-"
-        net = f"{human_bytes(row.rx_rate, '/s')} / {human_bytes(row.tx_rate, '/s')}"
+        memory = f"{s.memory_used / 2**30:.1f}/{s.memory_total / 2**30:.1f}"
+        temp = f"{s.temperature:.0f}" if s.temperature is not None else "-"
+        net = f"{short_bytes(row.rx_rate)}/{short_bytes(row.tx_rate)}"
         table.add_row(row.name, roles, cpu_bars(s.cpu_percent), f"{s.load[0]:.2f}", memory, temp, net, _tasks(row.tasks))
     return table
