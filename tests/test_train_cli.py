@@ -40,6 +40,7 @@ def _one_line_usage_error(result):
         (["--hidden", "3"], "--hidden 3 must be even"),
         (["--epochs", "-2"], "--epochs -2"),
         (["--workers", "-1"], "--workers -1"),
+        (["--batch", "1"], "smaller than --workers"),
     ],
 )
 def test_bad_options_fail_in_one_line(state, tiny, args, words):
@@ -112,7 +113,8 @@ def test_sync_training_learns_and_a_killed_worker_run_resumes(state, tiny, tmp_p
     _no_clients_left(run_dir)
     done = _rows(run_dir)
     steps = [int(r["global_step"]) for r in done]
-    assert steps == sorted(steps) and steps[0] == 6  # 240 windows / 2 workers / batch 20: one step per pair
+    # 240 windows / 2 workers / 10 each (sync splits --batch 20): 12 steps, one gradient per worker each
+    assert steps == sorted(steps) and steps[0] == 12
     checkpointed = max(int(p.name.split("-")[1].split(".")[0]) for p in (run_dir / "checkpoints").glob("*.index"))
 
     result = picluster("train", "har", "--resume", run_dir, "--epochs", str(len(done) + 5), "--json", timeout=240)
@@ -120,7 +122,7 @@ def test_sync_training_learns_and_a_killed_worker_run_resumes(state, tiny, tmp_p
     rows = _rows(run_dir)
     resumed = [r for r in rows if int(r["global_step"]) > checkpointed]
     # The first epoch after the restart starts from the checkpoint's step, not from zero.
-    assert int(resumed[0]["global_step"]) == checkpointed + 6
+    assert int(resumed[0]["global_step"]) == checkpointed + 12
     assert int(rows[-1]["epoch"]) == len(done) + 5
     losses = [float(r["train_loss"]) for r in rows]
     assert losses[-1] < 0.7 * losses[0]

@@ -20,7 +20,7 @@ def train() -> None:
 @click.option("--hidden", type=int, default=None, help="hidden units per block, split over directions [32]")
 @click.option("--bidir/--no-bidir", default=None, help="bidirectional LSTMs [bidir]")
 @click.option("--epochs", type=int, default=None, help="epochs [40]")
-@click.option("--batch", type=int, default=None, help="windows per worker step [100]")
+@click.option("--batch", type=int, default=None, help="windows per update; split across workers in sync mode [100]")
 @click.option("--lr", "learning_rate", type=float, default=None, help="Adam learning rate [0.001]")
 @click.option("--mode", type=click.Choice(["sync", "async"]), default=None, help="gradient aggregation [sync]")
 @click.option("--workers", type=int, default=None, help="worker tasks, one client each [2]")

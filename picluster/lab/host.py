@@ -112,7 +112,9 @@ class Host:
         pairs.append((mockpi.BOOT_FIRMWARE, self.boot_firmware_dir))
         return pairs
 
-    def prepare(self, user: User, authorized_key: str, traversable: list[str], label: str) -> str:
+    def prepare(
+        self, user: User, authorized_key: str, traversable: list[str], label: str, keep_under_tmp: list[str] = ()
+    ) -> str:
         """Write everything the host needs before it starts; returns its public host key."""
         self.dir.mkdir(parents=True, exist_ok=True)
         overlays = []
@@ -139,6 +141,7 @@ class Host:
             "mkdirs": [SHARE_DIR, DATA_DIR],
             "binds": binds,
             "traversable": traversable,
+            "keep_under_tmp": list(keep_under_tmp),
             "hosts_file": _hosts_file(self.name),
             "user": {
                 "name": user.name,

@@ -45,8 +45,19 @@ def main(spec_path: str) -> None:
         bind(item["source"], item["target"])
     for target in spec["traversable"]:
         make_traversable(target)
-    # Last: a run dir under /tmp must stay reachable for the mounts above.
+    # Last: a run dir under /tmp must stay reachable for the mounts above.  Paths under /tmp
+    # that hosts must keep seeing (a checkout and its venv, as in CI) are parked under /run
+    # and bound back over the private /tmp.
+    parked = []
+    for i, path in enumerate(spec.get("keep_under_tmp", [])):
+        spot = f"{SCRATCH}/keep{i}"
+        os.makedirs(spot)
+        bind(path, spot)
+        parked.append((spot, path))
     mount(["-t", "tmpfs", "-o", "mode=1777,nosuid,nodev", "tmpfs", "/tmp"])
+    for spot, path in parked:
+        os.makedirs(path, exist_ok=True)
+        bind(spot, path)
 
     write("/etc/hostname", spec["hostname"] + "\n")
     write("/etc/hosts", spec["hosts_file"])

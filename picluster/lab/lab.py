@@ -298,8 +298,9 @@ class Lab:
         login = keys.make_keypair(self.key_path, f"picluster-lab-{self.id}")
         traversable = untraversable_dirs([Path(sys.executable).resolve(), Path(sys.executable).parent])
         label = f"lab {self.id}"
+        keep = _shared_under_tmp()
         known = [
-            f"{h.address} {h.prepare(self.user, login.public_line, traversable, label)}" for h in self.hosts
+            f"{h.address} {h.prepare(self.user, login.public_line, traversable, label, keep)}" for h in self.hosts
         ]
         self.known_hosts_path.write_text("\n".join(known) + "\n")
         self.ssh_config_path.write_text("".join(self._ssh_config_entry(h) for h in self.hosts))
@@ -530,6 +531,18 @@ nfs_master = {_toml(names[0])}
 
 
 # -- labs on this machine ----------------------------------------------------------------------
+
+
+def _shared_under_tmp() -> list[str]:
+    """The running venv and picluster's source, when they live under /tmp (hosts get a private
+    /tmp): the servers started in the hosts run this same code."""
+    import picluster
+
+    paths = {Path(sys.prefix).resolve(), Path(picluster.__file__).resolve().parent.parent}
+    tmp = Path("/tmp")
+    kept = sorted(str(p) for p in paths if tmp in p.parents)
+    # A directory inside another kept one comes along with it.
+    return [p for p in kept if not any(p != q and p.startswith(q + "/") for q in kept)]
 
 
 def known_ids(root: Path | None = None) -> list[str]:

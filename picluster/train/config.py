@@ -21,7 +21,7 @@ class TrainConfig:
     learning_rate: float = 0.001  # Adam; 0.01 diverged in the thesis
     l2: float = 0.005  # on weights; biases and normalisation parameters are left out
     clip_norm: float = 15.0  # global gradient norm
-    batch: int = 100  # windows per worker step
+    batch: int = 100  # windows per update: split across the workers in sync mode, per worker in async
     epochs: int = 40  # the thesis ran 250; here accuracy stops improving after about 30
     seed: int = 1
     # -- distribution ------------------------------------------------------------------------
@@ -60,8 +60,15 @@ class TrainConfig:
         if not self.standalone:
             _positive("workers", self.workers)
             _positive("ps", self.ps)
+        if self.mode == "sync" and not self.standalone and self.batch < self.workers:
+            raise UsageError(f"--batch {self.batch} is smaller than --workers {self.workers}: sync splits a batch across workers")
         if not 0.0 <= self.target_val_accuracy <= 1.0:
             raise UsageError("--target-val-accuracy must be between 0 and 1")
+
+    def worker_batch(self, workers: int) -> int:
+        """Windows one worker feeds per step.  Sync averages one gradient per worker per update,
+        so each takes its share of --batch: an update sees --batch windows, as in the thesis."""
+        return self.batch // workers if self.mode == "sync" else self.batch
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)

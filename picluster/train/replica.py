@@ -98,6 +98,7 @@ class Graph:
                     self.train = opt.apply_gradients(zip(grads, variables), global_step=self.global_step)
                 with tf.control_dependencies([self.train]):
                     self.step_after = self.global_step.read_value()
+            self.uninitialised = tf.compat.v1.report_uninitialized_variables()
             self.variables = tf.compat.v1.trainable_variables()
             self.parameters = int(sum(np.prod(v.shape) for v in self.variables))
             self.saver = tf.compat.v1.train.Saver(max_to_keep=2)
@@ -177,7 +178,8 @@ class Replica:
         tf.compat.v1.set_random_seed(cfg.seed)
         g = Graph(tf, cfg, self.task, self.layout, self.launch)
         mine = shard(len(data.x_train), self.task, self.workers, cfg.seed)
-        steps = len(data.x_train) // self.workers // cfg.batch  # the same for every worker (sync needs it)
+        batch = cfg.worker_batch(self.workers)
+        steps = len(data.x_train) // self.workers // batch  # the same for every worker (sync needs it)
         global_per_epoch = steps if g.sync else steps * self.workers
 
         with g.graph.as_default():
@@ -191,6 +193,11 @@ class Replica:
                 # A dead spare worker must not block us: only the ps and our own task must answer.
                 session_config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{self.task}"])
             ckpt_dir = self.run_dir / "checkpoints"
+            if not self.chief:
+                # MonitoredTrainingSession re-checks the chief's initialisation only every 30 s.
+                with tf.compat.v1.Session(target, config=session_config) as probe:
+                    while len(probe.run(g.uninitialised)):
+                        time.sleep(0.2)
             session = tf.compat.v1.train.MonitoredTrainingSession(
                 master=target,
                 is_chief=self.chief,
@@ -223,7 +230,7 @@ class Replica:
             for epoch in range(start_epoch + 1, cfg.epochs + 1):
                 if session.should_stop():
                     break
-                stats = self._epoch(session, g, data, mine, epoch, steps, cfg)
+                stats = self._epoch(session, g, data, mine, epoch, steps, batch, cfg)
                 stats["exchange_s"] = min(stats["compute_s"], steps * self._probe(raw, g))
                 stats["compute_s"] -= stats["exchange_s"]
                 status.write(epoch, stats, started)
@@ -233,7 +240,7 @@ class Replica:
                 chief.finish()
             session.close()
 
-    def _epoch(self, session, g, data, mine, epoch, steps, cfg) -> dict:
+    def _epoch(self, session, g, data, mine, epoch, steps, batch, cfg) -> dict:
         order = mine[np.random.default_rng([cfg.seed, epoch, self.task]).permutation(len(mine))]
         t_input = t_step = 0.0
         loss_sum = correct = seen = 0
@@ -241,7 +248,7 @@ class Replica:
         begin = time.perf_counter()
         for s in range(steps):
             t0 = time.perf_counter()
-            idx = np.sort(order[s * cfg.batch:(s + 1) * cfg.batch])
+            idx = np.sort(order[s * batch:(s + 1) * batch])
             feed = {g.x: data.x_train[idx], g.y: data.y_train[idx], g.keep: cfg.keep_prob}
             t1 = time.perf_counter()
             _, loss, ok, before, after = session.run([g.train, g.xent, g.correct, g.step_before, g.step_after], feed)
