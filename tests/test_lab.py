@@ -530,8 +530,14 @@ def test_a_lab_can_keep_its_state_under_tmp(lab_factory, tmp_path):
     # with its own tmpfs: the host's sshd and layers must not care.
     lab = lab_factory(1, root=tmp_path / "labs")
     assert lab.run_dir.is_relative_to(tmp_path)
+    # The host's /tmp is private: it shows only this checkout and its venv when they live
+    # under /tmp (as in a CI clone), so servers started in the host run this same code.
+    from picluster.lab.lab import _shared_under_tmp
+
+    kept = sorted({Path(p).relative_to("/tmp").parts[0] for p in _shared_under_tmp()})
     with lab.connect("node01") as conn:
-        assert conn.run("hostname; ls /tmp", hide=True).stdout.split() == ["node01"]
+        assert conn.run("hostname; ls /tmp", hide=True).stdout.split() == ["node01", *kept]
+        assert conn.run(f"test -x {sys.executable} && echo ok", hide=True).stdout.strip() == "ok"
         conn.run("echo x | sudo tee /etc/probe-under-tmp >/dev/null", hide=True)
     assert (lab.host("node01").upper_dir("/etc") / "probe-under-tmp").read_text() == "x\n"
     run_dir = lab.run_dir
