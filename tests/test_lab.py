@@ -15,7 +15,6 @@ from pathlib import Path
 import paramiko
 import psutil
 import pytest
-from lab_fixtures import lab4, lab_factory, lab_support  # noqa: F401
 
 from picluster.errors import ClusterError, UsageError
 from picluster.lab import Host, HostOptions, Lab, commands, keys, links, naming, netns, procs, snapshot

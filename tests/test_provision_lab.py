@@ -11,7 +11,6 @@ import threading
 from pathlib import Path
 
 import pytest
-from lab_fixtures import lab4, lab_factory, lab_support  # noqa: F401
 
 from conftest import picluster
 from picluster.inventory import load_inventory
