@@ -21,6 +21,7 @@ import psutil
 
 from picluster.clusterspec import Layout, Task, local_layout
 from picluster.errors import ClusterError, UsageError
+from picluster.lifetime import last_line, signal_group
 from picluster.paths import state_dir
 
 HOST = "127.0.0.1"
@@ -149,7 +150,7 @@ class LocalCluster:
                 if state == "up":
                     continue
                 if state == "down":
-                    raise ClusterError(f"local task {task.label} exited during start-up: {_last_line(self._log(task))}")
+                    raise ClusterError(f"local task {task.label} exited during start-up: {last_line(self._log(task))}")
                 still.append(task)
             pending = still
             if pending and time.monotonic() > deadline:
@@ -232,7 +233,7 @@ class LocalCluster:
         live.append((AGENT, self._live_pid_of(AGENT, "picluster.agent")))
         live = [(label, pid) for label, pid in live if pid]
         for _, pid in live:
-            _signal_group(pid, signal.SIGTERM)
+            signal_group(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         procs = []
         for _, pid in live:
@@ -242,7 +243,7 @@ class LocalCluster:
                 pass
         _, alive = psutil.wait_procs(procs, timeout=max(0.0, deadline - time.monotonic()))
         for proc in alive:
-            _signal_group(proc.pid, signal.SIGKILL)
+            signal_group(proc.pid, signal.SIGKILL)
         psutil.wait_procs(alive, timeout=5)
         if self.temporary:
             shutil.rmtree(self.run_dir, ignore_errors=True)
@@ -307,22 +308,3 @@ def answers(host: str, port: int, timeout: float = 0.5) -> bool:
             return True
     except OSError:
         return False
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
-def _last_line(log: Path) -> str:
-    try:
-        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return "no log"
-    meaningful = [ln for ln in lines if "Error" in ln or "error" in ln or "refusing" in ln]
-    return (meaningful or lines or ["no output"])[-1].strip()[:300]

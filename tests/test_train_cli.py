@@ -93,6 +93,16 @@ def _wait_for_epochs(run_dir, epochs, proc, timeout=120):
     raise AssertionError(f"no {epochs} epochs after {timeout} s")
 
 
+def _kill_worker_1_after(run_dir, proc, epochs, timeout):
+    """Kill worker 1's client once the chief logged ``epochs`` epochs; the run's (out, err)."""
+    try:
+        _wait_for_epochs(run_dir, epochs, proc)
+        _client(run_dir, 1).kill()
+        return proc.communicate(timeout=timeout)
+    finally:
+        proc.kill()
+
+
 def _no_clients_left(run_dir):
     time.sleep(0.5)
     assert _client(run_dir, 0) is None and _client(run_dir, 1) is None
@@ -102,12 +112,7 @@ def _no_clients_left(run_dir):
 def test_sync_training_learns_and_a_killed_worker_run_resumes(state, tiny, tmp_path):
     run_dir = tmp_path / "run"
     proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "40", "--mode", "sync")
-    try:
-        _wait_for_epochs(run_dir, 3, proc)
-        _client(run_dir, 1).kill()
-        out, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
+    out, err = _kill_worker_1_after(run_dir, proc, epochs=3, timeout=60)
     assert proc.returncode == 1, err
     assert "worker 1 died" in err and "--resume" in err
     _no_clients_left(run_dir)
@@ -137,12 +142,7 @@ def test_sync_training_learns_and_a_killed_worker_run_resumes(state, tiny, tmp_p
 def test_async_training_goes_on_without_a_killed_worker(state, tiny, tmp_path):
     run_dir = tmp_path / "run"
     proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "8", "--mode", "async", "--json")
-    try:
-        _wait_for_epochs(run_dir, 2, proc)
-        _client(run_dir, 1).kill()
-        out, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
+    out, err = _kill_worker_1_after(run_dir, proc, epochs=2, timeout=120)
     assert proc.returncode == 0, err
     assert "worker 1 died" in err and "goes on" in err
     result = json.loads(out)

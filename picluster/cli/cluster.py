@@ -122,10 +122,10 @@ def server(inventory, job, index, threads) -> None:
     """Run this node's TensorFlow task in the foreground (as the thesis's per-Pi script did)."""
     import json
     import os
-    import tempfile
 
     from picluster.clusterspec import from_inventory, local_ipv4_addresses, resolve_tasks
     from picluster.inventory import load_inventory
+    from picluster.paths import state_dir
 
     if inventory is None:
         raise UsageError("'picluster server' needs --inventory (or PICLUSTER_INVENTORY); without one use 'picluster cluster up'")
@@ -135,9 +135,12 @@ def server(inventory, job, index, threads) -> None:
         labels = ", ".join(t.label for t in tasks)
         raise UsageError(f"this node runs several tasks ({labels}); start each with --job and --task")
     task = tasks[0]
-    spec = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="picluster-", delete=False)
-    with spec:
-        json.dump({"layout": layout.to_json()}, spec)
-    argv = [sys.executable, "-m", "picluster.server", "--cluster-file", spec.name,
+    # One file per node, replaced in place: restarting the task leaves no temporary files behind.
+    spec = state_dir() / "server" / "cluster.json"
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    tmp = spec.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"layout": layout.to_json()}))
+    os.replace(tmp, spec)
+    argv = [sys.executable, "-m", "picluster.server", "--cluster-file", str(spec),
             "--job", task.job, "--task", str(task.index), "--threads", str(threads)]
     os.execv(sys.executable, argv)

@@ -25,6 +25,7 @@ from pathlib import Path
 import psutil
 
 from picluster.errors import ClusterError
+from picluster.lifetime import die_with_parent
 from picluster.lab import commands, keys, mockpi, procs, snapshot
 
 OVERLAID = ("/etc", "/var", "/home", "/srv", "/mnt", "/boot")
@@ -202,7 +203,7 @@ Subsystem sftp {commands.SFTP_SERVER}
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=procs.die_with_parent if owned else None,
+                preexec_fn=die_with_parent if owned else None,
             )
         self.pid = proc.pid
         try:

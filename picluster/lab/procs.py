@@ -1,14 +1,11 @@
 """Processes of test hosts: finding every one of them, killing them, and tying them to their owner."""
 
-import ctypes
 import os
-import signal
 import time
 from collections.abc import Iterable
 
 import psutil
 
-_PR_SET_PDEATHSIG = 1
 
 
 def namespace_inode(pid: int, kind: str) -> int | None:
@@ -80,9 +77,3 @@ def _running(proc: psutil.Process) -> bool:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def die_with_parent() -> None:
-    """preexec_fn: the kernel SIGKILLs the child when the process that started it dies."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)

@@ -10,7 +10,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,8 @@ from datetime import datetime
 from pathlib import Path
 
 from picluster.errors import ClusterError, UsageError
+from picluster.lifetime import last_line, signal_group
+from picluster.local import answers
 from picluster.paths import state_dir
 from picluster.train import metrics
 from picluster.train.config import TrainConfig
@@ -106,7 +107,7 @@ def _follow(run_dir: Path, config: TrainConfig, clients: list[subprocess.Popen],
         code = chief.poll()
         if code is not None:
             if code != 0:
-                raise ClusterError(f"the chief (worker 0) failed: {_last_line(run_dir / 'worker-0.log')}"
+                raise ClusterError(f"the chief (worker 0) failed: {last_line(run_dir / 'worker-0.log')} (log: {run_dir / 'worker-0.log'})"
                                    + _resume_hint(run_dir))
             break
         # Once the chief has finished, others may fail as it closes the queues: not a loss.
@@ -137,11 +138,9 @@ def _follow(run_dir: Path, config: TrainConfig, clients: list[subprocess.Popen],
 
 def _answers(host: str, port: int) -> bool:
     for _ in range(3):  # a busy server may be slow to accept; three misses mean it is gone
-        try:
-            with socket.create_connection((host, port), timeout=2.0):
-                return True
-        except OSError:
-            time.sleep(0.5)
+        if answers(host, port, timeout=2.0):
+            return True
+        time.sleep(0.5)
     return False
 
 
@@ -154,33 +153,14 @@ def _resume_hint(run_dir: Path) -> str:
 def _stop(clients: list[subprocess.Popen], grace: float = 5.0) -> None:
     for proc in clients:
         if proc.poll() is None:
-            _signal_group(proc.pid, signal.SIGTERM)
+            signal_group(proc.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     for proc in clients:
         try:
             proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            _signal_group(proc.pid, signal.SIGKILL)
+            signal_group(proc.pid, signal.SIGKILL)
             proc.wait(5)
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
-def _last_line(log: Path) -> str:
-    try:
-        lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return "no log"
-    picked = [ln for ln in lines if "error" in ln.lower()]
-    return ((picked or lines or ["no output"])[-1])[:300] + f" (log: {log})"
 
 
 def resume_config(run_dir: Path) -> TrainConfig:

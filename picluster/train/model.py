@@ -60,14 +60,19 @@ def _fc(tf, x, n_in, n_out, name):
     return w, b
 
 
-def _lstm_block(tf, x, units, name):
-    """x [T, B, n] -> h [T, B, units] with one fused kernel."""
-    n_in = int(x.shape[-1])
+def _lstm_variables(tf, n_in, units, name):
+    """Kernel [n_in + units, 4 units] in BlockLSTM's gate order (i, c, f, o) and bias: both cells share them."""
     with tf.compat.v1.variable_scope(name):
         w = tf.compat.v1.get_variable(
             "w", [n_in + units, 4 * units], initializer=tf.compat.v1.glorot_uniform_initializer()
         )
         b = tf.compat.v1.get_variable(f"b_{NOREG}", [4 * units], initializer=tf.compat.v1.zeros_initializer())
+    return w, b
+
+
+def _lstm_block(tf, x, units, name):
+    """x [T, B, n] -> h [T, B, units] with one fused kernel."""
+    w, b = _lstm_variables(tf, int(x.shape[-1]), units, name)
     batch = tf.shape(x)[1]
     zeros = tf.zeros(tf.stack([batch, units]))
     no_peep = tf.zeros([units])
@@ -81,12 +86,7 @@ def _lstm_block(tf, x, units, name):
 
 def _lstm_loop(tf, x, units, name):
     """The same cell as a tf.while_loop over time steps (kept to compare speed)."""
-    n_in = int(x.shape[-1])
-    with tf.compat.v1.variable_scope(name):
-        w = tf.compat.v1.get_variable(
-            "w", [n_in + units, 4 * units], initializer=tf.compat.v1.glorot_uniform_initializer()
-        )
-        b = tf.compat.v1.get_variable(f"b_{NOREG}", [4 * units], initializer=tf.compat.v1.zeros_initializer())
+    w, b = _lstm_variables(tf, int(x.shape[-1]), units, name)
     batch = tf.shape(x)[1]
     zeros = tf.zeros(tf.stack([batch, units]))
     xs = tf.TensorArray(tf.float32, size=STEPS).unstack(x)

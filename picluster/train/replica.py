@@ -9,7 +9,6 @@ so the same command can be started over SSH on a node.
 """
 
 import argparse
-import ctypes
 import json
 import os
 import signal
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from picluster.errors import PiclusterError, UsageError
+from picluster.lifetime import die_with_parent
 from picluster.train import metrics
 from picluster.train.config import TrainConfig
 from picluster.train.model import STEPS, Shape, l2_penalty, logits
@@ -411,13 +411,6 @@ class Chief:
         self.writer.close()
 
 
-def _die_with_parent(parent: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the kernel kills us with the coordinator
-    if os.getppid() != parent:
-        os._exit(0)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m picluster.train.replica")
     parser.add_argument("--run-dir", required=True, type=Path)
@@ -425,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent", type=int, help="exit when this pid (the coordinator) exits")
     args = parser.parse_args(argv)
     if args.parent:
-        _die_with_parent(args.parent)
+        die_with_parent(args.parent)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         Replica(args.run_dir, args.task).run()
