@@ -28,14 +28,15 @@ class NodeOutcome:
     error: str | None = None
 
 
-def _python(inv: Inventory) -> str:
+def node_python(inv: Inventory) -> str:
     """The venv's python as a shell word (inventory.venv allows no shell metacharacters)."""
     if inv.venv.startswith("/"):
         return f"{inv.venv}/bin/python"
     return f"$HOME/{inv.venv.removeprefix('~/')}/bin/python"
 
 
-def _remote(inv: Inventory, node: Node, timeout: float = 10.0):
+def open_node(inv: Inventory, node: Node, timeout: float = 10.0):
+    """An open ``Remote`` to ``node`` as the inventory's user."""
     from picluster.remote import Remote, connect
 
     conn = connect(node.address, inv.user, inv.ssh_key, None, timeout)
@@ -45,7 +46,7 @@ def _remote(inv: Inventory, node: Node, timeout: float = 10.0):
 
 
 def _start_command(inv: Inventory, node: Node, tasks: list[Task], layout: Layout) -> str:
-    py, run = _python(inv), f"$HOME/{RUN_DIR}"
+    py, run = node_python(inv), f"$HOME/{RUN_DIR}"
     lines = [f"mkdir -p {run} && chmod 700 {run} && cd {run}",
              f"cat > cluster.json.new <<'PICLUSTER_EOF'\n{json.dumps({'layout': layout.to_json()})}\nPICLUSTER_EOF",
              "mv cluster.json.new cluster.json"]
@@ -95,7 +96,7 @@ def up(inv: Inventory, timeout: float = 120.0) -> list[NodeOutcome]:
 
     def start(node: Node) -> NodeOutcome:
         tasks = [t for t in layout.tasks if t.node == node.name]
-        remote = _remote(inv, node)
+        remote = open_node(inv, node)
         try:
             out = remote.run(_start_command(inv, node, tasks, layout)).stdout
         finally:
@@ -136,7 +137,7 @@ def down(inv: Inventory) -> list[NodeOutcome]:
     )
 
     def stop(node: Node) -> NodeOutcome:
-        remote = _remote(inv, node)
+        remote = open_node(inv, node)
         try:
             out = remote.run(script).stdout
         finally:

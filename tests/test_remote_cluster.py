@@ -71,6 +71,10 @@ def test_up_run_top_restart_down_over_ssh(lab_cluster):
 
     pid = node03.read_file(f"/home/pi/{RUN_DIR}/worker-1.pid").strip()
     node03.run(["kill", "-KILL", pid])
+    try:
+        psutil.Process(int(pid)).wait(10)  # the hosts share this machine's pid namespace
+    except psutil.NoSuchProcess:
+        pass
     status = picluster("cluster", "status", "-i", inventory)
     assert status.returncode == 3
     states = {cells[0]: cells[-1] for cells in table_rows(status.stdout)}

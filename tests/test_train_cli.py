@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from conftest import ROOT, picluster
-from train_fixtures import TINY_MODEL, write_tiny_har
+from train_fixtures import TINY_MODEL, checkpointed_step, write_tiny_har
 
 from picluster.har.dataset import CACHE_NAME, checksum, save
 
@@ -103,6 +103,13 @@ def _kill_worker_1_after(run_dir, proc, epochs, timeout):
         proc.kill()
 
 
+def _error_line(err: str) -> str:
+    """The one error line of a failed run (progress lines may precede it)."""
+    lines = [ln for ln in err.splitlines() if ln.startswith("picluster: error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
 def _no_clients_left(run_dir):
     time.sleep(0.5)
     assert _client(run_dir, 0) is None and _client(run_dir, 1) is None
@@ -120,7 +127,7 @@ def test_sync_training_learns_and_a_killed_worker_run_resumes(state, tiny, tmp_p
     steps = [int(r["global_step"]) for r in done]
     # 240 windows / 2 workers / 10 each (sync splits --batch 20): 12 steps, one gradient per worker each
     assert steps == sorted(steps) and steps[0] == 12
-    checkpointed = max(int(p.name.split("-")[1].split(".")[0]) for p in (run_dir / "checkpoints").glob("*.index"))
+    checkpointed = checkpointed_step(run_dir)
 
     result = picluster("train", "har", "--resume", run_dir, "--epochs", str(len(done) + 5), "--json", timeout=240)
     assert result.returncode == 0, result.stderr
@@ -153,3 +160,76 @@ def test_async_training_goes_on_without_a_killed_worker(state, tiny, tmp_path):
     # Async: the global step counts every worker's updates; staleness is reported.
     assert rows[0]["staleness_mean"] != "" and int(rows[0]["global_step"]) >= 6
     _no_clients_left(run_dir)
+
+
+@pytest.mark.slow
+def test_a_killed_chief_stops_the_run_and_resume_continues(state, tiny, tmp_path):
+    run_dir = tmp_path / "run"
+    # Sync: no update can land between the chief's last save and its death, so the step is exact.
+    proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "40", "--mode", "sync")
+    try:
+        _wait_for_epochs(run_dir, 2, proc)
+        _client(run_dir, 0).kill()
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err
+    line = _error_line(err)
+    assert "the chief (worker 0) failed" in line and "--resume" in line, err
+    _no_clients_left(run_dir)
+    checkpointed = checkpointed_step(run_dir)
+    result = picluster("train", "har", "--resume", run_dir, "--epochs", str(len(_rows(run_dir)) + 2), "--json", timeout=240)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["resumes"][0]["global_step"] == checkpointed > 0
+
+
+@pytest.mark.slow
+def test_a_killed_ps_stops_the_run_naming_it(state, tiny, tmp_path):
+    from picluster.local import LocalCluster
+
+    assert picluster("cluster", "up", "--ps", "1", "--workers", "2").returncode == 0
+    run_dir = tmp_path / "run"
+    try:
+        proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "400", "--mode", "async", "--no-live")
+        try:
+            _wait_for_epochs(run_dir, 2, proc)
+            ps = next(s for s in LocalCluster.open().status() if s.task.job == "ps")
+            psutil.Process(ps.pid).kill()
+            out, err = proc.communicate(timeout=90)
+        finally:
+            proc.kill()
+        assert proc.returncode == 1, err
+        line = _error_line(err)
+        assert "ps:0 on localhost stopped answering" in line and "--resume" in line, err
+        _no_clients_left(run_dir)
+    finally:
+        picluster("cluster", "down")
+
+
+@pytest.mark.slow
+def test_two_ps_tasks_share_the_variables(state, tiny, tmp_path):
+    result = picluster("train", "har", "--data-dir", tiny, "--run-dir", tmp_path / "run", *TINY_MODEL, "--epochs", "1",
+                       "--ps", "2", "--workers", "2", "--json", timeout=300)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    per_ps = out["parameters_per_ps"]
+    assert set(per_ps) == {"ps:0", "ps:1"} and all(n > 0 for n in per_ps.values()), per_ps
+    assert sum(per_ps.values()) == out["parameters"]
+    assert json.loads((tmp_path / "run" / "layout.json").read_text())["cluster"] == "temporary"
+
+
+@pytest.mark.slow
+def test_each_run_on_a_running_cluster_starts_from_fresh_variables(state, tiny, tmp_path):
+    """The ps keeps variables between sessions: a second run must not inherit the first one's."""
+    assert picluster("cluster", "up", "--ps", "1", "--workers", "2").returncode == 0
+    try:
+        firsts = []
+        for name in ("one", "two"):
+            result = picluster("train", "har", "--data-dir", tiny, "--run-dir", tmp_path / name, *TINY_MODEL,
+                               "--epochs", "1", "--json", timeout=240)
+            assert result.returncode == 0, result.stderr
+            assert json.loads((tmp_path / name / "layout.json").read_text())["cluster"] == "local"
+            firsts.append(int(_rows(tmp_path / name)[0]["global_step"]))
+        assert firsts == [12, 12]  # 240 windows / 2 workers / 10 per worker, counted from zero both times
+    finally:
+        picluster("cluster", "down")

@@ -6,7 +6,7 @@ import pytest
 from picluster.errors import UsageError
 from picluster.train.config import TrainConfig
 from picluster.train.metrics import confusion, weighted_f1
-from picluster.train.model import Shape, logits
+from picluster.train.model import Shape, channel_moments, logits
 
 
 def _build(shape: Shape, cell: str = "block"):
@@ -42,6 +42,53 @@ def test_output_shape_and_parameter_count(shape, expected):
     assert _build(shape) == ((5, 6), expected)
 
 
+def test_no_normalisation_has_no_scale_and_offset():
+    shape = Shape(2, 2, 6, False, norm="none")
+    expected = 2 * ((9 * 6 + 6) + (12 * 24 + 24)) + 2 * ((6 * 6 + 6) + (12 * 24 + 24)) + (6 * 6 + 6)
+    assert shape.parameter_count() == expected
+    assert _build(shape) == ((5, 6), expected)
+
+
+def _predict(shape: Shape, x: np.ndarray) -> np.ndarray:
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.set_random_seed(5)
+        xs = tf.compat.v1.placeholder(tf.float32, [None, 128, 9])
+        out = logits(tf, xs, shape, tf.constant(1.0))
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            return session.run(out, {xs: x})
+
+
+@pytest.mark.parametrize("norm, independent", [("window", True), ("step", True), ("none", True), ("batch", False)])
+def test_only_batch_norm_makes_a_window_depend_on_its_batch(norm, independent):
+    x = np.random.default_rng(1).normal(size=(4, 128, 9)).astype(np.float32)
+    shape = Shape(1, 2, 4, True, norm=norm)
+    alone = _predict(shape, x[:1])
+    together = _predict(shape, x)[:1]
+    assert np.allclose(alone, together, atol=1e-5) == independent
+
+
+def test_relu_logits_are_never_negative():
+    x = np.random.default_rng(2).normal(size=(8, 128, 9)).astype(np.float32)
+    linear = _predict(Shape(1, 1, 4, False), x)
+    relu = _predict(Shape(1, 1, 4, False, relu_logits=True), x)  # same seed, same variables
+    np.testing.assert_allclose(relu, np.maximum(linear, 0.0), rtol=1e-6)
+
+
+def test_channel_moments_standardise_the_training_windows():
+    rng = np.random.default_rng(3)
+    x = (rng.normal(size=(50, 128, 9)) * np.arange(1, 10) + np.arange(9)).astype(np.float32)
+    mean, std = channel_moments(x)
+    assert mean.shape == std.shape == (9,) and mean.dtype == np.float32
+    z = (x - mean) / std
+    np.testing.assert_allclose(z.mean((0, 1)), 0, atol=1e-4)
+    np.testing.assert_allclose(z.std((0, 1)), 1, atol=1e-4)
+    assert channel_moments(np.zeros((2, 128, 9), np.float32))[1].min() > 0  # a flat channel does not divide by 0
+
+
 def test_while_loop_cell_has_the_same_parameters():
     shape = Shape(1, 2, 4, True)
     assert _build(shape, "loop") == _build(shape, "block")
@@ -72,6 +119,8 @@ def test_fused_and_loop_cells_compute_the_same_function():
         ({"batch": 0}, "--batch 0"),
         ({"keep_prob": 0.0}, "--keep-prob"),
         ({"mode": "semi"}, "--mode"),
+        ({"norm": "group"}, "--norm"),
+        ({"lr_schedule": "step"}, "--lr-schedule"),
     ],
 )
 def test_bad_config_is_a_usage_error(kwargs, words):
@@ -91,3 +140,27 @@ def test_weighted_f1_and_confusion():
     # per class F1: 2/3, 2/3, 2/3 -> weighted 2/3
     assert weighted_f1(m) == pytest.approx(2 / 3)
     assert weighted_f1(confusion(y, y, 3)) == 1.0
+
+
+def test_graph_keeps_the_input_moments_as_untrained_variables():
+    import types
+
+    import tensorflow as tf
+
+    from picluster.train.replica import Graph
+
+    tf.compat.v1.disable_eager_execution()
+    x = (np.random.default_rng(4).normal(size=(300, 128, 9)) * 3 + 1).astype(np.float32)
+    data = types.SimpleNamespace(x_train=x)
+    config = TrainConfig(layers=1, hidden=4, batch=100, standalone=True, standardise=True, lr_schedule="cosine", epochs=2)
+    g = Graph(tf, config, 0, data=data)
+    assert g.parameters == g.shape.parameter_count()  # the moments are not trained
+    with g.graph.as_default(), tf.compat.v1.Session() as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        names = {v.name: v for v in tf.compat.v1.global_variables()}
+        mean, std = channel_moments(x)
+        np.testing.assert_allclose(session.run(names["input/mean_noreg:0"]), mean)
+        np.testing.assert_allclose(session.run(names["input/std_noreg:0"]), std)
+        before = session.run(names["input/mean_noreg:0"])
+        session.run(g.train, {g.x: x[:100], g.y: np.zeros(100, np.int64), g.keep: 0.85})
+        np.testing.assert_array_equal(session.run(names["input/mean_noreg:0"]), before)

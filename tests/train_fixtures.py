@@ -22,3 +22,13 @@ def write_tiny_har(folder: Path, n_train: int = 240, n_eval: int = 60, steps: in
         arrays[f"subject_{split}"] = np.full(n, {"train": 1, "val": 5, "test": 2}[split], np.int64)
     save(HarData(**arrays, source="tests", checksum=checksum(arrays)), folder / CACHE_NAME)
     return folder
+
+
+def checkpointed_step(run_dir: Path) -> int:
+    """The global step of the checkpoint a resume restores: the one the state file names.
+
+    Not the newest *.index: a chief killed mid-save leaves files the state file does not name yet.
+    """
+    text = (run_dir / "checkpoints" / "checkpoint").read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("model_checkpoint_path:"))
+    return int(line.split("-")[-1].rstrip('"'))

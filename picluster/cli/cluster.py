@@ -6,7 +6,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from picluster.cli.options import inventory_option
+from picluster.cli.options import inventory_option, node_inventory_option
 from picluster.errors import UsageError
 
 
@@ -114,7 +114,7 @@ def _print_status(cluster_, console: Console) -> None:
 
 
 @click.command()
-@inventory_option
+@node_inventory_option
 @click.option("--job", type=click.Choice(["ps", "worker"]), default=None, help="task's job (default: from this node's address)")
 @click.option("--task", "index", type=click.IntRange(0, None), default=None, help="task's index within its job")
 @click.option("--threads", type=click.IntRange(0, 256), default=0, help="intra-op threads (0: all cores)")

@@ -7,15 +7,15 @@ import click
 
 INT64_MAX = 2**63 - 1
 
-inventory_option = click.option(
-    "--inventory",
-    "-i",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="PICLUSTER_INVENTORY",
-    default=None,
-    help="Inventory file (picluster.toml); env PICLUSTER_INVENTORY.  Without one, the embedded local cluster is used.",
-)
+def _inventory(help_text: str):
+    return click.option("--inventory", "-i", type=click.Path(dir_okay=False, path_type=Path),
+                        envvar="PICLUSTER_INVENTORY", default=None, help=help_text)
 
+
+inventory_option = _inventory(
+    "Inventory file (picluster.toml); env PICLUSTER_INVENTORY.  Without one, the embedded local cluster is used.")
+# Commands that act on real nodes only: they say so in one line when it is missing.
+node_inventory_option = _inventory("Inventory file (picluster.toml); env PICLUSTER_INVENTORY.  Required.")
 
 class Count(click.ParamType):
     """A positive whole number that fits int64; accepts 1e8, 100000000 and 100_000_000."""

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import click
 
-from picluster.cli.options import inventory_option
+from picluster.cli.options import node_inventory_option
 from picluster.errors import ClusterError, UsageError
 
 _known_hosts_option = click.option(
@@ -24,7 +24,7 @@ def _load(inventory: Path | None):
 
 
 @click.command()
-@inventory_option
+@node_inventory_option
 @click.option("--only", default=None, metavar="STEP,..", help="Run only these steps (facts always runs): "
               "hostname, raspi, packages, nfs-server, nfs-client, ssh, runtime, firewall.")
 @click.option("--dry-run", is_flag=True, help="Print the plan per node; change nothing.")
@@ -64,7 +64,7 @@ def provision(inventory, only, dry_run, venv, fanout, timeout, known_hosts) -> N
 
 
 @click.command("inventory")
-@inventory_option
+@node_inventory_option
 @click.option("--ansible", "as_ansible", is_flag=True, required=True, help="Write an Ansible (YAML) inventory.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write it here [default: standard output].")

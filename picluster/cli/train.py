@@ -22,9 +22,15 @@ def train() -> None:
 @click.option("--epochs", type=int, default=None, help="epochs [40]")
 @click.option("--batch", type=int, default=None, help="windows per update; split across workers in sync mode [100]")
 @click.option("--lr", "learning_rate", type=float, default=None, help="Adam learning rate [0.001]")
+@click.option("--lr-schedule", type=click.Choice(["constant", "cosine"]), default=None, help="learning rate over the epochs [constant]")
+@click.option("--l2", type=float, default=None, help="L2 weight on the weights [0.005]")
+@click.option("--keep-prob", type=float, default=None, help="dropout keep probability [0.85]")
+@click.option("--norm", type=click.Choice(["window", "step", "batch", "none"]), default=None, help="normalisation of residual block outputs [window]")
+@click.option("--standardise/--raw-inputs", default=None, help="scale inputs per channel by training-set moments [raw-inputs]")
+@click.option("--relu-logits/--linear-logits", default=None, help="ReLU on the output layer, as in the thesis [linear-logits]")
 @click.option("--mode", type=click.Choice(["sync", "async"]), default=None, help="gradient aggregation [sync]")
-@click.option("--workers", type=int, default=None, help="worker tasks, one client each [2]")
-@click.option("--ps", type=int, default=None, help="parameter-server tasks [1]")
+@click.option("--workers", type=int, default=None, help="worker tasks, one client each [2; with --inventory all of its workers]")
+@click.option("--ps", type=int, default=None, help="parameter-server tasks [1; with --inventory all of its ps tasks]")
 @click.option("--standalone", is_flag=True, default=None, help="one process, no ps (the baseline for benchmarks)")
 @click.option("--seed", type=int, default=None, help="shuffling and initialisation seed [1]")
 @click.option("--target-val-accuracy", type=float, default=None, help="stop once validation accuracy reaches this")
@@ -33,11 +39,13 @@ def train() -> None:
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="where the run keeps its files [<state>/runs/<time>]")
 @click.option("--resume", type=click.Path(file_okay=False, path_type=Path), default=None, help="continue the run in this directory from its last checkpoint")
 @click.option("--json", "as_json", is_flag=True, help="print result.json at the end instead of a summary")
-def har(inventory, resume, run_dir, as_json, data_dir, **options) -> None:
+@click.option("--live/--no-live", default=True, show_default=True, help="live node panel and progress (on a terminal; else log lines)")
+def har(inventory, resume, run_dir, as_json, live, data_dir, **options) -> None:
     """Deep residual bidirectional LSTM on UCI HAR windows, between-graph replicated."""
     from dataclasses import replace
 
     from picluster.har import har_dir
+    from picluster.live import JobDisplay
     from picluster.train import job, progress
     from picluster.train.config import TrainConfig
 
@@ -52,20 +60,43 @@ def har(inventory, resume, run_dir, as_json, data_dir, **options) -> None:
                 raise UsageError(f"--resume keeps the run's config; only --epochs may change (got --{sorted(set(given) - {'epochs'})[0].replace('_', '-')})")
             config = replace(config, **given)
         run = resume
+        if inventory is None:
+            inventory = job.run_inventory(resume)
     else:
-        if data_dir is None and inventory is not None:
-            from picluster.inventory import load_inventory
+        if inventory is not None:
+            given = _inventory_defaults(inventory, given)
+            if data_dir is None:
+                from picluster.inventory import load_inventory
 
-            data_dir = har_dir(load_inventory(inventory))
+                data_dir = har_dir(load_inventory(inventory))  # the share, as the nodes mount it
         folder = data_dir or har_dir()
         config = TrainConfig(**given, data_dir=str(folder))
-        job.check_data(config)  # before a run directory or a server exists
+        if inventory is None:
+            job.check_data(config)  # before a run directory or a server exists; nodes check their own copy
         run = job.new_run_dir(run_dir)
-    printer = progress.Printer(config, run, quiet=as_json)
-    result = job.train(config, run, inventory, on_epoch=printer.epoch, on_event=printer.event)
+    display = JobDisplay("train har", "epochs", live=live and not as_json)
+    printer = progress.Printer(config, run, quiet=as_json, console=display.console if display.live else None)
+    follow = progress.Follower(config, display)
+    with display:
+        result = job.train(config, run, inventory, on_epoch=lambda row: (printer.epoch(row), follow.epoch(row)),
+                           on_event=printer.event, on_progress=follow.live,
+                           on_cluster=lambda cluster: setattr(display, "monitor", cluster.monitor))
     if as_json:
         import json
 
         click.echo(json.dumps(result))
     else:
         printer.summary(result)
+
+
+def _inventory_defaults(inventory: Path, given: dict) -> dict:
+    """On an inventory cluster, every worker and ps task is used unless the options say otherwise."""
+    from picluster.clusterspec import from_inventory
+    from picluster.inventory import load_inventory
+
+    if given.get("standalone"):
+        raise UsageError("--standalone trains in one local process; drop --inventory (or --standalone)")
+    layout = from_inventory(load_inventory(inventory))
+    if not layout.ps and "ps" not in given:
+        raise UsageError(f"{inventory}: no node has the ps role; training keeps its variables on ps tasks, so give one node that role")
+    return {"workers": len(layout.workers), "ps": len(layout.ps)} | given

@@ -114,6 +114,10 @@ def save(data: HarData, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes it private; a prepared data set on the share is read by every node's user.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "wb") as out:
             np.savez_compressed(
                 out, **arrays, format=np.int64(FORMAT), source=np.str_(data.source), checksum=np.str_(data.checksum)

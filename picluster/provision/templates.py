@@ -1,4 +1,4 @@
-"""The shared configuration templates in the top-level ``nfs/`` directory.
+"""The shared configuration templates in ``files/`` (linked as the top-level ``nfs/``), shipped in the wheel.
 
 They are written in Jinja2 syntax restricted to ``{{ name }}`` so that Ansible's template module
 and this tiny renderer give byte-identical files.  Anything else in a template (blocks,
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from picluster.errors import ClusterError
 
-TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "nfs"
+TEMPLATE_DIR = Path(__file__).resolve().parent / "files"  # nfs/ at the top links here
 
 _VAR = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _OTHER_JINJA = re.compile(r"\{%|\{#|\{\{")

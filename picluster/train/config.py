@@ -5,8 +5,10 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from picluster.errors import UsageError
+from picluster.train.model import NORMS
 
 MODES = ("sync", "async")
+SCHEDULES = ("constant", "cosine")
 
 
 @dataclass(frozen=True)
@@ -17,8 +19,12 @@ class TrainConfig:
     hidden: int = 32  # units per block output; hidden/2 per direction when bidirectional
     bidir: bool = True
     keep_prob: float = 0.85  # dropout keep probability on inputs and before the output layer
+    norm: str = "window"  # moments for the residual blocks' outputs (model._normalise); thesis: "batch"
+    standardise: bool = False  # inputs scaled per channel by training-set moments; thesis: raw
+    relu_logits: bool = False  # thesis: ReLU on the logits
     # -- optimisation (thesis values) --------------------------------------------------------
     learning_rate: float = 0.001  # Adam; 0.01 diverged in the thesis
+    lr_schedule: str = "constant"  # "cosine": decays to 0 over --epochs; thesis: constant
     l2: float = 0.005  # on weights; biases and normalisation parameters are left out
     clip_norm: float = 15.0  # global gradient norm
     batch: int = 100  # windows per update: split across the workers in sync mode, per worker in async
@@ -53,6 +59,10 @@ class TrainConfig:
             raise UsageError(f"--lr {self.learning_rate} must be positive")
         if self.l2 < 0 or self.clip_norm <= 0:
             raise UsageError("--l2 must be >= 0 and --clip positive")
+        if self.norm not in NORMS:
+            raise UsageError(f"--norm {self.norm!r} must be one of {', '.join(NORMS)}")
+        if self.lr_schedule not in SCHEDULES:
+            raise UsageError(f"--lr-schedule {self.lr_schedule!r} must be one of {', '.join(SCHEDULES)}")
         if self.mode not in MODES:
             raise UsageError(f"--mode {self.mode!r} must be one of {', '.join(MODES)}")
         if self.seed < 0:

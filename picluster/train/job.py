@@ -1,30 +1,28 @@
 """The coordinator: attach a cluster, start one client per worker task, follow the chief, clean up.
 
 The clients (``python -m picluster.train.replica``) are driven only by files in the run
-directory, so issue 6 can start the same module over SSH.  Progress comes from the files the
-chief writes.  A failed client, Ctrl-C or SIGTERM stops every client and (through ``attach``)
-any temporary servers; no process outlives the coordinator (PDEATHSIG as in picluster.server).
+directory: local processes, or processes on the worker nodes over SSH whose chief's files are
+mirrored back (picluster.train.clients).  Progress comes from the files the chief writes.  A
+failed client, Ctrl-C or SIGTERM stops every client and (through ``attach``) any temporary
+servers; no client outlives the coordinator (PDEATHSIG locally, a closed stdin on nodes).
 """
 
 import json
-import os
 import secrets
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
 from picluster.errors import ClusterError, UsageError
-from picluster.lifetime import last_line, signal_group
+from picluster.lifetime import last_line
 from picluster.local import answers
 from picluster.paths import state_dir
-from picluster.train import metrics
+from picluster.train import clients, metrics
 from picluster.train.config import TrainConfig
 
 POLL_S = 0.2
+REMOTE_POLL_S = 1.0  # each poll of a node's chief is an SSH round trip
 CHECK_S = 5.0  # seconds between checks that the cluster's servers still answer
 
 
@@ -46,94 +44,122 @@ def check_data(config: TrainConfig) -> None:
 
 def train(config: TrainConfig, run_dir: Path, inventory: Path | None = None,
           on_epoch: Callable[[dict], None] = lambda row: None,
-          on_event: Callable[[str], None] = lambda msg: None) -> dict:
-    """Run (or continue) the training in ``run_dir``; return result.json's contents."""
-    check_data(config)
+          on_event: Callable[[str], None] = lambda msg: None,
+          on_progress: Callable[[dict], None] = lambda live: None,
+          on_cluster: Callable[[object], None] = lambda cluster: None) -> dict:
+    """Run (or continue) the training in ``run_dir``; return result.json's contents.
+
+    With an inventory the clients run on the worker nodes over SSH and read the data set
+    from the nodes' share (``config.data_dir``); without, they are local processes.
+    """
+    resume = (run_dir / "config.json").exists()
+    if inventory is None:
+        check_data(config)  # a node checks its own copy of the share, and says so in one line
     (run_dir / "config.json").write_text(config.to_json())
     (run_dir / "result.json").unlink(missing_ok=True)
     if config.standalone:
-        clients = []
+        running = []
         try:
-            clients.append(_spawn(run_dir, 0))
-            return _follow(run_dir, config, clients, on_epoch, on_event)
+            running = clients.start(run_dir, None, 1)
+            return _follow(run_dir, config, running, on_epoch, on_event, on_progress)
         finally:
-            _stop(clients)
+            clients.stop(running)
     from picluster.connect import attach
 
     with attach(inventory, workers=config.workers, ps=config.ps) as cluster:
+        on_cluster(cluster)
         layout = cluster.layout
         used = [t for t in layout.tasks if t.job == "ps" and t.index < config.ps]
         used += [t for t in layout.tasks if t.job == "worker" and t.index < config.workers]
         # Only the tasks we use go in our ClusterSpec: spare ones must not be waited for.
         rows = [r for r in layout.to_json() if any(r["job"] == t.job and r["index"] == t.index for t in used)]
-        metrics.write_json(run_dir / "layout.json", {"layout": rows, "cluster": cluster.kind, "launch": secrets.token_hex(4)})
+        metrics.write_json(run_dir / "layout.json", {"layout": rows, "cluster": cluster.kind, "launch": secrets.token_hex(4),
+                                                     "inventory": str(inventory.resolve()) if inventory else None})
         on_event(f"cluster: {cluster.kind}, {config.ps} ps + {config.workers} workers"
                  + (f" (started in {cluster.start_s:.1f} s)" if cluster.start_s else ""))
-        clients = []
+        inv = None
+        if inventory is not None:
+            from picluster.inventory import load_inventory
+
+            inv = load_inventory(inventory)
+        running = []
         try:
-            for i in range(config.workers):
-                clients.append(_spawn(run_dir, i))
-            return _follow(run_dir, config, clients, on_epoch, on_event, used)
+            running = clients.start(run_dir, layout, config.workers, inv, resume)
+            return _follow(run_dir, config, running, on_epoch, on_event, on_progress, used)
         finally:
-            _stop(clients)
+            clients.stop(running)
 
 
-def _spawn(run_dir: Path, task: int) -> subprocess.Popen:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    with open(run_dir / f"worker-{task}.log", "ab") as log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "picluster.train.replica", "--run-dir", str(run_dir),
-             "--task", str(task), "--parent", str(os.getpid())],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,  # Ctrl-C reaches the coordinator, which stops clients in order
-            env=env,
-        )
-
-
-def _follow(run_dir: Path, config: TrainConfig, clients: list[subprocess.Popen],
-            on_epoch, on_event, tasks=()) -> dict:
+def _follow(run_dir: Path, config: TrainConfig, running: list, on_epoch, on_event, on_progress, tasks=()) -> dict:
     csv_path = run_dir / "metrics.csv"
     # Keyed by write time: on --resume the chief drops rows it will redo, and only new ones show.
     shown = {r.get("time") for r in metrics.read_rows(csv_path)}
     lost: set[int] = set()
-    chief = clients[0]
+    chief = running[0]
+    poll_s = POLL_S if isinstance(chief, clients.LocalClient) else REMOTE_POLL_S
     last_check = time.monotonic()
     while True:
-        rows = metrics.read_rows(csv_path)
-        for row in rows:
+        code = chief.poll()
+        chief.sync(final=code == 0)
+        for row in metrics.read_rows(csv_path):
             if row.get("time") not in shown:
                 shown.add(row.get("time"))
                 on_epoch(row)
-        code = chief.poll()
+        live = _read_json(run_dir / "live.json")
+        if live:
+            on_progress(live)
         if code is not None:
             if code != 0:
-                raise ClusterError(f"the chief (worker 0) failed: {last_line(run_dir / 'worker-0.log')} (log: {run_dir / 'worker-0.log'})"
+                _raise_if_server_gone(tasks, run_dir)  # the cause, when a server died under the chief
+                chief.fetch_log()
+                if code == UsageError.exit_code:  # e.g. a node's copy of the data set is missing
+                    raise UsageError(f"{chief.label}: {_message(chief.log)}")
+                raise ClusterError(f"the chief ({chief.label}) failed: {last_line(chief.log)} (log: {chief.log})"
                                    + _resume_hint(run_dir))
             break
         # Once the chief has finished, others may fail as it closes the queues: not a loss.
         done = (run_dir / "result.json").exists()
-        for i, proc in enumerate([] if done else clients[1:], start=1):
-            code = proc.poll()
-            if code is None or code == 0 or i in lost:  # 0: it finished its epochs
+        for client in [] if done else running[1:]:
+            code = client.poll()
+            if code is None or code == 0 or client.task in lost:  # 0: it finished its epochs
                 continue
-            why = f"signal {-code}" if code < 0 else f"exit code {code}"
+            _raise_if_server_gone([t for t in tasks if t.job == "ps" or t.index in (0, client.task)], run_dir)
+            client.fetch_log()
+            if code == UsageError.exit_code:
+                raise UsageError(f"{client.label}: {_message(client.log)}")
+            why = clients.describe(code)
             if config.mode == "sync":
-                raise ClusterError(f"worker {i} died ({why}); sync training cannot go on without it"
+                raise ClusterError(f"{client.label} died ({why}: {last_line(client.log)}); sync training cannot go on without it"
                                    + _resume_hint(run_dir))
-            lost.add(i)
-            on_event(f"worker {i} died ({why}); async training goes on with {config.workers - len(lost)} worker(s)")
+            lost.add(client.task)
+            on_event(f"{client.label} died ({why}); async training goes on with {config.workers - len(lost)} worker(s)")
         if time.monotonic() - last_check > CHECK_S and not done:
             # A dead server leaves the clients waiting forever: notice it here.
             last_check = time.monotonic()
-            for task in tasks:
-                if not _answers(task.host, task.port) and (task.job == "ps" or task.index == 0 or config.mode == "sync"):
-                    raise ClusterError(f"{task.label} on {task.node} stopped answering; the run stopped"
-                                       + _resume_hint(run_dir))
-        time.sleep(POLL_S)
+            needed = [t for t in tasks if t.job == "ps" or t.index == 0 or config.mode == "sync"]
+            _raise_if_server_gone([t for t in needed if t.job == "ps" or t.index not in lost], run_dir)
+        time.sleep(poll_s)
     result = json.loads((run_dir / "result.json").read_text())
     result["lost_workers"] = sorted(lost)
     metrics.write_json(run_dir / "result.json", result)
     return result
+
+
+def _message(log: Path) -> str:
+    return last_line(log).removeprefix("picluster.train.replica: error: ")
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _raise_if_server_gone(tasks, run_dir: Path) -> None:
+    for task in tasks:
+        if not _answers(task.host, task.port):
+            raise ClusterError(f"{task.label} on {task.node} stopped answering; the run stopped" + _resume_hint(run_dir))
 
 
 def _answers(host: str, port: int) -> bool:
@@ -150,21 +176,19 @@ def _resume_hint(run_dir: Path) -> str:
     return ""
 
 
-def _stop(clients: list[subprocess.Popen], grace: float = 5.0) -> None:
-    for proc in clients:
-        if proc.poll() is None:
-            signal_group(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for proc in clients:
-        try:
-            proc.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            signal_group(proc.pid, signal.SIGKILL)
-            proc.wait(5)
-
-
 def resume_config(run_dir: Path) -> TrainConfig:
     if not (run_dir / "config.json").exists():
         raise UsageError(f"--resume {run_dir}: no run there (config.json missing)")
     return TrainConfig.load(run_dir / "config.json")
 
+
+
+def run_inventory(run_dir: Path) -> Path | None:
+    """The inventory a run trained on (a resumed run goes back to the same nodes), else None."""
+    placed = _read_json(run_dir / "layout.json") or {}
+    if not placed.get("inventory"):
+        return None
+    path = Path(placed["inventory"])
+    if not path.is_file():
+        raise UsageError(f"--resume {run_dir}: it trained on the cluster of {path}, which is gone; give --inventory")
+    return path

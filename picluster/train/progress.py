@@ -9,11 +9,11 @@ from picluster.har.spec import CLASSES
 
 
 class Printer:
-    def __init__(self, config, run_dir, quiet: bool = False) -> None:
+    def __init__(self, config, run_dir, quiet: bool = False, console: Console | None = None) -> None:
         self.config = config
         self.quiet = quiet
-        # Progress goes to stderr so --json output stays parseable.
-        self.console = Console(file=sys.stderr, highlight=False, soft_wrap=True)
+        # Progress goes to stderr so --json output stays parseable; a live panel brings its own console.
+        self.console = console or Console(file=sys.stderr, highlight=False, soft_wrap=True)
         if not quiet:
             kind = "one process" if config.standalone else f"{config.mode}, {config.ps} ps + {config.workers} workers"
             self.console.print(f"run {run_dir}: {config.layers}x{config.residual} {'bidir ' if config.bidir else ''}"
@@ -51,3 +51,36 @@ class Printer:
         for name, row in zip(CLASSES, result["confusion"]):
             table.add_row(name, *map(str, row))
         c.print(table)
+
+
+class Follower:
+    """Feeds the live panel: where the chief is in its epoch, and the last and best validation accuracy."""
+
+    def __init__(self, config, display) -> None:
+        self.config = config
+        self.display = display
+        self.last_val = self.best_val = None
+        self.epochs_done = 0
+
+    def epoch(self, row: dict) -> None:
+        val = float(row["val_acc"])
+        self.last_val = val
+        self.best_val = val if self.best_val is None else max(self.best_val, val)
+        self.epochs_done = int(row["epoch"])
+        if self.display.live:  # without a panel the epoch line says it all
+            self.display.update(self.epochs_done, self.config.epochs, self._detail(None))
+
+    def live(self, live: dict) -> None:
+        if not self.display.live or int(live["epoch"]) <= self.epochs_done:
+            return
+        done = int(live["epoch"]) - 1 + int(live["step"]) / max(int(live["steps"]), 1)
+        self.display.update(done, self.config.epochs, self._detail(live))
+
+    def _detail(self, live: dict | None) -> str:
+        parts = []
+        if live is not None:
+            parts.append(f"epoch {live['epoch']}/{self.config.epochs} step {live['step']}/{live['steps']} "
+                         f"train acc {float(live['train_acc']):.1%}")
+        if self.last_val is not None:
+            parts.append(f"val acc {self.last_val:.1%} (best {self.best_val:.1%})")
+        return "  ".join(parts)

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -25,6 +26,8 @@ from picluster.train.config import TrainConfig
 from picluster.train.model import STEPS, Shape, l2_penalty, logits
 
 PROBE_REPEATS = 3
+STOP_GRACE_S = 5.0
+LIVE_EVERY_S = 1.0  # the chief's live.json: where in the epoch it is
 
 
 # -- data ---------------------------------------------------------------------------------------
@@ -55,11 +58,16 @@ def shard(n: int, task: int, workers: int, seed: int) -> np.ndarray:
 
 # -- graph --------------------------------------------------------------------------------------
 class Graph:
-    def __init__(self, tf, config: TrainConfig, task: int, layout=None, launch: str = "") -> None:
+    def __init__(self, tf, config: TrainConfig, task: int, layout=None, launch: str = "", data=None) -> None:
         self.graph = tf.Graph()
-        self.shape = Shape(config.layers, config.residual, config.hidden, config.bidir)
+        self.shape = Shape(config.layers, config.residual, config.hidden, config.bidir,
+                           norm=config.norm, relu_logits=config.relu_logits)
         workers = 1 if config.standalone else config.workers
-        with self.graph.as_default():
+        if data is None and (config.standardise or config.lr_schedule != "constant"):
+            data = load_data(config)  # the same file on every worker: the same moments and step count
+        # A container per launch: a persistent cluster's ps keeps variables between sessions, and
+        # a new run must not start from the last one's weights (a resumed one restores its checkpoint).
+        with self.graph.as_default(), tf.compat.v1.container(f"picluster-{launch}" if launch else ""):  # [A-Za-z0-9.-/] only
             if layout is None:
                 setter = None
                 here = None
@@ -81,6 +89,10 @@ class Graph:
                 self.step_before = self.global_step.read_value()
                 with tf.control_dependencies([self.step_before]):
                     x = tf.identity(self.x)
+                if config.standardise:
+                    from picluster.train.model import channel_moments, standardise
+
+                    x = standardise(tf, x, *channel_moments(data.x_train))
                 out = logits(tf, x, self.shape, self.keep)
                 xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=self.y, logits=out)
                 self.xent = tf.reduce_mean(xent)
@@ -88,7 +100,14 @@ class Graph:
                 self.pred = tf.argmax(out, 1)
                 self.correct = tf.reduce_sum(tf.cast(tf.equal(self.pred, self.y), tf.int64))
                 self.xent_sum = tf.reduce_sum(xent)
-                opt = tf.compat.v1.train.AdamOptimizer(config.learning_rate)
+                lr = config.learning_rate
+                if config.lr_schedule == "cosine":
+                    # Global steps per epoch as Replica.run counts them: one per update in sync mode.
+                    batch = config.worker_batch(workers)
+                    steps = len(data.x_train) // workers // batch
+                    per_epoch = steps if config.mode == "sync" and workers > 1 else steps * workers
+                    lr = tf.compat.v1.train.cosine_decay(lr, self.global_step, max(1, per_epoch * config.epochs))
+                opt = tf.compat.v1.train.AdamOptimizer(lr)
                 grads, variables = zip(*opt.compute_gradients(self.loss))
                 self.sync = config.mode == "sync" and workers > 1
                 if self.sync:
@@ -176,7 +195,7 @@ class Replica:
         cfg = self.config
         data = load_data(cfg)
         tf.compat.v1.set_random_seed(cfg.seed)
-        g = Graph(tf, cfg, self.task, self.layout, self.launch)
+        g = Graph(tf, cfg, self.task, self.layout, self.launch, data=data)
         mine = shard(len(data.x_train), self.task, self.workers, cfg.seed)
         batch = cfg.worker_batch(self.workers)
         steps = len(data.x_train) // self.workers // batch  # the same for every worker (sync needs it)
@@ -245,7 +264,7 @@ class Replica:
         t_input = t_step = 0.0
         loss_sum = correct = seen = 0
         staleness = []
-        begin = time.perf_counter()
+        begin = live_at = time.perf_counter()
         for s in range(steps):
             t0 = time.perf_counter()
             idx = np.sort(order[s * batch:(s + 1) * batch])
@@ -260,6 +279,11 @@ class Replica:
             seen += len(idx)
             if not g.sync and self.layout is not None:
                 staleness.append(int(after) - int(before) - 1)  # other workers' updates between our read and our apply
+            if self.chief and t2 - live_at >= LIVE_EVERY_S:
+                live_at = t2
+                metrics.write_json(self.run_dir / "live.json", {
+                    "epoch": epoch, "epochs": cfg.epochs, "step": s + 1, "steps": steps, "global_step": int(after),
+                    "train_acc": correct / max(seen, 1), "time": time.time()})
         return {
             "epoch_s": time.perf_counter() - begin,
             "input_s": t_input,
@@ -389,6 +413,16 @@ class Chief:
         self.writer.add_summary(tf.compat.v1.Summary(value=values), step)
         self.writer.flush()
 
+    def _per_ps(self) -> dict[str, int]:
+        """Where the weights live: parameters per ps task (replica_device_setter spreads them)."""
+        placed: dict[str, int] = {}
+        for v in self.g.variables:
+            spec = self.tf.DeviceSpec.from_string(v.device or "")
+            if spec.job == "ps":
+                key = f"ps:{spec.task}"
+                placed[key] = placed.get(key, 0) + int(np.prod(v.shape))
+        return dict(sorted(placed.items()))
+
     def finish(self) -> None:
         best = self.state.get("best", {})
         rows = metrics.read_rows(self.csv)
@@ -402,6 +436,7 @@ class Chief:
             "epochs_run": self.last_epoch,
             "stopped_at_target": self.stopped_early,
             "parameters": self.g.parameters,
+            "parameters_per_ps": self._per_ps(),
             "resumes": self.state.get("resumes", []),
             "wall_s": time.time() - self.state["started"],
             "epoch_s_mean": float(np.mean([float(r["epoch_s"]) for r in rows])) if rows else None,
@@ -411,14 +446,26 @@ class Chief:
         self.writer.close()
 
 
+def _exit_on_stdin_eof() -> None:
+    """The coordinator is gone (its SSH channel closed): stop as on SIGTERM, and surely soon."""
+    while os.read(0, 4096):  # the raw fd: a buffered reader's lock would abort the interpreter at exit
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(STOP_GRACE_S)  # SIGTERM runs only between TensorFlow calls; a blocked one never returns
+    os._exit(143)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m picluster.train.replica")
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--task", required=True, type=int)
     parser.add_argument("--parent", type=int, help="exit when this pid (the coordinator) exits")
+    parser.add_argument("--watch-stdin", action="store_true", help="exit when stdin closes (the coordinator's SSH channel)")
     args = parser.parse_args(argv)
     if args.parent:
         die_with_parent(args.parent)
+    if args.watch_stdin:
+        threading.Thread(target=_exit_on_stdin_eof, daemon=True).start()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         Replica(args.run_dir, args.task).run()

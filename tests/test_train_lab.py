@@ -1,0 +1,167 @@
+"""Training across test hosts: the clients run on the worker nodes over SSH, beside their servers.
+
+The kernel has no NFS, so the share every node would mount at data_dir is stood in for by a
+copy of a tiny data set written into each worker host's /mnt/picluster/har.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import picluster
+from test_remote_cluster import picluster_processes
+from train_fixtures import TINY_MODEL, checkpointed_step, write_tiny_har
+
+pytestmark = pytest.mark.slow
+
+HAR = "/mnt/picluster/har"
+
+
+def _clients(host) -> list[str]:
+    return [cmd for cmd in picluster_processes(host) if "picluster.train.replica" in cmd]
+
+
+def _client_pid(host) -> int:
+    for pid in subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout.split():
+        try:
+            if b"picluster.train.replica" in open(f"/proc/{pid}/cmdline", "rb").read():
+                return int(pid)
+        except OSError:
+            continue
+    raise AssertionError(f"no training client in {host.name}")
+
+
+def _start_training(inventory, run) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "picluster", "train", "har", "-i", str(inventory), "--epochs", "50", *TINY_MODEL,
+         "--run-dir", str(run), "--no-live"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _wait_for_rows(run, proc, rows: int) -> None:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if (run / "metrics.csv").exists() and len((run / "metrics.csv").read_text().splitlines()) > rows:
+            return
+        assert proc.poll() is None, proc.communicate()[1]
+        time.sleep(0.5)
+    raise AssertionError(f"fewer than {rows} epochs mirrored back from the chief's node")
+
+
+@pytest.fixture(scope="module")
+def lab_inventory(lab4, tmp_path_factory):
+    path = lab4.write_inventory(tmp_path_factory.mktemp("lab") / "picluster.toml")
+    # The hosts share this machine's /usr and /work: the coordinator's venv runs in them too.
+    path.write_text(path.read_text().replace("[cluster]\n", f"[cluster]\nvenv = \"{sys.prefix}\"\n", 1))
+    workers = lab4.hosts[1:]
+    for host in workers:
+        write_tiny_har(host.path(HAR))  # stand-in for the NFS share (no NFS in this kernel)
+    up = picluster("cluster", "up", "-i", path)
+    assert up.returncode == 0, up.stderr
+    yield lab4, path
+    picluster("cluster", "down", "-i", path)
+    for host in workers:
+        shutil.rmtree(host.path(HAR), ignore_errors=True)
+    for host in lab4.hosts:
+        assert picluster_processes(host) == []
+
+
+def test_montecarlo_train_and_top_across_four_hosts(lab_inventory, tmp_path, state):
+    lab, inventory = lab_inventory
+
+    mc = picluster("run", "montecarlo", "-i", inventory, "--samples", "1e8", "--nodes", "3", "--seed", "3", "--json")
+    assert mc.returncode == 0, mc.stderr
+    assert json.loads(mc.stdout)["nodes"] == 3
+
+    run = tmp_path / "run"
+    result = picluster("train", "har", "-i", inventory, "--epochs", "1", *TINY_MODEL, "--run-dir", run, "--json",
+                       timeout=300)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    # Every worker of the inventory trained: 1 ps + 3 workers, the clients on node02..node04.
+    assert out["config"]["workers"] == 3 and out["config"]["ps"] == 1 and out["epochs_run"] == 1
+    assert out["test_accuracy"] is not None and out["best_epoch"] == 1
+    # The chief's records came back from node02; each client's log from its node.
+    assert len((run / "metrics.csv").read_text().splitlines()) == 2
+    assert list((run / "checkpoints").glob("*.index")) and list((run / "tensorboard").iterdir())
+    for task, host in enumerate(lab.hosts[1:]):
+        log = (run / f"worker-{task}.log").read_text()
+        assert f"replica {task}:" in log, log
+    layout = json.loads((run / "layout.json").read_text())["layout"]
+    assert {r["node"] for r in layout if r["job"] == "worker"} == {"node02", "node03", "node04"}
+    for host in lab.hosts:
+        assert _clients(host) == []
+
+    top = picluster("top", "-i", inventory, "--once")
+    rows = {line.split()[0]: line for line in top.stdout.splitlines() if line.strip().startswith("node0")}
+    assert set(rows) == {"node01", "node02", "node03", "node04"}, top.stdout
+    assert all("unreachable" not in row for row in rows.values())
+
+
+def test_a_node_without_the_data_set_is_named_in_one_line(lab_inventory, tmp_path, state):
+    lab, inventory = lab_inventory
+    node03 = lab.host("node03")
+    moved = node03.path(HAR + ".away")
+    node03.path(HAR).rename(moved)
+    try:
+        result = picluster("train", "har", "-i", inventory, "--epochs", "1", *TINY_MODEL, "--run-dir", tmp_path / "run",
+                           timeout=300)
+    finally:
+        moved.rename(node03.path(HAR))
+    assert result.returncode == 2, result.stderr
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("picluster: error:")]
+    assert len(lines) == 1 and "node03" in lines[0] and "picluster data har" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    for host in lab.hosts:
+        assert _clients(host) == []
+
+
+def test_sync_run_stops_when_a_node_client_dies_and_resumes_on_the_nodes(lab_inventory, tmp_path, state):
+    lab, inventory = lab_inventory
+    run = tmp_path / "run"
+    coordinator = _start_training(inventory, run)
+    try:
+        _wait_for_rows(run, coordinator, 2)
+        os.kill(_client_pid(lab.host("node04")), signal.SIGKILL)
+        err = coordinator.communicate(timeout=60)[1]
+    finally:
+        coordinator.kill()
+    assert coordinator.returncode == 1, err
+    lines = [ln for ln in err.splitlines() if ln.startswith("picluster: error:")]
+    assert len(lines) == 1 and "worker 2 on node04 died" in lines[0] and "--resume" in lines[0], err
+    for host in lab.hosts:
+        assert _clients(host) == []
+    # The checkpoint was mirrored back each epoch; the chief's node resumes from its own copy.
+    checkpointed = checkpointed_step(run)
+    epochs = len((run / "metrics.csv").read_text().splitlines())  # rows done + 1
+    # No --inventory: the run goes back to the cluster it trained on.
+    result = picluster("train", "har", "--resume", run, "--epochs", str(epochs), "--json", timeout=300)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["resumes"][0]["global_step"] == checkpointed and out["epochs_run"] == epochs
+
+
+def test_clients_on_nodes_stop_when_the_coordinator_is_killed(lab_inventory, tmp_path, state):
+    lab, inventory = lab_inventory
+    run = tmp_path / "run"
+    coordinator = _start_training(inventory, run)
+    try:
+        _wait_for_rows(run, coordinator, 1)
+        assert all(len(_clients(h)) == 1 for h in lab.hosts[1:])
+        coordinator.send_signal(signal.SIGKILL)
+        coordinator.wait(10)
+        # SIGKILL leaves no time to stop anything: the SSH channels close and each client stops itself.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(_clients(h) for h in lab.hosts):
+            time.sleep(0.5)
+        assert [c for h in lab.hosts for c in _clients(h)] == []
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()

@@ -1,0 +1,37 @@
+"""The training job's live panel, rendered to a fixed-width console from recorded chief files."""
+
+import io
+
+from rich.console import Console
+
+from picluster.live import JobDisplay
+from picluster.train.config import TrainConfig
+from picluster.train.progress import Follower
+
+
+def _render(display) -> str:
+    out = Console(file=io.StringIO(), width=100, color_system=None)
+    out.print(display._render())
+    return " ".join(out.file.getvalue().split())  # the detail may wrap below the bar
+
+
+def test_panel_shows_where_the_chief_is_and_the_validation_accuracy():
+    display = JobDisplay("train har", "epochs", live=True,
+                         console=Console(file=io.StringIO(), width=100, force_terminal=True, color_system=None))
+    follow = Follower(TrainConfig(epochs=10), display)
+    follow.epoch({"epoch": "1", "val_acc": "0.8"})
+    follow.epoch({"epoch": "2", "val_acc": "0.75"})
+    follow.live({"epoch": 3, "epochs": 10, "step": 5, "steps": 10, "global_step": 25, "train_acc": 0.9, "time": 0})
+    text = _render(display)
+    assert "25.0 % (2/10 epochs)" in text  # 2.5 of 10 epochs; the count shows whole ones
+    assert "epoch 3/10 step 5/10 train acc 90.0%" in text
+    assert "val acc 75.0% (best 80.0%)" in text
+
+
+def test_a_stale_live_file_does_not_move_progress_back():
+    display = JobDisplay("train har", "epochs", live=True,
+                         console=Console(file=io.StringIO(), width=100, force_terminal=True, color_system=None))
+    follow = Follower(TrainConfig(epochs=4), display)
+    follow.epoch({"epoch": "2", "val_acc": "0.5"})
+    follow.live({"epoch": 2, "epochs": 4, "step": 1, "steps": 10, "global_step": 11, "train_acc": 0.4, "time": 0})
+    assert display.progress.done == 2
