@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path, PurePosixPath
 
+import paramiko
+
 from picluster.errors import ClusterError
 from picluster.lifetime import signal_group
 
@@ -117,7 +119,7 @@ class NodeClient:
                 f"--task {task} --watch-stdin >>worker-{task}.log 2>&1"
             )
             self.pid = self._read_pid()
-        except OSError as exc:
+        except (OSError, EOFError, paramiko.SSHException) as exc:
             self.remote.close()
             raise ClusterError(f"{node.name}: cannot start worker {task}'s client: {exc}") from None
         except ClusterError as exc:
@@ -150,7 +152,7 @@ class NodeClient:
         self._signal("TERM")
         try:
             self.channel.shutdown_write()  # its stdin closes: the client stops even if kill failed
-        except OSError:
+        except (OSError, EOFError, paramiko.SSHException):
             pass
 
     def kill(self) -> None:
@@ -194,15 +196,15 @@ class NodeClient:
             if final:
                 for name in FINAL:
                     self._get(name)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, paramiko.SSHException) as exc:
             if final:
                 raise ClusterError(f"{self.node}: cannot copy the run's files back: {exc}") from None
 
     def fetch_log(self) -> None:
         try:
             self._get(self.log.name)
-        except (OSError, EOFError):
-            pass
+        except (OSError, EOFError, paramiko.SSHException):
+            pass  # the node is gone: its log stays there
 
     def close(self) -> None:
         self.remote.close()
