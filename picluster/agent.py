@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
 THERMAL = Path("/sys/class/thermal")
+VCGENCMD = shutil.which("vcgencmd")  # looked up once, not on every sample
 
 
 @dataclass
@@ -42,8 +43,8 @@ def read_temperatures(thermal: Path = THERMAL) -> dict[str, float]:
             temps[kind] = int((zone / "temp").read_text().strip()) / 1000.0
         except (OSError, ValueError):
             continue
-    if not temps and shutil.which("vcgencmd"):
-        out = subprocess.run(["vcgencmd", "measure_temp"], capture_output=True, text=True, timeout=2).stdout
+    if not temps and VCGENCMD:
+        out = subprocess.run([VCGENCMD, "measure_temp"], capture_output=True, text=True, timeout=2).stdout
         if out.startswith("temp="):
             try:
                 temps["soc"] = float(out[5:].split("'")[0])
@@ -52,11 +53,11 @@ def read_temperatures(thermal: Path = THERMAL) -> dict[str, float]:
     return temps
 
 
-def take_sample(interval: float | None = None) -> Sample:
+def take_sample() -> Sample:
     memory = psutil.virtual_memory()
     net = psutil.net_io_counters()
     return Sample(
-        cpu_percent=psutil.cpu_percent(interval=interval, percpu=True),
+        cpu_percent=psutil.cpu_percent(percpu=True),
         load=psutil.getloadavg(),
         memory_used=memory.total - memory.available,
         memory_total=memory.total,

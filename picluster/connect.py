@@ -9,8 +9,8 @@ from pathlib import Path
 from picluster import nodeset
 from picluster.clusterspec import Layout, from_inventory
 from picluster.errors import ClusterError, UsageError
-from picluster.inventory import load_inventory
-from picluster.local import MAX_TASKS, LocalCluster, answers
+from picluster.inventory import Inventory, load_inventory
+from picluster.local import MAX_TASKS, LocalCluster, unanswered
 from picluster.monitor import Monitor
 
 
@@ -20,6 +20,7 @@ class Attached:
     kind: str  # "inventory", "local", "temporary"
     start_s: float  # time spent starting servers (0 when they were already up)
     monitor: Monitor | None = None  # the nodes' agents, for live views
+    inventory: Inventory | None = None  # the parsed inventory, when the cluster is an inventory's
 
 
 @contextmanager
@@ -28,10 +29,11 @@ def attach(inventory: Path | None, workers: int, ps: int = 0) -> Iterator[Attach
     if workers < 1:
         raise UsageError("--nodes must be at least 1")
     if inventory is not None:
-        layout = from_inventory(load_inventory(inventory))
+        inv = load_inventory(inventory)
+        layout = from_inventory(inv)
         _check_size(layout, workers, ps, "the inventory")
         _check_answering(layout.workers[:workers] + layout.ps[:ps])
-        yield Attached(layout, "inventory", 0.0, Monitor.for_cluster(inventory))
+        yield Attached(layout, "inventory", 0.0, Monitor.for_inventory(inv), inv)
         return
     running = LocalCluster.open()
     if running is not None and any(s.state != "down" for s in running.status()):
@@ -58,7 +60,7 @@ def _check_size(layout: Layout, workers: int, ps: int, what: str) -> None:
 
 
 def _check_answering(tasks) -> None:
-    silent = [task for task in tasks if not answers(task.host, task.port)]
+    silent = unanswered(tasks)
     if silent:
         nodes = nodeset.fold(t.node for t in silent)
         labels = ", ".join(t.label for t in silent)

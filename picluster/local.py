@@ -308,3 +308,15 @@ def answers(host: str, port: int, timeout: float = 0.5) -> bool:
             return True
     except OSError:
         return False
+
+
+def unanswered(tasks, tries: int = 1, timeout: float = 2.0, pause: float = 0.5) -> list:
+    """The tasks whose server accepted no connection in ``tries`` attempts (a busy one may be slow)."""
+    pending = list(tasks)
+    for attempt in range(tries):
+        if attempt:
+            time.sleep(pause)
+        pending = [t for t in pending if not answers(t.host, t.port, timeout)]
+        if not pending:
+            break
+    return pending

@@ -4,7 +4,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from picluster.clusterspec import Layout
 from picluster.nodestats import NodeStats, rates, scrape
 from picluster.views.nodes import NodeRow
 
@@ -20,7 +19,6 @@ class Target:
 @dataclass
 class Monitor:
     targets: list[Target]
-    layout: Layout | None
     title: str
     task_states: callable = None  # () -> {"worker:0": "up", ...} keyed by node
     _last: dict[str, NodeStats | None] = field(default_factory=dict)
@@ -28,26 +26,28 @@ class Monitor:
     @classmethod
     def for_cluster(cls, inventory: Path | None) -> "Monitor":
         if inventory is not None:
-            from picluster.clusterspec import from_inventory
             from picluster.inventory import load_inventory
-            from picluster.local import answers
 
-            inv = load_inventory(inventory)
-            layout = from_inventory(inv)
-            targets = [Target(n.name, inv.roles_of(n.name), n.address, inv.agent_port) for n in inv.nodes]
-
-            def states():
-                out: dict[str, dict[str, str]] = {}
-                for t in layout.tasks:
-                    out.setdefault(t.node, {})[t.label] = "up" if answers(t.host, t.port) else "down"
-                return out
-            return cls(targets, layout, f"{inv.name}: {len(inv.nodes)} nodes", states)
+            return cls.for_inventory(load_inventory(inventory))
         from picluster.local import LocalCluster
 
         cluster = LocalCluster.open()
         if cluster is None:
-            return cls([Target("localhost", [], "127.0.0.1", None)], None, "localhost (no local cluster running)")
+            return cls([Target("localhost", [], "127.0.0.1", None)], "localhost (no local cluster running)")
         return cls.for_local(cluster)
+
+    @classmethod
+    def for_inventory(cls, inv) -> "Monitor":
+        from picluster import remotecluster
+
+        targets = [Target(n.name, inv.roles_of(n.name), n.address, inv.agent_port) for n in inv.nodes]
+
+        def states():
+            out: dict[str, dict[str, str]] = {}
+            for task, state in remotecluster.status(inv):
+                out.setdefault(task.node, {})[task.label] = state
+            return out
+        return cls(targets, f"{inv.name}: {len(inv.nodes)} nodes", states)
 
     @classmethod
     def for_local(cls, cluster) -> "Monitor":
@@ -55,13 +55,14 @@ class Monitor:
 
         def local_states():
             return {"localhost": {s.task.label: s.state for s in cluster.status()}}
-        return cls([Target("localhost", roles, "127.0.0.1", cluster.agent_port)], cluster.layout,
-                   "local cluster", local_states)
+        return cls([Target("localhost", roles, "127.0.0.1", cluster.agent_port)], "local cluster", local_states)
 
     def poll(self) -> list[NodeRow]:
-        with ThreadPoolExecutor(max_workers=min(16, len(self.targets))) as pool:
+        # The task checks (a TCP connect per task) overlap the scrapes instead of following them.
+        with ThreadPoolExecutor(max_workers=min(16, len(self.targets)) + 1) as pool:
+            states = pool.submit(self.task_states) if self.task_states else None
             fresh = list(pool.map(self._scrape, self.targets))
-        states = self.task_states() if self.task_states else {}
+            states = states.result() if states is not None else {}
         rows = []
         for target, stats in zip(self.targets, fresh):
             rx, tx = rates(self._last.get(target.node), stats)

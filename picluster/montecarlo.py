@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from picluster import nodeset
 from picluster.clusterspec import Layout
 from picluster.errors import ClusterError, UsageError
-from picluster.local import answers
+from picluster.local import unanswered
 
 CHUNK = 1 << 18  # points per draw: ~2 MiB of float32 pairs, small enough for a Pi's 1 GB
 INT64_MAX = 2**63 - 1
@@ -172,9 +172,7 @@ class MonteCarlo:
         closer.join(5.0)
 
     def _check_alive(self) -> None:
-        silent = [t for t in self.workers if not answers(t.host, t.port)]
-        if silent:
-            silent = [t for t in silent if not answers(t.host, t.port, timeout=2.0)]  # one more chance
+        silent = unanswered(self.workers, tries=2)
         if silent:
             raise ClusterError(
                 f"{nodeset.fold(t.node for t in silent)}: worker stopped answering during the run "

@@ -19,6 +19,7 @@ import paramiko
 from picluster.errors import ClusterError
 
 MISSING_EXIT = 3
+_UNREAD = object()
 
 
 class Unreachable(ClusterError):
@@ -143,12 +144,16 @@ class Remote:
             raise CommandFailed(f"cannot read {path}: {_last_line(result.stderr)}")
         return result.stdout
 
-    def write(self, path: str, content: str, *, mode: str = "0644", owner: str = "root", group: str = "root") -> bool:
+    def write(
+        self, path: str, content: str, *, mode: str = "0644", owner: str = "root", group: str = "root",
+        current: "str | None | object" = _UNREAD,
+    ) -> bool:  # fmt: skip
         """Make `path` hold exactly `content`; True when it had to change (or would, in a dry run).
 
         An existing file keeps its mode; the new content replaces it atomically (same directory, mv).
+        `current`: the file's text as the caller just read it (None: missing), to spare a second read.
         """
-        if self.read(path) == content:
+        if (self.read(path) if current is _UNREAD else current) == content:
             return False
         if self.dry_run:
             return True

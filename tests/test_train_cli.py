@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from conftest import ROOT, picluster
-from train_fixtures import TINY_MODEL, checkpointed_step, write_tiny_har
+from train_fixtures import TINY_MODEL, checkpointed_step, error_line as _error_line, write_tiny_har
 
 from picluster.har.dataset import CACHE_NAME, checksum, save
 
@@ -93,21 +93,15 @@ def _wait_for_epochs(run_dir, epochs, proc, timeout=120):
     raise AssertionError(f"no {epochs} epochs after {timeout} s")
 
 
-def _kill_worker_1_after(run_dir, proc, epochs, timeout):
-    """Kill worker 1's client once the chief logged ``epochs`` epochs; the run's (out, err)."""
+def _kill_after(run_dir, proc, epochs, timeout, victim=lambda run_dir: _client(run_dir, 1)):
+    """Kill ``victim`` (a psutil.Process; worker 1's client by default) once the chief logged
+    ``epochs`` epochs; the run's (out, err)."""
     try:
         _wait_for_epochs(run_dir, epochs, proc)
-        _client(run_dir, 1).kill()
+        victim(run_dir).kill()
         return proc.communicate(timeout=timeout)
     finally:
         proc.kill()
-
-
-def _error_line(err: str) -> str:
-    """The one error line of a failed run (progress lines may precede it)."""
-    lines = [ln for ln in err.splitlines() if ln.startswith("picluster: error:")]
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 def _no_clients_left(run_dir):
@@ -119,7 +113,7 @@ def _no_clients_left(run_dir):
 def test_sync_training_learns_and_a_killed_worker_run_resumes(state, tiny, tmp_path):
     run_dir = tmp_path / "run"
     proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "40", "--mode", "sync")
-    out, err = _kill_worker_1_after(run_dir, proc, epochs=3, timeout=60)
+    out, err = _kill_after(run_dir, proc, epochs=3, timeout=60)
     assert proc.returncode == 1, err
     assert "worker 1 died" in err and "--resume" in err
     _no_clients_left(run_dir)
@@ -149,7 +143,7 @@ def test_sync_training_learns_and_a_killed_worker_run_resumes(state, tiny, tmp_p
 def test_async_training_goes_on_without_a_killed_worker(state, tiny, tmp_path):
     run_dir = tmp_path / "run"
     proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "8", "--mode", "async", "--json")
-    out, err = _kill_worker_1_after(run_dir, proc, epochs=2, timeout=120)
+    out, err = _kill_after(run_dir, proc, epochs=2, timeout=120)
     assert proc.returncode == 0, err
     assert "worker 1 died" in err and "goes on" in err
     result = json.loads(out)
@@ -167,12 +161,7 @@ def test_a_killed_chief_stops_the_run_and_resume_continues(state, tiny, tmp_path
     run_dir = tmp_path / "run"
     # Sync: no update can land between the chief's last save and its death, so the step is exact.
     proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "40", "--mode", "sync")
-    try:
-        _wait_for_epochs(run_dir, 2, proc)
-        _client(run_dir, 0).kill()
-        out, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
+    out, err = _kill_after(run_dir, proc, epochs=2, timeout=60, victim=lambda run_dir: _client(run_dir, 0))
     assert proc.returncode == 1, err
     line = _error_line(err)
     assert "the chief (worker 0) failed" in line and "--resume" in line, err
@@ -191,13 +180,8 @@ def test_a_killed_ps_stops_the_run_naming_it(state, tiny, tmp_path):
     run_dir = tmp_path / "run"
     try:
         proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "400", "--mode", "async", "--no-live")
-        try:
-            _wait_for_epochs(run_dir, 2, proc)
-            ps = next(s for s in LocalCluster.open().status() if s.task.job == "ps")
-            psutil.Process(ps.pid).kill()
-            out, err = proc.communicate(timeout=90)
-        finally:
-            proc.kill()
+        ps_server = lambda run_dir: psutil.Process(next(s.pid for s in LocalCluster.open().status() if s.task.job == "ps"))  # noqa: E731
+        out, err = _kill_after(run_dir, proc, epochs=2, timeout=90, victim=ps_server)
         assert proc.returncode == 1, err
         line = _error_line(err)
         assert "ps:0 on localhost stopped answering" in line and "--resume" in line, err

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import picluster
 from test_remote_cluster import picluster_processes
-from train_fixtures import TINY_MODEL, checkpointed_step, write_tiny_har
+from train_fixtures import TINY_MODEL, checkpointed_step, error_line as _error_line, write_tiny_har
 
 pytestmark = pytest.mark.slow
 
@@ -116,8 +116,8 @@ def test_a_node_without_the_data_set_is_named_in_one_line(lab_inventory, tmp_pat
     finally:
         moved.rename(node03.path(HAR))
     assert result.returncode == 2, result.stderr
-    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("picluster: error:")]
-    assert len(lines) == 1 and "node03" in lines[0] and "picluster data har" in lines[0], result.stderr
+    line = _error_line(result.stderr)
+    assert "node03" in line and "picluster data har" in line, result.stderr
     assert "Traceback" not in result.stderr
     for host in lab.hosts:
         assert _clients(host) == []
@@ -134,8 +134,8 @@ def test_sync_run_stops_when_a_node_client_dies_and_resumes_on_the_nodes(lab_inv
     finally:
         coordinator.kill()
     assert coordinator.returncode == 1, err
-    lines = [ln for ln in err.splitlines() if ln.startswith("picluster: error:")]
-    assert len(lines) == 1 and "worker 2 on node04 died" in lines[0] and "--resume" in lines[0], err
+    line = _error_line(err)
+    assert "worker 2 on node04 died" in line and "--resume" in line, err
     for host in lab.hosts:
         assert _clients(host) == []
     # The checkpoint was mirrored back each epoch; the chief's node resumes from its own copy.

@@ -32,3 +32,10 @@ def checkpointed_step(run_dir: Path) -> int:
     text = (run_dir / "checkpoints" / "checkpoint").read_text()
     line = next(ln for ln in text.splitlines() if ln.startswith("model_checkpoint_path:"))
     return int(line.split("-")[-1].rstrip('"'))
+
+
+def error_line(err: str) -> str:
+    """The one error line of a failed run (progress lines may precede it)."""
+    lines = [ln for ln in err.splitlines() if ln.startswith("picluster: error:")]
+    assert len(lines) == 1, err
+    return lines[0]

@@ -43,7 +43,7 @@ def provision(inventory, only, dry_run, venv, fanout, timeout, known_hosts) -> N
 
     from picluster import nodeset
     from picluster.provision.report import show
-    from picluster.provision.runner import STEP_NAMES, parse_only, provision as run
+    from picluster.provision.runner import parse_only, provision as run, run_order
     from picluster.provision.steps import Options
 
     inv = _load(inventory)
@@ -53,8 +53,7 @@ def provision(inventory, only, dry_run, venv, fanout, timeout, known_hosts) -> N
         connect_timeout=min(10.0, timeout),
     )  # fmt: skip
     reports = run(inv, options)
-    columns = ["facts", *[s for s in (steps or STEP_NAMES) if s != "facts"]]
-    show(Console(), reports, columns, dry_run)
+    show(Console(), reports, list(run_order(steps)), dry_run)
     failed = [r for r in reports if r.failed]
     if failed:
         first = failed[0]

@@ -64,16 +64,16 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, **options) -> None:
             inventory = job.run_inventory(resume)
     else:
         if inventory is not None:
-            given = _inventory_defaults(inventory, given)
-            if data_dir is None:
-                from picluster.inventory import load_inventory
+            from picluster.inventory import load_inventory
 
-                data_dir = har_dir(load_inventory(inventory))  # the share, as the nodes mount it
-        folder = data_dir or har_dir()
-        config = TrainConfig(**given, data_dir=str(folder))
-        if inventory is None:
-            job.check_data(config)  # before a run directory or a server exists; nodes check their own copy
-        run = job.new_run_dir(run_dir)
+            inv = load_inventory(inventory)
+            given = _inventory_defaults(inv, inventory, given)
+            data_dir = data_dir or har_dir(inv)  # the share, as the nodes mount it
+        config = TrainConfig(**given, data_dir=str(data_dir or har_dir()))
+        run = None
+    if inventory is None:
+        job.check_data(config)  # before a run directory or a server exists; nodes check their own copy
+    run = run or job.new_run_dir(run_dir)
     display = JobDisplay("train har", "epochs", live=live and not as_json)
     printer = progress.Printer(config, run, quiet=as_json, console=display.console if display.live else None)
     follow = progress.Follower(config, display)
@@ -89,14 +89,13 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, **options) -> None:
         printer.summary(result)
 
 
-def _inventory_defaults(inventory: Path, given: dict) -> dict:
+def _inventory_defaults(inv, path: Path, given: dict) -> dict:
     """On an inventory cluster, every worker and ps task is used unless the options say otherwise."""
     from picluster.clusterspec import from_inventory
-    from picluster.inventory import load_inventory
 
     if given.get("standalone"):
         raise UsageError("--standalone trains in one local process; drop --inventory (or --standalone)")
-    layout = from_inventory(load_inventory(inventory))
+    layout = from_inventory(inv)
     if not layout.ps and "ps" not in given:
-        raise UsageError(f"{inventory}: no node has the ps role; training keeps its variables on ps tasks, so give one node that role")
+        raise UsageError(f"{path}: no node has the ps role; training keeps its variables on ps tasks, so give one node that role")
     return {"workers": len(layout.workers), "ps": len(layout.ps)} | given

@@ -8,12 +8,11 @@ import json
 from pathlib import Path
 
 from picluster.inventory import Inventory
-from picluster.provision.steps.firewall import ports
+from picluster.provision.steps.firewall import template_vars
 from picluster.provision.steps.nfs import MOUNTD_PORT, nfsd_threads
 
 
 def ansible_inventory(inv: Inventory, known_hosts: Path | None = None, public_key: str | None = None) -> str:
-    tcp, udp = ports(inv.tf_port, inv.agent_port)
     master = inv.node(inv.nfs_master)
     variables = {
         "ansible_user": inv.user,
@@ -21,13 +20,11 @@ def ansible_inventory(inv: Inventory, known_hosts: Path | None = None, public_ke
         "cluster_user": inv.user,
         "share_dir": str(inv.share_dir),
         "data_dir": str(inv.data_dir),
-        "subnet": str(inv.cluster_subnet),
+        **template_vars(inv),  # subnet, tcp_ports, udp_ports
         "nfs_server": master.address,
         "nfs_master": master.name,
         "nfsd_threads": nfsd_threads(len(inv.nodes)),
         "mountd_port": MOUNTD_PORT,
-        "tcp_ports": ", ".join(map(str, tcp)),
-        "udp_ports": ", ".join(map(str, udp)),
         "cluster_nodes": [{"name": n.name, "address": n.address} for n in inv.nodes],
     }
     if inv.ssh_key is not None:

@@ -49,7 +49,7 @@ class Facts:
 
     @property
     def is_pi(self) -> bool:
-        return bool(self.model and self.model.startswith("Raspberry Pi"))
+        return _is_pi(self.model)
 
     def summary(self) -> str:
         os_name = "Raspberry Pi OS" if self.pi_os else self.os_id.capitalize()
@@ -57,6 +57,10 @@ class Facts:
         if self.boot_dir:
             parts.append(f"boot {self.boot_dir}")
         return ", ".join(parts)
+
+
+def _is_pi(model: str | None) -> bool:
+    return bool(model and model.startswith("Raspberry Pi"))
 
 
 def parse(text: str) -> Facts:
@@ -75,7 +79,6 @@ def parse(text: str) -> Facts:
         boot = "/boot"
     else:
         boot = "/boot" if codename in ("bullseye", "buster", "stretch") else "/boot/firmware"
-    is_pi = bool(model and model.startswith("Raspberry Pi"))
     return Facts(
         os_id=os_id,
         codename=codename,
@@ -83,7 +86,7 @@ def parse(text: str) -> Facts:
         pi_os=pi_os,
         arch=values.get("arch", ""),
         model=model,
-        boot_dir=boot if is_pi else None,
+        boot_dir=boot if _is_pi(model) else None,
         raspi_config=values.get("raspi_config") or None,
         systemd=values.get("systemd") == "yes",
         nfs_server_kernel=values.get("nfsd") == "yes" or values.get("nfsd_module") == "yes",

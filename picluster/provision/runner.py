@@ -40,6 +40,11 @@ def parse_only(text: str | None) -> tuple[str, ...] | None:
     return tuple(n for n in STEP_NAMES if n in names)
 
 
+def run_order(only: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The steps a run goes through: facts first, always."""
+    return ("facts", *[s for s in (only or STEP_NAMES) if s != "facts"])
+
+
 def public_key(key: Path | None) -> str | None:
     """The coordinator's public key line: KEY.pub, else derived from the private key."""
     if key is None:
@@ -62,7 +67,6 @@ class _Node:
     def __init__(self, node: Node, remote: Remote, report: NodeReport):
         self.node, self.remote, self.report = node, remote, report
         self.ctx: Context | None = None
-        self.seconds = 0.0
 
 
 def provision(
@@ -73,7 +77,7 @@ def provision(
     """Run the steps on every node; returns one report per node, in inventory order."""
     if inv.ssh_key is not None and not inv.ssh_key.is_file():
         raise UsageError(f"cluster.ssh_key {inv.ssh_key}: no such file")
-    steps = options.only or STEP_NAMES
+    steps = run_order(options.only)
     shared = Shared(public_key=public_key(inv.ssh_key) if "ssh" in steps else None)
     nodes = []
     for node in inv.nodes:
@@ -85,7 +89,7 @@ def provision(
     reports = [n.report for n in nodes]
     try:
         with ThreadPoolExecutor(max_workers=max(1, min(options.fanout, len(nodes)))) as pool:
-            for step in ("facts", *[s for s in steps if s != "facts"]):
+            for step in steps:
                 live = [n for n in nodes if n.report.failure is None]
                 list(pool.map(lambda n: _run_step(n, step, inv, options, shared), live))
                 if on_step is not None:
@@ -93,8 +97,6 @@ def provision(
     finally:
         for n in nodes:
             n.remote.close()
-    for n in nodes:
-        n.report.seconds = n.seconds
     return reports
 
 
@@ -124,7 +126,7 @@ def _run_step(n: _Node, step: str, inv: Inventory, options: Options, shared: Sha
     except Exception as exc:  # a bug or an unforeseen remote answer: this node only
         result.items.append(Item("error", Status.FAILED, f"{type(exc).__name__}: {exc}"))
     finally:
-        n.seconds += time.perf_counter() - started
+        n.report.seconds += time.perf_counter() - started
     if result.status is Status.FAILED and n.report.failure is None:
         # Later steps build on this one (packages before NFS, NFS before mounts): stop here.
         n.report.failure = n.report.first_failure()

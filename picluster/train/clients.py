@@ -32,8 +32,7 @@ PROGRESS = ("progress.json", "live.json")
 RECORDS = ("metrics.csv", "state.json")
 TREES = ("checkpoints", "best", "tensorboard")
 FINAL = ("result.json",)
-# What a relaunched chief needs to resume, pushed to its node.
-RESUME_FILES = ("metrics.csv", "state.json")
+# What a relaunched chief needs to resume (its records and these trees), pushed to its node.
 RESUME_TREES = ("checkpoints", "best")
 
 
@@ -109,7 +108,7 @@ class NodeClient:
                 self._put(run_dir / name)
             if task == 0 and resume and not self._exists("checkpoints/checkpoint"):
                 # The node's own records are the newest; ours are pushed only when it has none.
-                for name in RESUME_FILES:
+                for name in RECORDS:
                     self._put(run_dir / name)
                 for tree in RESUME_TREES:
                     self._put_tree(run_dir / tree)
@@ -119,10 +118,7 @@ class NodeClient:
                 f"--task {task} --watch-stdin >>worker-{task}.log 2>&1"
             )
             self.pid = self._read_pid()
-        except (OSError, EOFError, paramiko.SSHException) as exc:
-            self.remote.close()
-            raise ClusterError(f"{node.name}: cannot start worker {task}'s client: {exc}") from None
-        except ClusterError as exc:
+        except (OSError, EOFError, paramiko.SSHException, ClusterError) as exc:
             self.remote.close()
             raise ClusterError(f"{node.name}: cannot start worker {task}'s client: {exc}") from None
 
@@ -257,8 +253,16 @@ class NodeClient:
             child = relative / entry.filename
             if stat.S_ISDIR(entry.st_mode or 0):
                 self._get_tree(child)
-            else:
+            elif self._stale(child, entry):  # each epoch: only the checkpoint files that are new
                 self._get(str(child))
+                os.utime(self.run_dir / child, (entry.st_atime, entry.st_mtime))
+
+    def _stale(self, relative: PurePosixPath, entry) -> bool:
+        try:
+            st = (self.run_dir / relative).stat()
+        except FileNotFoundError:
+            return True
+        return (st.st_size, int(st.st_mtime)) != (entry.st_size, entry.st_mtime)
 
 
 def node_run_name(run_dir: Path) -> str:

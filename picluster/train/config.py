@@ -80,6 +80,12 @@ class TrainConfig:
         so each takes its share of --batch: an update sees --batch windows, as in the thesis."""
         return self.batch // workers if self.mode == "sync" else self.batch
 
+    def steps_per_epoch(self, n_train: int, workers: int) -> tuple[int, int]:
+        """(steps of each worker, global-step increments) per epoch: every worker takes the same
+        number of steps (sync needs it); sync counts one increment per update, async one per step."""
+        steps = n_train // workers // self.worker_batch(workers)
+        return steps, steps if self.mode == "sync" and workers > 1 else steps * workers
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
 

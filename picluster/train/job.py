@@ -16,7 +16,7 @@ from pathlib import Path
 
 from picluster.errors import ClusterError, UsageError
 from picluster.lifetime import last_line
-from picluster.local import answers
+from picluster.local import unanswered
 from picluster.paths import state_dir
 from picluster.train import clients, metrics
 from picluster.train.config import TrainConfig
@@ -50,11 +50,10 @@ def train(config: TrainConfig, run_dir: Path, inventory: Path | None = None,
     """Run (or continue) the training in ``run_dir``; return result.json's contents.
 
     With an inventory the clients run on the worker nodes over SSH and read the data set
-    from the nodes' share (``config.data_dir``); without, they are local processes.
+    from the nodes' share (``config.data_dir``); without, they are local processes and the
+    caller has checked the data set first (``check_data``: before any run directory exists).
     """
     resume = (run_dir / "config.json").exists()
-    if inventory is None:
-        check_data(config)  # a node checks its own copy of the share, and says so in one line
     (run_dir / "config.json").write_text(config.to_json())
     (run_dir / "result.json").unlink(missing_ok=True)
     if config.standalone:
@@ -77,14 +76,9 @@ def train(config: TrainConfig, run_dir: Path, inventory: Path | None = None,
                                                      "inventory": str(inventory.resolve()) if inventory else None})
         on_event(f"cluster: {cluster.kind}, {config.ps} ps + {config.workers} workers"
                  + (f" (started in {cluster.start_s:.1f} s)" if cluster.start_s else ""))
-        inv = None
-        if inventory is not None:
-            from picluster.inventory import load_inventory
-
-            inv = load_inventory(inventory)
         running = []
         try:
-            running = clients.start(run_dir, layout, config.workers, inv, resume)
+            running = clients.start(run_dir, layout, config.workers, cluster.inventory, resume)
             return _follow(run_dir, config, running, on_epoch, on_event, on_progress, used)
         finally:
             clients.stop(running)
@@ -95,19 +89,22 @@ def _follow(run_dir: Path, config: TrainConfig, running: list, on_epoch, on_even
     # Keyed by write time: on --resume the chief drops rows it will redo, and only new ones show.
     shown = {r.get("time") for r in metrics.read_rows(csv_path)}
     lost: set[int] = set()
+    stamps: dict[Path, tuple] = {}
     chief = running[0]
     poll_s = POLL_S if isinstance(chief, clients.LocalClient) else REMOTE_POLL_S
     last_check = time.monotonic()
     while True:
         code = chief.poll()
         chief.sync(final=code == 0)
-        for row in metrics.read_rows(csv_path):
-            if row.get("time") not in shown:
-                shown.add(row.get("time"))
-                on_epoch(row)
-        live = _read_json(run_dir / "live.json")
-        if live:
-            on_progress(live)
+        if _changed(csv_path, stamps):
+            for row in metrics.read_rows(csv_path):
+                if row.get("time") not in shown:
+                    shown.add(row.get("time"))
+                    on_epoch(row)
+        if _changed(run_dir / "live.json", stamps):
+            live = _read_json(run_dir / "live.json")
+            if live:
+                on_progress(live)
         if code is not None:
             if code != 0:
                 _raise_if_server_gone(tasks, run_dir)  # the cause, when a server died under the chief
@@ -149,6 +146,19 @@ def _message(log: Path) -> str:
     return last_line(log).removeprefix("picluster.train.replica: error: ")
 
 
+def _changed(path: Path, stamps: dict) -> bool:
+    """Whether ``path`` changed since the last look: the loop polls often, files change once an epoch."""
+    try:
+        st = path.stat()
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+    except OSError:
+        stamp = None
+    if stamps.get(path) == stamp:
+        return False
+    stamps[path] = stamp
+    return stamp is not None
+
+
 def _read_json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
@@ -157,17 +167,9 @@ def _read_json(path: Path) -> dict | None:
 
 
 def _raise_if_server_gone(tasks, run_dir: Path) -> None:
-    for task in tasks:
-        if not _answers(task.host, task.port):
-            raise ClusterError(f"{task.label} on {task.node} stopped answering; the run stopped" + _resume_hint(run_dir))
-
-
-def _answers(host: str, port: int) -> bool:
-    for _ in range(3):  # a busy server may be slow to accept; three misses mean it is gone
-        if answers(host, port, timeout=2.0):
-            return True
-        time.sleep(0.5)
-    return False
+    gone = unanswered(tasks, tries=3)
+    if gone:
+        raise ClusterError(f"{gone[0].label} on {gone[0].node} stopped answering; the run stopped" + _resume_hint(run_dir))
 
 
 def _resume_hint(run_dir: Path) -> str:

@@ -58,13 +58,11 @@ def shard(n: int, task: int, workers: int, seed: int) -> np.ndarray:
 
 # -- graph --------------------------------------------------------------------------------------
 class Graph:
-    def __init__(self, tf, config: TrainConfig, task: int, layout=None, launch: str = "", data=None) -> None:
+    def __init__(self, tf, config: TrainConfig, task: int, data, layout=None, launch: str = "") -> None:
         self.graph = tf.Graph()
         self.shape = Shape(config.layers, config.residual, config.hidden, config.bidir,
                            norm=config.norm, relu_logits=config.relu_logits)
         workers = 1 if config.standalone else config.workers
-        if data is None and (config.standardise or config.lr_schedule != "constant"):
-            data = load_data(config)  # the same file on every worker: the same moments and step count
         # A container per launch: a persistent cluster's ps keeps variables between sessions, and
         # a new run must not start from the last one's weights (a resumed one restores its checkpoint).
         with self.graph.as_default(), tf.compat.v1.container(f"picluster-{launch}" if launch else ""):  # [A-Za-z0-9.-/] only
@@ -102,10 +100,7 @@ class Graph:
                 self.xent_sum = tf.reduce_sum(xent)
                 lr = config.learning_rate
                 if config.lr_schedule == "cosine":
-                    # Global steps per epoch as Replica.run counts them: one per update in sync mode.
-                    batch = config.worker_batch(workers)
-                    steps = len(data.x_train) // workers // batch
-                    per_epoch = steps if config.mode == "sync" and workers > 1 else steps * workers
+                    _, per_epoch = config.steps_per_epoch(len(data.x_train), workers)
                     lr = tf.compat.v1.train.cosine_decay(lr, self.global_step, max(1, per_epoch * config.epochs))
                 opt = tf.compat.v1.train.AdamOptimizer(lr)
                 grads, variables = zip(*opt.compute_gradients(self.loss))
@@ -195,11 +190,10 @@ class Replica:
         cfg = self.config
         data = load_data(cfg)
         tf.compat.v1.set_random_seed(cfg.seed)
-        g = Graph(tf, cfg, self.task, self.layout, self.launch, data=data)
+        g = Graph(tf, cfg, self.task, data, self.layout, self.launch)
         mine = shard(len(data.x_train), self.task, self.workers, cfg.seed)
         batch = cfg.worker_batch(self.workers)
-        steps = len(data.x_train) // self.workers // batch  # the same for every worker (sync needs it)
-        global_per_epoch = steps if g.sync else steps * self.workers
+        steps, global_per_epoch = cfg.steps_per_epoch(len(data.x_train), self.workers)
 
         with g.graph.as_default():
             if self.layout is None:

@@ -22,14 +22,18 @@ def ports(tf_port: int, agent_port: int) -> tuple[list[int], list[int]]:
     return tcp, udp
 
 
-def rules_text(inv) -> str:
+def template_vars(inv) -> dict[str, str]:
+    """picluster.nft.j2's variables (Ansible's inventory carries the same)."""
     tcp, udp = ports(inv.tf_port, inv.agent_port)
-    return templates.render(
-        "picluster.nft.j2",
-        subnet=inv.cluster_subnet,
-        tcp_ports=", ".join(map(str, tcp)),
-        udp_ports=", ".join(map(str, udp)),
-    )
+    return {
+        "subnet": str(inv.cluster_subnet),
+        "tcp_ports": ", ".join(map(str, tcp)),
+        "udp_ports": ", ".join(map(str, udp)),
+    }
+
+
+def rules_text(inv) -> str:
+    return templates.render("picluster.nft.j2", **template_vars(inv))
 
 
 def run(ctx: Context):
@@ -38,7 +42,7 @@ def run(ctx: Context):
     yield rules
     main = remote.read(MAIN)
     wanted = managed_line(main or "#!/usr/sbin/nft -f\n", INCLUDE, lambda line: line.strip() == INCLUDE)
-    yield file_item(ctx, "include", MAIN, wanted, mode="0755")
+    yield file_item(ctx, "include", MAIN, wanted, mode="0755", current=main)
     live = remote.ok("nft list table inet picluster >/dev/null", sudo=True)
     if live and rules.status is Status.OK:
         yield Item("active", Status.OK, "table inet picluster loaded")

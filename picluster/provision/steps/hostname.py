@@ -24,8 +24,9 @@ def hosts_text(current: str | None, name: str, nodes) -> str:
 def run(ctx: Context):
     name = ctx.node.name
     yield file_item(ctx, "/etc/hostname", "/etc/hostname", name + "\n")
-    yield file_item(ctx, "/etc/hosts", "/etc/hosts", hosts_text(ctx.remote.read("/etc/hosts"), name, ctx.inv.nodes))
-    live = ctx.remote.out("hostname")
+    hosts = ctx.remote.read("/etc/hosts")
+    yield file_item(ctx, "/etc/hosts", "/etc/hosts", hosts_text(hosts, name, ctx.inv.nodes), current=hosts)
+    live = ctx.facts.hostname  # read by the facts step; nothing since changed it
     if live == name:
         yield Item("live", Status.OK, name)
     else:

@@ -55,9 +55,10 @@ def server(ctx: Context):
             f"make {share} {wanted}",
         )  # fmt: skip
     changed = []
-    exports = managed_line(remote.read("/etc/exports"), exports_line(ctx), _first_field(share))
+    current = remote.read("/etc/exports")
+    exports = managed_line(current, exports_line(ctx), _first_field(share))
     for item in (
-        file_item(ctx, "exports", "/etc/exports", exports),
+        file_item(ctx, "exports", "/etc/exports", exports, current=current),
         file_item(
             ctx, "defaults", "/etc/default/nfs-kernel-server",
             templates.render("nfs-kernel-server.j2", nfsd_threads=nfsd_threads(len(inv.nodes)), mountd_port=MOUNTD_PORT),
@@ -91,8 +92,9 @@ def client(ctx: Context):
         yield Item("mount_point", Status.OK, mnt)
     else:
         yield action_item(ctx, "mount_point", f"mkdir -p {q(mnt)}", f"create {mnt}")
-    fstab = managed_line(remote.read("/etc/fstab"), fstab_line(ctx), _first_field(mnt, 1))
-    yield file_item(ctx, "fstab", "/etc/fstab", fstab)
+    current = remote.read("/etc/fstab")
+    fstab = managed_line(current, fstab_line(ctx), _first_field(mnt, 1))
+    yield file_item(ctx, "fstab", "/etc/fstab", fstab, current=current)
     if not ctx.facts.nfs_client_kernel:
         yield Item("mount", Status.SKIPPED, NO_NFS)
         return

@@ -67,7 +67,7 @@ def _gpu_mem(ctx: Context) -> Item:
         return Item("gpu_mem", Status.OK, f"gpu_mem={GPU_MEM} in {path}")
     if _has_function(ctx, "do_memory_split"):  # gone from raspi-config on bookworm
         return action_item(ctx, "gpu_mem", f"raspi-config nonint do_memory_split {GPU_MEM}", f"set gpu_mem={GPU_MEM}")
-    return file_item(ctx, "gpu_mem", path, wanted)
+    return file_item(ctx, "gpu_mem", path, wanted, current=current)
 
 
 def _wait_network(ctx: Context) -> Item:
