@@ -28,8 +28,8 @@ def _load(inventory: Path | None):
 @click.option("--only", default=None, metavar="STEP,..", help="Run only these steps (facts always runs): "
               "hostname, raspi, packages, nfs-server, nfs-client, ssh, runtime, firewall.")
 @click.option("--dry-run", is_flag=True, help="Print the plan per node; change nothing.")
-@click.option("--venv", default="picluster-venv", show_default=True,
-              help="The virtualenv on each node (relative: under the user's home).")
+@click.option("--venv", default=None,
+              help="The virtualenv on each node (relative: under the user's home) [the inventory's cluster.venv].")
 @click.option("--fanout", type=click.IntRange(1, 64), default=8, show_default=True, help="Nodes worked on at once.")
 @click.option("--timeout", type=click.FloatRange(1, 3600), default=120.0, show_default=True,
               help="Seconds one command may take before its node counts as unreachable (installs get longer).")
@@ -49,7 +49,7 @@ def provision(inventory, only, dry_run, venv, fanout, timeout, known_hosts) -> N
     inv = _load(inventory)
     steps = parse_only(only)
     options = Options(
-        dry_run=dry_run, only=steps, venv=venv, fanout=fanout, timeout=timeout, known_hosts=known_hosts,
+        dry_run=dry_run, only=steps, venv=venv or inv.venv, fanout=fanout, timeout=timeout, known_hosts=known_hosts,
         connect_timeout=min(10.0, timeout),
     )  # fmt: skip
     reports = run(inv, options)

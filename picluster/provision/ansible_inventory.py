@@ -26,6 +26,7 @@ def ansible_inventory(inv: Inventory, known_hosts: Path | None = None, public_ke
         "nfsd_threads": nfsd_threads(len(inv.nodes)),
         "mountd_port": MOUNTD_PORT,
         "cluster_nodes": [{"name": n.name, "address": n.address} for n in inv.nodes],
+        "venv": inv.venv.removeprefix("~/"),  # the role's paths are relative to the home already
     }
     if inv.ssh_key is not None:
         variables["ansible_ssh_private_key_file"] = str(inv.ssh_key)

@@ -35,8 +35,8 @@ _CHECK = (
 
 
 def venv_path(ctx: Context) -> str:
-    path = ctx.options.venv
-    return path if path.startswith("/") else f"{ctx.facts.home}/{path}"
+    path = ctx.options.venv  # as cluster.venv: absolute, or under the home ("~/x" or "x")
+    return path if path.startswith("/") else f"{ctx.facts.home}/{path.removeprefix('~/')}"
 
 
 def run(ctx: Context):
