@@ -16,6 +16,8 @@ import pytest
 
 from conftest import picluster
 from test_remote_cluster import picluster_processes
+from picluster.remotecluster import RUN_DIR
+from picluster.train.clients import node_run_name
 from train_fixtures import TINY_MODEL, checkpointed_step, error_line as _error_line, write_tiny_har
 
 pytestmark = pytest.mark.slow
@@ -138,8 +140,11 @@ def test_sync_run_stops_when_a_node_client_dies_and_resumes_on_the_nodes(lab_inv
     assert "worker 2 on node04 died" in line and "--resume" in line, err
     for host in lab.hosts:
         assert _clients(host) == []
-    # The checkpoint was mirrored back each epoch; the chief's node resumes from its own copy.
+    # The checkpoint was mirrored back each epoch, and once more after the clients stopped: the
+    # local copy names the checkpoint the chief's node (which resumes from its own copy) has.
     checkpointed = checkpointed_step(run)
+    node_run = lab.host("node02").path(f"{lab.user.home}/{RUN_DIR}/runs/{node_run_name(run)}")
+    assert checkpointed_step(node_run) == checkpointed
     epochs = len((run / "metrics.csv").read_text().splitlines())  # rows done + 1
     # No --inventory: the run goes back to the cluster it trained on.
     result = picluster("train", "har", "--resume", run, "--epochs", str(epochs), "--json", timeout=300)

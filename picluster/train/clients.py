@@ -78,6 +78,9 @@ class LocalClient:
     def sync(self, final: bool = False) -> None:
         """Nothing to mirror: the client writes the run directory itself."""
 
+    def keep_last(self) -> None:
+        pass
+
     def fetch_log(self) -> None:
         pass
 
@@ -196,6 +199,22 @@ class NodeClient:
             if final:
                 raise ClusterError(f"{self.node}: cannot copy the run's files back: {exc}") from None
 
+    def keep_last(self) -> None:
+        """Once the chief has stopped: copy back what it saved since the last mirror.
+
+        A run that stops mid-epoch may have checkpointed after the epoch's mirror; the
+        resume hint must point at the checkpoint the node will actually resume from.
+        """
+        if self.task != 0:
+            return
+        try:
+            for name in RECORDS:
+                self._get(name)
+            for tree in TREES:
+                self._get_tree(PurePosixPath(tree))
+        except (OSError, EOFError, paramiko.SSHException):
+            pass  # the node is gone: its copy stays there, ours is the last mirrored one
+
     def fetch_log(self) -> None:
         try:
             self._get(self.log.name)
@@ -305,4 +324,5 @@ def stop(clients: list, grace: float = 5.0) -> None:
             c.wait(5.0)
     for c in clients:
         c.fetch_log()
+        c.keep_last()
         c.close()
