@@ -41,6 +41,8 @@ CONFIGS = {
     "l2-0.001": ["--l2", "0.001"],
     "keep-0.7": ["--keep-prob", "0.7"],
     "lr-0.002": ["--lr", "0.002"],
+    "ema": ["--ema", "0.99"],
+    "window-stats": ["--window-stats"],
     "res3-nobidir": ["--residual", "3", "--no-bidir"],  # the thesis' best row (93.2 %, chosen on test)
 }
 

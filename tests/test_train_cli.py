@@ -41,6 +41,7 @@ def _one_line_usage_error(result):
         (["--epochs", "-2"], "--epochs -2"),
         (["--workers", "-1"], "--workers -1"),
         (["--batch", "1"], "smaller than --workers"),
+        (["--ema", "1"], "--ema 1.0 must be in [0, 1)"),
     ],
 )
 def test_bad_options_fail_in_one_line(state, tiny, args, words):
@@ -200,6 +201,22 @@ def test_two_ps_tasks_share_the_variables(state, tiny, tmp_path):
     assert set(per_ps) == {"ps:0", "ps:1"} and all(n > 0 for n in per_ps.values()), per_ps
     assert sum(per_ps.values()) == out["parameters"]
     assert json.loads((tmp_path / "run" / "layout.json").read_text())["cluster"] == "temporary"
+
+
+def test_sync_chief_moves_the_weight_averages(state, tiny, tmp_path):
+    """--ema: only the chief applies sync updates, and its step must move the averages too."""
+    import tensorflow as tf
+
+    run = tmp_path / "run"
+    result = picluster("train", "har", "--data-dir", tiny, "--run-dir", run, *TINY_MODEL, "--epochs", "2",
+                       "--ema", "0.9", "--json", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["config"]["ema"] == 0.9
+    first, second = (tf.train.load_checkpoint(str(run / "checkpoints" / f"model.ckpt-{step}")) for step in (12, 24))
+    averaged = [name for name, _ in tf.train.list_variables(str(run / "checkpoints")) if name.endswith("ExponentialMovingAverage")]
+    assert "output/fc/w/ExponentialMovingAverage" in averaged
+    for name in averaged:
+        assert not np.allclose(first.get_tensor(name), second.get_tensor(name)), name
 
 
 @pytest.mark.slow

@@ -35,6 +35,8 @@ def _build(shape: Shape, cell: str = "block"):
             Shape(2, 2, 6, False),
             2 * ((9 * 6 + 6) + (12 * 24 + 24)) + 2 + 2 * ((6 * 6 + 6) + (12 * 24 + 24)) + 2 + (6 * 6 + 6),
         ),
+        # window statistics: the output layer also reads 9 means and 9 deviations.
+        (Shape(1, 1, 4, False, window_stats=True), (9 * 4 + 4) + (8 * 16 + 16) + ((4 + 18) * 6 + 6)),
     ],
 )
 def test_output_shape_and_parameter_count(shape, expected):
@@ -164,3 +166,58 @@ def test_graph_keeps_the_input_moments_as_untrained_variables():
         before = session.run(names["input/mean_noreg:0"])
         session.run(g.train, {g.x: x[:100], g.y: np.zeros(100, np.int64), g.keep: 0.85})
         np.testing.assert_array_equal(session.run(names["input/mean_noreg:0"]), before)
+
+
+def test_ema_evaluates_the_moving_average_and_trains_the_raw_weights():
+    import types
+
+    import tensorflow as tf
+
+    from picluster.train.replica import Graph
+
+    tf.compat.v1.disable_eager_execution()
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(100, 128, 9)).astype(np.float32)
+    y = rng.integers(0, 6, 100)
+    config = TrainConfig(layers=1, residual=2, hidden=4, batch=100, standalone=True, ema=0.9)
+    g = Graph(tf, config, 0, data=types.SimpleNamespace(x_train=x))
+    assert g.parameters == g.shape.parameter_count()  # the averages are not trained
+    with g.graph.as_default(), tf.compat.v1.Session() as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        names = {v.op.name: v for v in tf.compat.v1.global_variables()}
+        weight, shadow = names["output/fc/w"], names["output/fc/w/ExponentialMovingAverage"]
+        start = session.run(shadow)
+        for _ in range(3):
+            session.run(g.train, {g.x: x, g.y: y, g.keep: 0.85})
+        raw, average = session.run([weight, shadow])
+        assert not np.allclose(average, start) and not np.allclose(average, raw)  # it moved, and lags
+        # A class the raw weights do not answer for every window.
+        target = next(c for c in range(6) if session.run(g.correct, {g.x: x, g.y: np.full(100, c)}) < 100)
+        # Evaluation reads the averages: make them answer that class whatever the input.
+        session.run(shadow.assign(tf.zeros_like(shadow)))
+        session.run(names["output/fc/b_noreg/ExponentialMovingAverage"].assign(np.eye(6)[target] * 100))
+        assert set(session.run(g.pred, {g.x: x})) == {target}
+        # Training still reads the raw weights.
+        assert session.run(g.correct, {g.x: x, g.y: np.full(100, target)}) < 100
+
+
+def test_window_stats_feed_each_channels_mean_and_deviation_to_the_output_layer():
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 128, 9])
+        out = logits(tf, x, Shape(1, 1, 4, False, window_stats=True), 1.0)
+        weight = next(v for v in tf.compat.v1.trainable_variables() if v.op.name == "output/fc/w")
+        grad = tf.gradients(tf.reduce_sum(out[:, 0]), [weight])[0]
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            windows = np.zeros((2, 128, 9), np.float32)
+            windows[1, :, 6] = 1.0  # a level (a posture's gravity) on channel 6 of the second window
+            windows[1, ::2, 2] = 2.0  # and channel 2 alternating 0 / 2: mean 1, deviation 1
+            g = session.run(grad, {x: windows})
+    # Rows after the 4 hidden units: 9 means, then 9 deviations; d logit_0 / d w is their sum over windows.
+    assert g.shape == (4 + 18, 6)
+    np.testing.assert_allclose(g[4:4 + 9, 0], [0, 0, 1, 0, 0, 0, 1, 0, 0], atol=1e-5)
+    np.testing.assert_allclose(g[4 + 9:, 0], [0, 0, 1, 0, 0, 0, 0, 0, 0], atol=1e-2)
+    assert not g[4:, 1:].any()

@@ -22,11 +22,13 @@ class TrainConfig:
     norm: str = "window"  # moments for the residual blocks' outputs (model._normalise); thesis: "batch"
     standardise: bool = False  # inputs scaled per channel by training-set moments; thesis: raw
     relu_logits: bool = False  # thesis: ReLU on the logits
+    window_stats: bool = False  # per-channel window mean and deviation beside the last state; thesis: none
     # -- optimisation (thesis values) --------------------------------------------------------
     learning_rate: float = 0.001  # Adam; 0.01 diverged in the thesis
     lr_schedule: str = "constant"  # "cosine": decays to 0 over --epochs; thesis: constant
     l2: float = 0.005  # on weights; biases and normalisation parameters are left out
     clip_norm: float = 15.0  # global gradient norm
+    ema: float = 0.0  # decay of the weights' moving average that is evaluated (0: the raw weights); thesis: none
     batch: int = 100  # windows per update: split across the workers in sync mode, per worker in async
     epochs: int = 40  # the thesis ran 250; here accuracy stops improving after about 30
     seed: int = 1
@@ -57,6 +59,8 @@ class TrainConfig:
             raise UsageError(f"--keep-prob {self.keep_prob} must be in (0, 1]")
         if not self.learning_rate > 0:
             raise UsageError(f"--lr {self.learning_rate} must be positive")
+        if not 0.0 <= self.ema < 1.0:
+            raise UsageError(f"--ema {self.ema} must be in [0, 1) (0 turns the average off)")
         if self.l2 < 0 or self.clip_norm <= 0:
             raise UsageError("--l2 must be >= 0 and --clip positive")
         if self.norm not in NORMS:

@@ -61,7 +61,7 @@ class Graph:
     def __init__(self, tf, config: TrainConfig, task: int, data, layout=None, launch: str = "") -> None:
         self.graph = tf.Graph()
         self.shape = Shape(config.layers, config.residual, config.hidden, config.bidir,
-                           norm=config.norm, relu_logits=config.relu_logits)
+                           norm=config.norm, relu_logits=config.relu_logits, window_stats=config.window_stats)
         workers = 1 if config.standalone else config.workers
         # A container per launch: a persistent cluster's ps keeps variables between sessions, and
         # a new run must not start from the last one's weights (a resumed one restores its checkpoint).
@@ -95,9 +95,7 @@ class Graph:
                 xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=self.y, logits=out)
                 self.xent = tf.reduce_mean(xent)
                 self.loss = self.xent + config.l2 * l2_penalty(tf, tf.compat.v1.trainable_variables())
-                self.pred = tf.argmax(out, 1)
-                self.correct = tf.reduce_sum(tf.cast(tf.equal(self.pred, self.y), tf.int64))
-                self.xent_sum = tf.reduce_sum(xent)
+                self.correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(out, 1), self.y), tf.int64))
                 lr = config.learning_rate
                 if config.lr_schedule == "cosine":
                     _, per_epoch = config.steps_per_epoch(len(data.x_train), workers)
@@ -110,9 +108,23 @@ class Graph:
                 else:
                     grads, _ = tf.clip_by_global_norm(grads, config.clip_norm)
                     self.train = opt.apply_gradients(zip(grads, variables), global_step=self.global_step)
+                if config.ema:
+                    # Shadow weights beside the weights (on the ps); only a step that applies an
+                    # update moves them: every worker's in async mode, the chief's in sync mode.
+                    ema = tf.compat.v1.train.ExponentialMovingAverage(config.ema, num_updates=self.global_step)
+                    if self.sync and task != 0:
+                        ema.apply(variables)
+                    else:
+                        with tf.control_dependencies([self.train]):
+                            self.train = ema.apply(variables)
+                    out = _averaged_logits(tf, ema, x, self.shape)
+                eval_xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=self.y, logits=out)
+                self.pred = tf.argmax(out, 1)  # evaluation: the averaged weights when --ema
+                self.xent_sum = tf.reduce_sum(eval_xent)
                 with tf.control_dependencies([self.train]):
                     self.step_after = self.global_step.read_value()
             self.uninitialised = tf.compat.v1.report_uninitialized_variables()
+            self.uninitialised.mark_used()  # only non-chief workers run it; unused, TF warns at exit
             self.variables = tf.compat.v1.trainable_variables()
             self.parameters = int(sum(np.prod(v.shape) for v in self.variables))
             self.saver = tf.compat.v1.train.Saver(max_to_keep=2)
@@ -131,6 +143,17 @@ class Graph:
             self.zeros = {v: tf.compat.v1.placeholder(v.dtype.base_dtype, v.shape) for v in self.variables}
         self.push = tf.group(*[v.assign_add(z, read_value=False) for v, z in self.zeros.items()])
         self.zero_values = {z: np.zeros(v.shape, np.float32) for v, z in self.zeros.items()}
+
+
+def _averaged_logits(tf, ema, x, shape):
+    """The same network reading each weight's moving average: the model that is evaluated."""
+    def averaged(getter, name, *args, **kwargs):
+        var = getter(name, *args, **kwargs)
+        average = ema.average(var)
+        return var if average is None else average  # the input moments have none: they never move
+
+    with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True, custom_getter=averaged):
+        return logits(tf, x, shape, 1.0)
 
 
 def _sync_step(tf, opt, grads, variables, global_step, config, task, workers, launch):
