@@ -2,6 +2,7 @@
 the NFS master exports before any client mounts.  A node that fails to connect, stops answering,
 rejects the key or wants a sudo password stops there; every other node goes on."""
 
+import shutil
 import socket
 import time
 from collections.abc import Callable
@@ -97,6 +98,8 @@ def provision(
     finally:
         for n in nodes:
             n.remote.close()
+        if shared.wheel is not None:
+            shutil.rmtree(shared.wheel.parent, ignore_errors=True)  # build_wheel's own mkdtemp
     return reports
 
 
