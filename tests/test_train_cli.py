@@ -137,6 +137,10 @@ def test_sync_training_learns_and_a_killed_worker_run_resumes(state, tiny, tmp_p
     assert final["selected_on"] == "validation" and final["test_accuracy"] > 0.5
     assert final["resumes"] and final["resumes"][0]["global_step"] == checkpointed
     assert sum(map(sum, final["confusion"])) == 60
+    by_volunteer = final["test_accuracy_by_volunteer"]
+    assert set(by_volunteer) == {"2", "4"}
+    # 12 windows of volunteer 4 and 48 of volunteer 2 make up the whole test accuracy.
+    assert (12 * by_volunteer["4"] + 48 * by_volunteer["2"]) / 60 == pytest.approx(final["test_accuracy"])
     assert (run_dir / "tensorboard").is_dir() and any((run_dir / "best").glob("*.index"))
 
 

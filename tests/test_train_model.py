@@ -134,6 +134,15 @@ def test_odd_hidden_is_fine_without_bidir():
     assert TrainConfig(hidden=3, bidir=False).hidden == 3
 
 
+def test_accuracy_by_volunteer():
+    from picluster.train.metrics import accuracy_by
+
+    volunteers = np.array([2, 2, 4, 4, 4, 9])
+    y = np.array([0, 1, 2, 3, 4, 5])
+    pred = np.array([0, 0, 2, 3, 0, 1])
+    assert accuracy_by(volunteers, y, pred) == {"2": 0.5, "4": pytest.approx(2 / 3), "9": 0.0}
+
+
 def test_weighted_f1_and_confusion():
     y = np.array([0, 0, 1, 1, 1, 2])
     p = np.array([0, 1, 1, 1, 2, 2])

@@ -35,3 +35,20 @@ def test_a_stale_live_file_does_not_move_progress_back():
     follow.epoch({"epoch": "2", "val_acc": "0.5"})
     follow.live({"epoch": 2, "epochs": 4, "step": 1, "steps": 10, "global_step": 11, "train_acc": 0.4, "time": 0})
     assert display.progress.done == 2
+
+
+def test_summary_shows_the_selected_model_the_confusion_matrix_and_each_volunteer():
+    from picluster.train.progress import Printer
+
+    console = Console(file=io.StringIO(), width=120, color_system=None)
+    printer = Printer(TrainConfig(epochs=3), "RUN", console=console)
+    confusion = [[10 if i == j else 0 for j in range(6)] for i in range(6)]
+    confusion[3][4], confusion[3][3] = 2, 8
+    printer.summary({"best_epoch": 2, "val_accuracy": 0.9, "test_accuracy": 58 / 60, "test_f1": 0.966, "wall_s": 12,
+                     "parameters": 30412, "confusion": confusion,
+                     "test_accuracy_by_volunteer": {"2": 0.975, "4": 28 / 30}})
+    text = console.file.getvalue()
+    assert "selected on validation: epoch 2 (val 90.0%)  test accuracy 96.67%" in text
+    assert "test accuracy by volunteer: 2: 97.5%, 4: 93.3%" in text
+    sitting = next(line for line in text.splitlines() if line.lstrip("│ ").startswith("SITTING"))
+    assert sitting.replace("│", " ").split() == ["SITTING", "0", "0", "0", "8", "2", "0"]

@@ -21,6 +21,11 @@ def confusion(y_true: np.ndarray, y_pred: np.ndarray, classes: int) -> np.ndarra
     return m
 
 
+def accuracy_by(groups: np.ndarray, y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
+    """Accuracy within each group (e.g. each test volunteer), keyed by the group as a string."""
+    return {str(int(g)): float((y_pred[groups == g] == y_true[groups == g]).mean()) for g in np.unique(groups)}
+
+
 def weighted_f1(m: np.ndarray) -> float:
     """F1 per class weighted by the class's true count (scikit-learn's 'weighted')."""
     tp = np.diag(m).astype(float)

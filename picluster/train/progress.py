@@ -42,6 +42,9 @@ class Printer:
         c.print(f"selected on validation: epoch {result['best_epoch']} (val {result['val_accuracy']:.1%})  "
                 f"test accuracy {result['test_accuracy']:.2%}  weighted F1 {result['test_f1']:.4f}  "
                 f"({result['wall_s']:.0f} s, {result['parameters']:,} parameters)")
+        if result.get("test_accuracy_by_volunteer"):
+            c.print("test accuracy by volunteer: "
+                    + ", ".join(f"{v}: {a:.1%}" for v, a in result["test_accuracy_by_volunteer"].items()))
         if result.get("lost_workers"):
             c.print(f"workers lost during the run: {', '.join(map(str, result['lost_workers']))}")
         table = Table(title="test confusion matrix (rows: true, columns: predicted)")

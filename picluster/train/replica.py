@@ -390,7 +390,8 @@ class Chief:
         pred = np.concatenate(preds) if preds else np.zeros(0, np.int64)
         m = metrics.confusion(y, pred, self.g.shape.classes)
         return {"loss": loss / max(len(x), 1), "acc": float((pred == y).mean()) if len(y) else 0.0,
-                "f1": metrics.weighted_f1(m), "confusion": m.tolist()}
+                "f1": metrics.weighted_f1(m), "confusion": m.tolist(),
+                "by_volunteer": metrics.accuracy_by(getattr(self.data, f"subject_{split}"), y, pred)}
 
     def end_epoch(self, epoch: int, stats: dict) -> bool:
         """Record the epoch; True when training should stop."""
@@ -406,7 +407,8 @@ class Chief:
         if best is None or val["acc"] > best["val_acc"] or (val["acc"] == best["val_acc"] and val["loss"] < best["val_loss"]):
             self.state["best"] = {"epoch": epoch, "global_step": step, "val_acc": val["acc"], "val_loss": val["loss"],
                                   "val_f1": val["f1"], "test_acc": test["acc"], "test_f1": test["f1"],
-                                  "test_loss": test["loss"], "confusion": test["confusion"]}
+                                  "test_loss": test["loss"], "confusion": test["confusion"],
+                                  "test_by_volunteer": test["by_volunteer"]}
             self.raw_save(self.g.best_saver, self.run_dir / "best" / "model", step)
         if epoch % self.cfg.checkpoint_epochs == 0 or epoch == self.cfg.epochs:
             self.raw_save(self.g.saver, self.run_dir / "checkpoints" / "model.ckpt", step)
@@ -450,6 +452,7 @@ class Chief:
             "test_f1": best.get("test_f1"),
             "val_accuracy": best.get("val_acc"),
             "confusion": best.get("confusion"),
+            "test_accuracy_by_volunteer": best.get("test_by_volunteer"),  # volunteers differ in posture more than models do
             "epochs_run": self.last_epoch,
             "stopped_at_target": self.stopped_early,
             "parameters": self.g.parameters,
