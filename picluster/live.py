@@ -22,22 +22,39 @@ class JobDisplay:
         self.progress = JobProgress(title, 0, 1, 0.0, unit)
         self._start = time.perf_counter()
         self._rows = None
-        self._rows_at = 0.0
         self._logged_at = 0.0
         self._lock = threading.Lock()
         self._live: Live | None = None
+        self._stop = threading.Event()
+        self._poller: threading.Thread | None = None
 
     def __enter__(self) -> "JobDisplay":
         self._start = time.perf_counter()
         if self.live:
+            # Scrapes run beside the redraws: an agent that is slow to answer must not stall the bar.
+            self._stop.clear()
+            self._poller = threading.Thread(target=self._poll_nodes, name="node-panel", daemon=True)
+            self._poller.start()
             self._live = Live(get_renderable=self._render, console=self.console, refresh_per_second=2, transient=True)
             self._live.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
+        self._stop.set()
         if self._live is not None:
             self._live.__exit__(*exc)
             self._live = None
+
+    def _poll_nodes(self) -> None:
+        """Every second, the nodes' rows (``monitor`` may be set once the cluster is up)."""
+        while True:
+            monitor = self.monitor
+            if monitor is not None:
+                rows = monitor.poll()
+                with self._lock:
+                    self._rows = rows
+            if self._stop.wait(1.0):
+                return
 
     def update(self, done: float, total: float, detail: str = "") -> None:
         with self._lock:
@@ -53,7 +70,5 @@ class JobDisplay:
         with self._lock:
             self.progress.elapsed_s = time.perf_counter() - self._start
             snapshot = JobProgress(**vars(self.progress))
-        if self.monitor is not None and time.perf_counter() - self._rows_at >= 1.0:
-            self._rows = self.monitor.poll()
-            self._rows_at = time.perf_counter()
-        return job_panel(snapshot, self._rows)
+            rows = self._rows
+        return job_panel(snapshot, rows)

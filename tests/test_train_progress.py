@@ -52,3 +52,33 @@ def test_summary_shows_the_selected_model_the_confusion_matrix_and_each_voluntee
     assert "test accuracy by volunteer: 2: 97.5%, 4: 93.3%" in text
     sitting = next(line for line in text.splitlines() if line.lstrip("│ ").startswith("SITTING"))
     assert sitting.replace("│", " ").split() == ["SITTING", "0", "0", "0", "8", "2", "0"]
+
+
+def test_a_slow_agent_does_not_stall_the_redraw():
+    import threading
+    import time
+
+    class SlowMonitor:
+        def __init__(self):
+            self.release = threading.Event()
+            self.polls = 0
+
+        def poll(self):
+            self.polls += 1
+            self.release.wait(10)  # an agent that takes its time to answer
+            return []
+
+    monitor = SlowMonitor()
+    display = JobDisplay("run montecarlo", "samples", monitor=monitor, live=True,
+                         console=Console(file=io.StringIO(), width=100, force_terminal=True, color_system=None))
+    with display:
+        deadline = time.monotonic() + 5
+        while monitor.polls == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert monitor.polls == 1
+        display.update(3, 10, "")
+        started = time.perf_counter()
+        text = _render(display)
+        assert time.perf_counter() - started < 0.5  # drawn while the scrape is still waiting
+        assert "30.0 %" in text
+        monitor.release.set()

@@ -32,6 +32,7 @@ PROGRESS = ("progress.json", "live.json")
 RECORDS = ("metrics.csv", "state.json")
 TREES = ("checkpoints", "best", "tensorboard")
 FINAL = ("result.json",)
+ALWAYS_COPY_BYTES = 4096  # smaller files are copied on every mirror (see NodeClient._stale)
 # What a relaunched chief needs to resume (its records and these trees), pushed to its node.
 RESUME_TREES = ("checkpoints", "best")
 
@@ -277,6 +278,10 @@ class NodeClient:
                 os.utime(self.run_dir / child, (entry.st_atime, entry.st_mtime))
 
     def _stale(self, relative: PurePosixPath, entry) -> bool:
+        if (entry.st_size or 0) <= ALWAYS_COPY_BYTES:
+            # SFTP times are whole seconds, and a checkpoint's state file is rewritten in place at
+            # the same size ("model.ckpt-26" -> "-39"): within one second it would look unchanged.
+            return True
         try:
             st = (self.run_dir / relative).stat()
         except FileNotFoundError:
