@@ -79,15 +79,17 @@ class LocalCluster:
                 run_dir = Path(tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=root))
             else:
                 run_dir = persistent_dir()
-        ports = _choose_ports(ps + workers, base_port)
-        layout = local_layout(ports[:ps], ports[ps:])
+        # The agent's port is chosen with the tasks': picked later, it could be one a task has
+        # been given but not yet bound.  With --port it is the one after the tasks'.
+        ports = _choose_ports(ps + workers + 1, base_port)
+        layout = local_layout(ports[:ps], ports[ps:-1])
         run_dir.mkdir(parents=True, exist_ok=True)
         cluster = cls(run_dir, layout, {}, temporary)
         cluster._save()
         try:
             for task in layout.tasks:
                 cluster._spawn(task, threads_per_task(workers) if task.job == "worker" else 1)
-            cluster._spawn_agent()
+            cluster._spawn_agent(ports[-1])
             cluster._save()
             cluster.wait_ready(timeout)
         except BaseException:
@@ -121,9 +123,10 @@ class LocalCluster:
         self.pids[task.label] = proc.pid
         self._children[proc.pid] = proc
 
-    def _spawn_agent(self) -> None:
+    def _spawn_agent(self, port: int | None = None) -> None:
         """One node agent serves this machine's metrics for `picluster top` and the live views."""
-        (port,) = _choose_ports(1, None)
+        if port is None:  # a restart: the tasks hold their ports by now
+            (port,) = _choose_ports(1, None)
         self.agent_port = port
         cmd = [sys.executable, "-m", "picluster.agent", "--addr", HOST, "--port", str(port),
                "--node", "localhost", "--ready-file", str(self.run_dir / "agent.ready")]

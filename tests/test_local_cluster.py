@@ -41,7 +41,7 @@ def test_up_status_run_restart_down(state):
 
     status = picluster("cluster", "status")
     assert status.returncode == 0
-    assert status.stdout.count(" up ") == 3, status.stdout
+    assert status.stdout.count(" up ") == 4, status.stdout  # 3 tasks and the agent
 
     # The node agent serves this machine's metrics; `top` shows them with the task states.
     assert len(server_processes(state, "picluster.agent")) == 1
@@ -87,6 +87,43 @@ def test_configured_port_taken(state):
     assert f"port {port}" in result.stderr and "in use" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert not server_processes(state)
+
+
+def _free_range(count: int) -> int:
+    """A first port with ``count`` free ports from it (outside the ephemeral range)."""
+    for base in range(21000, 30000, 97):
+        try:
+            socks = []
+            for port in range(base, base + count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError("no free port range")
+
+
+def test_configured_port_places_the_tasks_and_then_the_agent(state):
+    import urllib.request
+
+    base = _free_range(4)
+    up = picluster("cluster", "up", "--ps", "1", "--workers", "2", "--port", base)
+    try:
+        assert up.returncode == 0, up.stderr
+        status = picluster("cluster", "status")
+        assert status.returncode == 0, status.stdout
+        cells = [line.replace("│", " ").split() for line in status.stdout.splitlines()]
+        rows = {c[0]: c for c in cells if c and c[0] in ("ps:0", "worker:0", "worker:1", "agent")}
+        for i, name in enumerate(("ps:0", "worker:0", "worker:1", "agent")):
+            assert rows[name][2] == f"127.0.0.1:{base + i}" and rows[name][4] == "up", status.stdout
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{base + 3}/metrics", timeout=10).read().decode()
+        assert "picluster_cpu_percent{" in metrics
+    finally:
+        picluster("cluster", "down")
 
 
 def start_long_run(state):

@@ -19,7 +19,7 @@ def cluster() -> None:
 @inventory_option
 @click.option("--ps", "ps", type=click.IntRange(0, 16), default=1, show_default=True, help="ps tasks (local cluster)")
 @click.option("--workers", type=click.IntRange(1, 63), default=2, show_default=True, help="worker tasks (local cluster)")
-@click.option("--port", type=click.IntRange(1024, 65535), default=None, help="first port (local cluster; default: free ports)")
+@click.option("--port", type=click.IntRange(1024, 65535), default=None, help="first port: the tasks' ports, then the agent's (local cluster; default: free ports)")
 def up(inventory, ps, workers, port) -> None:
     """Start the servers and wait until every task answers."""
     if inventory is not None:
@@ -110,6 +110,13 @@ def _print_status(cluster_, console: Console) -> None:
     for s in cluster_.status():
         style = {"up": "green", "starting": "yellow", "down": "red"}[s.state]
         table.add_row(s.task.label, s.task.node, s.task.address, str(s.pid or "-"), f"[{style}]{s.state}[/]", str(s.log))
+    if cluster_.agent_port is not None:
+        from picluster.local import AGENT
+
+        state = cluster_.agent_state()
+        style = {"up": "green", "starting": "yellow", "down": "red"}[state]
+        table.add_row("agent", "localhost", f"127.0.0.1:{cluster_.agent_port}", str(cluster_.pids.get(AGENT) or "-"),
+                      f"[{style}]{state}[/]", str(cluster_.run_dir / "agent.log"))
     console.print(table)
 
 
