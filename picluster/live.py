@@ -26,15 +26,13 @@ class JobDisplay:
         self._lock = threading.Lock()
         self._live: Live | None = None
         self._stop = threading.Event()
-        self._poller: threading.Thread | None = None
 
     def __enter__(self) -> "JobDisplay":
         self._start = time.perf_counter()
         if self.live:
             # Scrapes run beside the redraws: an agent that is slow to answer must not stall the bar.
             self._stop.clear()
-            self._poller = threading.Thread(target=self._poll_nodes, name="node-panel", daemon=True)
-            self._poller.start()
+            threading.Thread(target=self._poll_nodes, name="node-panel", daemon=True).start()
             self._live = Live(get_renderable=self._render, console=self.console, refresh_per_second=2, transient=True)
             self._live.__enter__()
         return self

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from picluster.cli.options import inventory_option, node_inventory_option
 from picluster.errors import UsageError
+from picluster.views.nodes import STATE_STYLE
 
 
 @click.group()
@@ -100,23 +101,21 @@ def _print_remote_status(inv, console: Console) -> bool:
     table = Table("task", "node", "address", "state")
     states = remotecluster.status(inv)
     for task, state in states:
-        table.add_row(task.label, task.node, task.address, f"[{'green' if state == 'up' else 'red'}]{state}[/]")
+        table.add_row(task.label, task.node, task.address, f"[{STATE_STYLE.get(state, 'red')}]{state}[/]")
     console.print(table)
     return all(state == "up" for _, state in states)
 
 
 def _print_status(cluster_, console: Console) -> None:
-    table = Table("task", "node", "address", "pid", "state", "log")
-    for s in cluster_.status():
-        style = {"up": "green", "starting": "yellow", "down": "red"}[s.state]
-        table.add_row(s.task.label, s.task.node, s.task.address, str(s.pid or "-"), f"[{style}]{s.state}[/]", str(s.log))
-    if cluster_.agent_port is not None:
-        from picluster.local import AGENT
+    from picluster.local import AGENT
 
-        state = cluster_.agent_state()
-        style = {"up": "green", "starting": "yellow", "down": "red"}[state]
-        table.add_row("agent", "localhost", f"127.0.0.1:{cluster_.agent_port}", str(cluster_.pids.get(AGENT) or "-"),
-                      f"[{style}]{state}[/]", str(cluster_.run_dir / "agent.log"))
+    table = Table("task", "node", "address", "pid", "state", "log")
+    rows = [(s.task.label, s.task.node, s.task.address, s.pid, s.state, s.log) for s in cluster_.status()]
+    if cluster_.agent_port is not None:
+        rows.append(("agent", "localhost", f"127.0.0.1:{cluster_.agent_port}", cluster_.pids.get(AGENT),
+                     cluster_.agent_state(), cluster_.run_dir / "agent.log"))
+    for label, node, address, pid, state, log in rows:
+        table.add_row(label, node, address, str(pid or "-"), f"[{STATE_STYLE[state]}]{state}[/]", str(log))
     console.print(table)
 
 

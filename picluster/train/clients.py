@@ -100,6 +100,7 @@ class NodeClient:
         self.log = run_dir / f"worker-{task}.log"
         self.remote_dir = PurePosixPath(RUN_DIR) / "runs" / node_run_name(run_dir)  # relative to the user's home
         self._seen_progress: bytes | None = None
+        self._complete = False  # the final mirror is done
         try:
             self.remote = open_node(inv, node)
         except ClusterError as exc:
@@ -189,13 +190,11 @@ class NodeClient:
             # The chief appends to metrics.csv before it replaces progress.json: a new
             # progress.json means a complete row.
             if moved or final:
-                for name in RECORDS:
-                    self._get(name)
-                for tree in TREES:  # each epoch: a resume hint must find the checkpoint here
-                    self._get_tree(PurePosixPath(tree))
+                self._mirror_records()  # each epoch: a resume hint must find the checkpoint here
             if final:
                 for name in FINAL:
                     self._get(name)
+                self._complete = True
         except (OSError, EOFError, paramiko.SSHException) as exc:
             if final:
                 raise ClusterError(f"{self.node}: cannot copy the run's files back: {exc}") from None
@@ -206,15 +205,18 @@ class NodeClient:
         A run that stops mid-epoch may have checkpointed after the epoch's mirror; the
         resume hint must point at the checkpoint the node will actually resume from.
         """
-        if self.task != 0:
+        if self.task != 0 or self._complete:  # a finished run's final sync copied everything
             return
         try:
-            for name in RECORDS:
-                self._get(name)
-            for tree in TREES:
-                self._get_tree(PurePosixPath(tree))
+            self._mirror_records()
         except (OSError, EOFError, paramiko.SSHException):
             pass  # the node is gone: its copy stays there, ours is the last mirrored one
+
+    def _mirror_records(self) -> None:
+        for name in RECORDS:
+            self._get(name)
+        for tree in TREES:
+            self._get_tree(PurePosixPath(tree))
 
     def fetch_log(self) -> None:
         try:

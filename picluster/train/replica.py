@@ -118,9 +118,9 @@ class Graph:
                         with tf.control_dependencies([self.train]):
                             self.train = ema.apply(variables)
                     out = _averaged_logits(tf, ema, x, self.shape)
-                eval_xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=self.y, logits=out)
+                    xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=self.y, logits=out)
                 self.pred = tf.argmax(out, 1)  # evaluation: the averaged weights when --ema
-                self.xent_sum = tf.reduce_sum(eval_xent)
+                self.xent_sum = tf.reduce_sum(xent)
                 with tf.control_dependencies([self.train]):
                     self.step_after = self.global_step.read_value()
             self.uninitialised = tf.compat.v1.report_uninitialized_variables()

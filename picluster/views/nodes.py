@@ -52,17 +52,17 @@ def _tasks(tasks: dict[str, str]) -> Text:
     if len(tasks) == 1:
         text = Text()
         for label, state in sorted(tasks.items()):
-            text.append(f"{label} {state} ", style=_STATE_STYLE.get(state, "red"))
+            text.append(f"{label} {state} ", style=STATE_STYLE.get(state, "red"))
         return text
     up = sum(1 for s in tasks.values() if s == "up")
     text = Text(f"{up}/{len(tasks)} up", style="green" if up == len(tasks) else "yellow")
     for label, state in sorted(tasks.items()):
         if state != "up":
-            text.append(f" {label} {state}", style=_STATE_STYLE.get(state, "red"))
+            text.append(f" {label} {state}", style=STATE_STYLE.get(state, "red"))
     return text
 
 
-_STATE_STYLE = {"up": "green", "starting": "yellow", "down": "red"}
+STATE_STYLE = {"up": "green", "starting": "yellow", "down": "red"}
 
 
 def nodes_table(rows: list[NodeRow], title: str | None = None) -> Table:
