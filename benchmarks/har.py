@@ -78,7 +78,7 @@ def cells() -> None:
     import numpy as np
     import tensorflow as tf
 
-    from picluster.train.model import Shape, l2_penalty, logits
+    from picluster.jobs.har.model import Shape, l2_penalty, logits
 
     tf.compat.v1.disable_eager_execution()
     print(f"{'model':24} {'params':>7} {'BlockLSTM ms/step':>18} {'while_loop ms/step':>19}")

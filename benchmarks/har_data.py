@@ -20,9 +20,9 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from picluster.har import hapt, reconstruct
-from picluster.har.dataset import HAPT, cache_path, from_train_test, load, save
-from picluster.har.spec import TEST_SUBJECTS
+from picluster.data.har import hapt, reconstruct
+from picluster.data.har.dataset import HAPT, cache_path, from_train_test, load, save
+from picluster.data.har.spec import TEST_SUBJECTS
 
 
 def timings(console: Console, repeats: int) -> None:
@@ -42,7 +42,7 @@ def timings(console: Console, repeats: int) -> None:
             load(path)
             loads.append(time.perf_counter() - start)
         # A fresh interpreter, as a training process would: imports + load + checksum.
-        code = f"from picluster.har import load_har; load_har({str(Path(tmp))!r})"
+        code = f"from picluster.data.har import load_har; load_har({str(Path(tmp))!r})"
         start = time.perf_counter()
         subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
         cold = time.perf_counter() - start

@@ -20,7 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from picluster.har.spec import CLASSES  # noqa: E402
+from picluster.data.har.spec import CLASSES  # noqa: E402
 
 LAYING = CLASSES.index("LAYING")
 TOTAL_ACC_Y = 7  # channel order: body_acc xyz, body_gyro xyz, total_acc xyz
@@ -29,8 +29,8 @@ TOTAL_ACC_Y = 7  # channel order: body_acc xyz, body_gyro xyz, total_acc xyz
 def per_volunteer(run: Path) -> None:
     import tensorflow as tf
 
-    from picluster.train.config import TrainConfig
-    from picluster.train.replica import Graph, load_data
+    from picluster.jobs.har.config import TrainConfig
+    from picluster.jobs.har.replica import Graph, load_data
 
     tf.compat.v1.disable_eager_execution()
     cfg = TrainConfig.load(run / "config.json")
@@ -49,7 +49,7 @@ def per_volunteer(run: Path) -> None:
 
 
 def laying_orientation() -> None:
-    from picluster.har import load_har
+    from picluster.data.har import load_har
 
     data = load_har()
     for split in ("train", "val", "test"):

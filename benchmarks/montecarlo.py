@@ -25,8 +25,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from picluster.local import LocalCluster  # noqa: E402
-from picluster.montecarlo import CHUNK, MonteCarlo, split_samples  # noqa: E402
+from picluster.cluster.local import LocalCluster  # noqa: E402
+from picluster.jobs.montecarlo.estimate import CHUNK, MonteCarlo, split_samples  # noqa: E402
 
 GB = 1024**3
 
@@ -42,7 +42,7 @@ def peak_rss(pid: int) -> int:
 def _rng_worker(samples: int, start, out) -> None:
     import tensorflow as tf
 
-    # The same threading as a local server with one core to itself (see picluster.server).
+    # The same threading as a local server with one core to itself (see picluster.cluster.server).
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(2)
     graph = tf.Graph()

@@ -9,7 +9,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def server_processes(state: Path, module: str = "picluster.server") -> list[psutil.Process]:
+def server_processes(state: Path, module: str = "picluster.cluster.server") -> list[psutil.Process]:
     """``module`` processes (servers, or agents) whose run directory lies under ``state``."""
     found = []
     for proc in psutil.process_iter(["cmdline"]):
@@ -26,7 +26,7 @@ def state(tmp_path, monkeypatch):
     monkeypatch.setenv("PICLUSTER_STATE_DIR", str(path))
     monkeypatch.delenv("PICLUSTER_INVENTORY", raising=False)
     yield path
-    left = server_processes(path) + server_processes(path, "picluster.agent")
+    left = server_processes(path) + server_processes(path, "picluster.monitor.agent")
     for proc in left:
         proc.kill()
     assert not left, f"servers or agents left running: {[p.pid for p in left]}"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from picluster.har.spec import CHANNELS
+from picluster.data.har.spec import CHANNELS
 
 # ---------------------------------------------------------------- UCI HAR layout
 

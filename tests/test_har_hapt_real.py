@@ -5,8 +5,8 @@ import sys
 import numpy as np
 import pytest
 
-from picluster.har.dataset import cache_path, load, load_har
-from picluster.har.spec import CLASSES, TEST_SUBJECTS, UCI_CLASS_COUNTS, VALIDATION_SUBJECTS
+from picluster.data.har.dataset import cache_path, load, load_har
+from picluster.data.har.spec import CLASSES, TEST_SUBJECTS, UCI_CLASS_COUNTS, VALIDATION_SUBJECTS
 
 
 @pytest.mark.slow

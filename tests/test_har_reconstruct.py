@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from har_synthetic import hapt_pickle, recording_columns, write_gz
 
-from picluster.har import hapt
-from picluster.har.dataset import from_train_test
-from picluster.har.reconstruct import (
+from picluster.data.har import hapt
+from picluster.data.har.dataset import from_train_test
+from picluster.data.har.reconstruct import (
     Recording,
     activity_segments,
     channels,
@@ -15,7 +15,7 @@ from picluster.har.reconstruct import (
     reconstruct,
     recording_windows,
 )
-from picluster.har.spec import TEST_SUBJECTS, VALIDATION_SUBJECTS
+from picluster.data.har.spec import TEST_SUBJECTS, VALIDATION_SUBJECTS
 
 RATE = 50
 t = np.arange(2000) / RATE

@@ -5,10 +5,10 @@ import io
 import numpy as np
 from rich.console import Console
 
-from picluster.har.dataset import from_train_test
-from picluster.har.spec import CLASSES
-from picluster.har.summary import show_summary
-from picluster.har.windows import Windows
+from picluster.data.har.dataset import from_train_test
+from picluster.data.har.spec import CLASSES
+from picluster.data.har.summary import show_summary
+from picluster.data.har.windows import Windows
 
 
 def _windows(labels_subjects):

@@ -5,7 +5,7 @@ import pytest
 from har_synthetic import ROOT, replace_line, uci_files, write_folder, write_zip
 
 from picluster.errors import UsageError
-from picluster.har.uci import read_uci
+from picluster.data.har.uci import read_uci
 
 SIGNAL = "train/Inertial Signals/body_gyro_y_train.txt"
 
@@ -45,7 +45,7 @@ def test_channel_order_is_the_uci_file_order(tmp_path):
     for relative in files:
         if "Inertial Signals" in relative:
             channel = relative.split("/")[-1].rsplit("_", 1)[0]
-            from picluster.har.spec import CHANNELS
+            from picluster.data.har.spec import CHANNELS
 
             files[relative] = ("  " + " ".join([f"{CHANNELS.index(channel)}.0"] * 128) + "\n").encode()
     train, test, _ = read_uci(write_folder(tmp_path, files))
@@ -149,7 +149,7 @@ def test_not_a_uci_layout(tmp_path, make, message):
 
 
 def test_member_inflating_beyond_the_limit_is_refused(tmp_path, monkeypatch):
-    from picluster.har import uci
+    from picluster.data.har import uci
 
     files, _ = uci_files()
     source = write_zip(tmp_path / "big.zip", files)

@@ -10,8 +10,8 @@ import pytest
 from har_synthetic import hapt_pickle, recording_columns, write_gz
 
 from picluster.errors import UsageError
-from picluster.har import hapt
-from picluster.har.unpickle import ALLOWED, Frame, PickleRefused, restricted_loads
+from picluster.data.har import hapt
+from picluster.data.har.unpickle import ALLOWED, Frame, PickleRefused, restricted_loads
 
 
 def _columns(n: int, seed: int = 0) -> dict[str, np.ndarray]:

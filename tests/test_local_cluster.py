@@ -44,7 +44,7 @@ def test_up_status_run_restart_down(state):
     assert status.stdout.count(" up ") == 4, status.stdout  # 3 tasks and the agent
 
     # The node agent serves this machine's metrics; `top` shows them with the task states.
-    assert len(server_processes(state, "picluster.agent")) == 1
+    assert len(server_processes(state, "picluster.monitor.agent")) == 1
     top = picluster("top", "--once")
     assert top.returncode == 0, top.stderr
     row = next(line for line in top.stdout.splitlines() if "localhost" in line)

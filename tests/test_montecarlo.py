@@ -3,7 +3,7 @@ import math
 import pytest
 
 from picluster.errors import UsageError
-from picluster.montecarlo import Estimate, split_samples
+from picluster.jobs.montecarlo.estimate import Estimate, split_samples
 
 
 def test_split_follows_the_thesis():
@@ -24,8 +24,8 @@ def test_estimate_statistics():
 
 @pytest.mark.slow
 def test_montecarlo_on_real_cluster(state, monkeypatch):
-    from picluster.local import LocalCluster
-    from picluster.montecarlo import MonteCarlo
+    from picluster.cluster.local import LocalCluster
+    from picluster.jobs.montecarlo.estimate import MonteCarlo
 
     cluster = LocalCluster.start(ps=1, workers=2, temporary=True)
     try:
@@ -56,7 +56,7 @@ def test_montecarlo_on_real_cluster(state, monkeypatch):
 
 
 def test_rounds_keep_chunk_indices_and_cover_every_sample():
-    from picluster.montecarlo import rounds
+    from picluster.jobs.montecarlo.estimate import rounds
 
     counts = [1000, 997, 0]
     plan = rounds(counts, chunk=10, chunks_per_round=7)

@@ -48,4 +48,4 @@ def test_wheel_ships_the_templates_and_the_bind_shim(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for template in ("exports.j2", "fstab.j2", "nfs-kernel-server.j2", "sunrpc.conf.j2", "picluster.nft.j2"):
         assert f"picluster/provision/files/{template}" in names
-    assert "picluster/native/bindaddr.c" in names
+    assert "picluster/cluster/native/bindaddr.c" in names

@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from conftest import picluster
-from picluster.remotecluster import RUN_DIR
+from picluster.cluster.nodes import RUN_DIR
 
 pytestmark = pytest.mark.slow
 

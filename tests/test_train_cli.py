@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT, picluster
 from train_fixtures import TINY_MODEL, checkpointed_step, error_line as _error_line, write_tiny_har
 
-from picluster.har.dataset import CACHE_NAME, checksum, save
+from picluster.data.har.dataset import CACHE_NAME, checksum, save
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def test_dataset_of_the_wrong_shape_is_refused(state, tmp_path):
         arrays[f"x_{split}"] = np.zeros((12, 64, 9), np.float32)
         arrays[f"y_{split}"] = np.zeros(12, np.int64)
         arrays[f"subject_{split}"] = np.ones(12, np.int64)
-    from picluster.har.dataset import HarData
+    from picluster.data.har.dataset import HarData
 
     save(HarData(**arrays, source="tests", checksum=checksum(arrays)), tmp_path / "har" / CACHE_NAME)
     result = picluster("train", "har", "--data-dir", tmp_path / "har")
@@ -79,7 +79,7 @@ def _start(*args):
 def _client(run_dir, task):
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if "picluster.train.replica" in cmd and str(run_dir) in cmd and cmd[cmd.index("--task") + 1] == str(task):
+        if "picluster.jobs.har.replica" in cmd and str(run_dir) in cmd and cmd[cmd.index("--task") + 1] == str(task):
             return proc
     return None
 
@@ -179,7 +179,7 @@ def test_a_killed_chief_stops_the_run_and_resume_continues(state, tiny, tmp_path
 
 @pytest.mark.slow
 def test_a_killed_ps_stops_the_run_naming_it(state, tiny, tmp_path):
-    from picluster.local import LocalCluster
+    from picluster.cluster.local import LocalCluster
 
     assert picluster("cluster", "up", "--ps", "1", "--workers", "2").returncode == 0
     run_dir = tmp_path / "run"

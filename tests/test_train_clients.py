@@ -4,7 +4,7 @@ import os
 import types
 from pathlib import Path, PurePosixPath
 
-from picluster.train.clients import NodeClient
+from picluster.jobs.har.clients import NodeClient
 
 
 def _client(run_dir: Path) -> NodeClient:

@@ -16,8 +16,8 @@ import pytest
 
 from conftest import picluster
 from test_remote_cluster import picluster_processes
-from picluster.remotecluster import RUN_DIR
-from picluster.train.clients import node_run_name
+from picluster.cluster.nodes import RUN_DIR
+from picluster.jobs.har.clients import node_run_name
 from train_fixtures import TINY_MODEL, checkpointed_step, error_line as _error_line, write_tiny_har
 
 pytestmark = pytest.mark.slow
@@ -26,13 +26,13 @@ HAR = "/mnt/picluster/har"
 
 
 def _clients(host) -> list[str]:
-    return [cmd for cmd in picluster_processes(host) if "picluster.train.replica" in cmd]
+    return [cmd for cmd in picluster_processes(host) if "picluster.jobs.har.replica" in cmd]
 
 
 def _client_pid(host) -> int:
     for pid in subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout.split():
         try:
-            if b"picluster.train.replica" in open(f"/proc/{pid}/cmdline", "rb").read():
+            if b"picluster.jobs.har.replica" in open(f"/proc/{pid}/cmdline", "rb").read():
                 return int(pid)
         except OSError:
             continue

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from picluster.errors import UsageError
-from picluster.train.config import TrainConfig
-from picluster.train.metrics import confusion, weighted_f1
-from picluster.train.model import Shape, channel_moments, logits
+from picluster.jobs.har.config import TrainConfig
+from picluster.jobs.har.metrics import confusion, weighted_f1
+from picluster.jobs.har.model import Shape, channel_moments, logits
 
 
 def _build(shape: Shape, cell: str = "block"):
@@ -135,7 +135,7 @@ def test_odd_hidden_is_fine_without_bidir():
 
 
 def test_accuracy_by_volunteer():
-    from picluster.train.metrics import accuracy_by
+    from picluster.jobs.har.metrics import accuracy_by
 
     volunteers = np.array([2, 2, 4, 4, 4, 9])
     y = np.array([0, 1, 2, 3, 4, 5])
@@ -158,7 +158,7 @@ def test_graph_keeps_the_input_moments_as_untrained_variables():
 
     import tensorflow as tf
 
-    from picluster.train.replica import Graph
+    from picluster.jobs.har.replica import Graph
 
     tf.compat.v1.disable_eager_execution()
     x = (np.random.default_rng(4).normal(size=(300, 128, 9)) * 3 + 1).astype(np.float32)
@@ -182,7 +182,7 @@ def test_ema_evaluates_the_moving_average_and_trains_the_raw_weights():
 
     import tensorflow as tf
 
-    from picluster.train.replica import Graph
+    from picluster.jobs.har.replica import Graph
 
     tf.compat.v1.disable_eager_execution()
     rng = np.random.default_rng(5)

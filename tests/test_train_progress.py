@@ -4,9 +4,9 @@ import io
 
 from rich.console import Console
 
-from picluster.live import JobDisplay
-from picluster.train.config import TrainConfig
-from picluster.train.progress import Follower
+from picluster.views.live import JobDisplay
+from picluster.jobs.har.config import TrainConfig
+from picluster.jobs.har.progress import Follower
 
 
 def _render(display) -> str:
@@ -38,7 +38,7 @@ def test_a_stale_live_file_does_not_move_progress_back():
 
 
 def test_summary_shows_the_selected_model_the_confusion_matrix_and_each_volunteer():
-    from picluster.train.progress import Printer
+    from picluster.jobs.har.progress import Printer
 
     console = Console(file=io.StringIO(), width=120, color_system=None)
     printer = Printer(TrainConfig(epochs=3), "RUN", console=console)

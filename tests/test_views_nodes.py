@@ -4,7 +4,7 @@ import io
 
 from rich.console import Console
 
-from picluster.nodestats import parse, rates
+from picluster.monitor.scrape import parse, rates
 from picluster.views.nodes import NodeRow, cpu_bars, nodes_table, short_bytes
 
 RECORDED_T0 = """

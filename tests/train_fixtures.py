@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
-from picluster.har.dataset import CACHE_NAME, HarData, checksum, save
+from picluster.data.har.dataset import CACHE_NAME, HarData, checksum, save
 
 TINY_MODEL = ["--layers", "1", "--residual", "1", "--hidden", "8", "--batch", "20", "--lr", "0.01"]
 

@@ -24,16 +24,16 @@ def cluster() -> None:
 def up(inventory, ps, workers, port) -> None:
     """Start the servers and wait until every task answers."""
     if inventory is not None:
-        from picluster import remotecluster
+        from picluster.cluster import nodes
         from picluster.inventory import load_inventory
 
         inv = load_inventory(inventory)
-        outcomes = remotecluster.up(inv)
+        outcomes = nodes.up(inv)
         started = sum(len(o.processes) for o in outcomes)
         _print_remote_status(inv, Console())
         click.echo(f"started {started} process(es)" if started else "already up")
         return
-    from picluster.local import LocalCluster
+    from picluster.cluster.local import LocalCluster
 
     running = LocalCluster.open()
     if running is not None and any(s.state != "down" for s in running.status()):
@@ -62,7 +62,7 @@ def status(inventory) -> None:
         if not _print_remote_status(load_inventory(inventory), Console()):
             sys.exit(3)
         return
-    from picluster.local import LocalCluster
+    from picluster.cluster.local import LocalCluster
 
     running = LocalCluster.open()
     if running is None:
@@ -78,13 +78,13 @@ def status(inventory) -> None:
 def down(inventory) -> None:
     """Stop every server and leave nothing running."""
     if inventory is not None:
-        from picluster import remotecluster
+        from picluster.cluster import nodes
         from picluster.inventory import load_inventory
 
-        outcomes = remotecluster.down(load_inventory(inventory))
+        outcomes = nodes.down(load_inventory(inventory))
         click.echo(f"stopped {sum(len(o.processes) for o in outcomes)} process(es) on {len(outcomes)} node(s)")
         return
-    from picluster.local import LocalCluster
+    from picluster.cluster.local import LocalCluster
 
     running = LocalCluster.open()
     if running is None:
@@ -96,10 +96,10 @@ def down(inventory) -> None:
 
 
 def _print_remote_status(inv, console: Console) -> bool:
-    from picluster import remotecluster
+    from picluster.cluster import nodes
 
     table = Table("task", "node", "address", "state")
-    states = remotecluster.status(inv)
+    states = nodes.status(inv)
     for task, state in states:
         table.add_row(task.label, task.node, task.address, f"[{STATE_STYLE.get(state, 'red')}]{state}[/]")
     console.print(table)
@@ -107,7 +107,7 @@ def _print_remote_status(inv, console: Console) -> bool:
 
 
 def _print_status(cluster_, console: Console) -> None:
-    from picluster.local import AGENT
+    from picluster.cluster.local import AGENT
 
     table = Table("task", "node", "address", "pid", "state", "log")
     rows = [(s.task.label, s.task.node, s.task.address, s.pid, s.state, s.log) for s in cluster_.status()]
@@ -129,6 +129,7 @@ def server(inventory, job, index, threads) -> None:
     import json
     import os
 
+    from picluster import atomic
     from picluster.clusterspec import from_inventory, local_ipv4_addresses, resolve_tasks
     from picluster.inventory import load_inventory
     from picluster.paths import state_dir
@@ -144,9 +145,7 @@ def server(inventory, job, index, threads) -> None:
     # One file per node, replaced in place: restarting the task leaves no temporary files behind.
     spec = state_dir() / "server" / "cluster.json"
     spec.parent.mkdir(parents=True, exist_ok=True)
-    tmp = spec.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"layout": layout.to_json()}))
-    os.replace(tmp, spec)
-    argv = [sys.executable, "-m", "picluster.server", "--cluster-file", str(spec),
+    atomic.write_json(spec, {"layout": layout.to_json()})
+    argv = [sys.executable, "-m", "picluster.cluster.server", "--cluster-file", str(spec),
             "--job", task.job, "--task", str(task.index), "--threads", str(threads)]
     os.execv(sys.executable, argv)

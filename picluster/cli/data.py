@@ -35,7 +35,7 @@ def har(source: str, out: Path | None, inventory: Path | None, force: bool, subj
     """Prepare the HAR windows (train / validation / test by volunteer) and show their counts beside UCI's."""
     from rich.console import Console
 
-    from picluster.har.dataset import HAPT, cache_path, ensure_cache
+    from picluster.data.har.dataset import HAPT, cache_path, ensure_cache
 
     folder = har_dir(out, inventory)
     chosen = HAPT if source == HAPT else Path(source)
@@ -45,7 +45,7 @@ def har(source: str, out: Path | None, inventory: Path | None, force: bool, subj
         prepared, fresh = ensure_cache(folder, chosen, force=force)
     elapsed = time.perf_counter() - started
 
-    from picluster.har.summary import show_summary
+    from picluster.data.har.summary import show_summary
 
     show_summary(console, prepared, per_subject=subjects)
     verb = f"prepared in {elapsed:.1f} s" if fresh else "already prepared (use --force to redo)"
@@ -54,7 +54,7 @@ def har(source: str, out: Path | None, inventory: Path | None, force: bool, subj
 
 def har_dir(out: Path | None, inventory: Path | None) -> Path:
     """--out, else the inventory's shared data_dir/har, else the local data directory's har/."""
-    from picluster.har.dataset import har_dir as default_har_dir
+    from picluster.data.har.dataset import har_dir as default_har_dir
 
     if out is not None:
         return out

@@ -1,7 +1,6 @@
 """``picluster run montecarlo``: the distributed Monte-Carlo estimate of pi, timed like a benchmark."""
 
 import json
-import os
 import secrets
 import time
 from pathlib import Path
@@ -31,10 +30,10 @@ def run() -> None:
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("montecarlo-sweep.csv"), show_default=True, help="where --sweep writes its table")
 def montecarlo(inventory, samples, nodes, seed, as_json, live, sweep, nodes_list, csv_path) -> None:
     """Estimate pi by drawing points in the unit square on every worker."""
-    from picluster import report
-    from picluster.connect import attach
-    from picluster.live import JobDisplay
-    from picluster.montecarlo import MonteCarlo
+    from picluster.cluster.attach import attach, default_workers
+    from picluster.jobs.montecarlo import report, sweep as table
+    from picluster.jobs.montecarlo.estimate import MonteCarlo
+    from picluster.views.live import JobDisplay
 
     if nodes_list is not None and sweep is None:
         raise UsageError("--nodes-list goes with --sweep")
@@ -47,7 +46,7 @@ def montecarlo(inventory, samples, nodes, seed, as_json, live, sweep, nodes_list
     seed = secrets.randbits(62) if seed is None else seed
 
     if sweep is None:
-        want = nodes or _default_nodes(inventory)
+        want = nodes or default_workers(inventory)
         total_start = time.perf_counter()
         with attach(inventory, want) as cluster:
             build_start = time.perf_counter()
@@ -66,30 +65,12 @@ def montecarlo(inventory, samples, nodes, seed, as_json, live, sweep, nodes_list
             report.print_estimate(estimate, times, cluster.kind)
         return
 
-    counts = nodes_list or [nodes or _default_nodes(inventory)]
-    rows = []
+    counts = nodes_list or [nodes or default_workers(inventory)]
     with attach(inventory, max(counts)) as cluster:
-        for n in counts:
-            with MonteCarlo(cluster.layout, n) as job:
-                for size in sweep:
-                    rows.append(job.estimate(size, seed))
-    report.write_sweep_csv(rows, csv_path)
+        rows = table.run_sweep(cluster.layout, sweep, counts, seed)
+    table.write_sweep_csv(rows, csv_path)
     if as_json:
         click.echo(json.dumps([report.estimate_dict(e, {"compute_s": e.compute_s}, cluster.kind) for e in rows]))
     else:
-        report.print_sweep(rows)
+        table.print_sweep(rows)
         click.echo(f"wrote {csv_path}")
-
-
-def _default_nodes(inventory) -> int:
-    if inventory is not None:
-        from picluster.clusterspec import from_inventory
-        from picluster.inventory import load_inventory
-
-        return len(from_inventory(load_inventory(inventory)).workers)
-    from picluster.local import LocalCluster
-
-    running = LocalCluster.open()
-    if running is not None and running.is_up():
-        return len(running.layout.workers)
-    return os.cpu_count() or 1

@@ -15,7 +15,7 @@ from picluster.cli.options import inventory_option
 @click.option("--interval", type=click.FloatRange(0.2, 60), default=1.0, show_default=True, help="seconds between refreshes")
 def top(inventory, once, interval) -> None:
     """Per-node CPU, load, memory, temperature, network and TensorFlow task states."""
-    from picluster.monitor import Monitor
+    from picluster.monitor.poll import Monitor
     from picluster.views.nodes import nodes_table
 
     monitor = Monitor.for_cluster(inventory)

@@ -46,16 +46,16 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, **options) -> None:
     """Deep residual bidirectional LSTM on UCI HAR windows, between-graph replicated."""
     from dataclasses import replace
 
-    from picluster.har import har_dir
-    from picluster.live import JobDisplay
-    from picluster.train import job, progress
-    from picluster.train.config import TrainConfig
+    from picluster.data.har import har_dir
+    from picluster.views.live import JobDisplay
+    from picluster.jobs.har import coordinator, progress
+    from picluster.jobs.har.config import TrainConfig
 
     given = {k: v for k, v in options.items() if v is not None}
     if resume is not None:
         if run_dir is not None:
             raise UsageError("give --resume or --run-dir, not both")
-        config = job.resume_config(resume)
+        config = coordinator.resume_config(resume)
         if given:
             # The model and its data stream must stay as checkpointed; only the length may grow.
             if set(given) - {"epochs"}:
@@ -63,7 +63,7 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, **options) -> None:
             config = replace(config, **given)
         run = resume
         if inventory is None:
-            inventory = job.run_inventory(resume)
+            inventory = coordinator.run_inventory(resume)
     else:
         if inventory is not None:
             from picluster.inventory import load_inventory
@@ -74,13 +74,13 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, **options) -> None:
         config = TrainConfig(**given, data_dir=str(data_dir or har_dir()))
         run = None
     if inventory is None:
-        job.check_data(config)  # before a run directory or a server exists; nodes check their own copy
-    run = run or job.new_run_dir(run_dir)
+        coordinator.check_data(config)  # before a run directory or a server exists; nodes check their own copy
+    run = run or coordinator.new_run_dir(run_dir)
     display = JobDisplay("train har", "epochs", live=live and not as_json)
     printer = progress.Printer(config, run, quiet=as_json, console=display.console if display.live else None)
     follow = progress.Follower(config, display)
     with display:
-        result = job.train(config, run, inventory, on_epoch=lambda row: (printer.epoch(row), follow.epoch(row)),
+        result = coordinator.train(config, run, inventory, on_epoch=lambda row: (printer.epoch(row), follow.epoch(row)),
                            on_event=printer.event, on_progress=follow.live,
                            on_cluster=lambda cluster: setattr(display, "monitor", cluster.monitor))
     if as_json:

@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 
 from picluster.errors import ClusterError
-from picluster.lifetime import die_with_parent
+from picluster.cluster.lifetime import die_with_parent
 from picluster.lab import commands, keys, mockpi, procs, snapshot
 
 OVERLAID = ("/etc", "/var", "/home", "/srv", "/mnt", "/boot")

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import psutil
 
-from picluster import paths
+from picluster import atomic, paths
 from picluster.errors import ClusterError, UsageError
 from picluster.lab import commands, keys, links, naming, netns, procs, ssh
-from picluster.remote import connect
+from picluster.cluster.ssh import connect
 from picluster.lab.host import DATA_DIR, OVERLAID, SHARE_DIR, Host, HostOptions, User, untraversable_dirs
 from picluster.lab.snapshot import Change
 
@@ -168,9 +168,7 @@ class Lab:
             "hosts": [host.to_dict() for host in self.hosts],
         }
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.run_dir / "state.json.tmp"
-        tmp.write_text(json.dumps(state, indent=2))
-        tmp.replace(self.run_dir / "state.json")
+        atomic.write_json(self.run_dir / "state.json", state)
 
     @classmethod
     def load(cls, lab_id: str, root: Path | None = None) -> "Lab":

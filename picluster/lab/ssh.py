@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from picluster.remote import connect
+from picluster.cluster.ssh import connect
 
 
 def remote_hostname(

@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 
 from picluster.errors import ClusterError
-from picluster.remote import Remote
+from picluster.cluster.ssh import Remote
 from picluster.provision.result import Item, Status
 
 PI_OS_RELEASES = ("bookworm", "bullseye")

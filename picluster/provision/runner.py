@@ -14,7 +14,7 @@ import paramiko
 from picluster.errors import ClusterError, UsageError
 from picluster.inventory import Inventory, Node
 from picluster.provision import facts as facts_mod
-from picluster.remote import AuthFailed, Remote, SudoPasswordRequired, Unreachable, connect
+from picluster.cluster.ssh import AuthFailed, Remote, SudoPasswordRequired, Unreachable, connect
 from picluster.provision.result import Item, NodeReport, Status, StepResult
 from picluster.provision.steps import Context, Options, Shared, firewall, hostname, nfs, packages, raspi, runtime, ssh
 

@@ -6,7 +6,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from picluster.nodestats import NodeStats
+from picluster.monitor.scrape import NodeStats
 
 _BLOCKS = " ▁▂▃▄▅▆▇█"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from picluster.inventory import Inventory, Node
 from picluster.provision.facts import Facts
-from picluster.remote import Remote
+from picluster.cluster.ssh import Remote
 from picluster.provision.result import Item, Status
 
 NO_NFS = "no NFS support in this kernel"

@@ -18,7 +18,7 @@ from picluster.paths import state_dir
 
 
 def bind_shim() -> Path:
-    source = resources.files("picluster").joinpath("native/bindaddr.c").read_bytes()
+    source = resources.files("picluster.cluster").joinpath("native/bindaddr.c").read_bytes()
     digest = hashlib.sha256(source).hexdigest()[:12]
     target = state_dir() / "native" / f"libbindaddr-{digest}-{platform.machine()}.so"
     if target.exists():

@@ -5,7 +5,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from picluster.errors import UsageError
-from picluster.train.model import NORMS
+from picluster.jobs.har.model import NORMS
 
 MODES = ("sync", "async")
 SCHEDULES = ("constant", "cosine")

@@ -1,4 +1,4 @@
-"""One worker's client: ``python -m picluster.train.replica --run-dir D --task i``.
+"""One worker's client: ``python -m picluster.jobs.har.replica --run-dir D --task i``.
 
 Between-graph replication: every worker task runs this module beside its server, builds its
 own copy of the graph with the variables on the ps tasks, and trains on its own shard of the
@@ -19,11 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
+from picluster import atomic
 from picluster.errors import PiclusterError, UsageError
-from picluster.lifetime import die_with_parent
-from picluster.train import metrics
-from picluster.train.config import TrainConfig
-from picluster.train.model import STEPS, Shape, l2_penalty, logits
+from picluster.cluster.lifetime import die_with_parent
+from picluster.jobs.har import metrics
+from picluster.jobs.har.config import TrainConfig
+from picluster.jobs.har.model import STEPS, Shape, l2_penalty, logits
 
 PROBE_REPEATS = 3
 STOP_GRACE_S = 5.0
@@ -32,9 +33,9 @@ LIVE_EVERY_S = 1.0  # the chief's live.json: where in the epoch it is
 
 # -- data ---------------------------------------------------------------------------------------
 def load_data(config: TrainConfig):
-    from picluster.har import har_dir
-    from picluster.har.dataset import cache_path, load
-    from picluster.har.spec import CHANNELS, CLASSES
+    from picluster.data.har import har_dir
+    from picluster.data.har.dataset import cache_path, load
+    from picluster.data.har.spec import CHANNELS, CLASSES
 
     # Only what `picluster data har` prepared: building it here would hide a wrong --data-dir.
     folder = Path(config.data_dir) if config.data_dir else har_dir()
@@ -88,7 +89,7 @@ class Graph:
                 with tf.control_dependencies([self.step_before]):
                     x = tf.identity(self.x)
                 if config.standardise:
-                    from picluster.train.model import channel_moments, standardise
+                    from picluster.jobs.har.model import channel_moments, standardise
 
                     x = standardise(tf, x, *channel_moments(data.x_train))
                 out = logits(tf, x, self.shape, self.keep)
@@ -298,7 +299,7 @@ class Replica:
                 staleness.append(int(after) - int(before) - 1)  # other workers' updates between our read and our apply
             if self.chief and t2 - live_at >= LIVE_EVERY_S:
                 live_at = t2
-                metrics.write_json(self.run_dir / "live.json", {
+                atomic.write_json(self.run_dir / "live.json", {
                     "epoch": epoch, "epochs": cfg.epochs, "step": s + 1, "steps": steps, "global_step": int(after),
                     "train_acc": correct / max(seen, 1), "time": time.time()})
         return {
@@ -350,7 +351,7 @@ class WorkerStatus:
         self.path = run_dir / f"worker-{task}.json"
 
     def write(self, epoch: int, stats: dict, started: float) -> None:
-        metrics.write_json(self.path, {"epoch": epoch, "time": time.time(), "elapsed_s": time.time() - started, **stats})
+        atomic.write_json(self.path, {"epoch": epoch, "time": time.time(), "elapsed_s": time.time() - started, **stats})
 
 
 class Chief:
@@ -413,8 +414,8 @@ class Chief:
         if epoch % self.cfg.checkpoint_epochs == 0 or epoch == self.cfg.epochs:
             self.raw_save(self.g.saver, self.run_dir / "checkpoints" / "model.ckpt", step)
         self.last_epoch = epoch
-        metrics.write_json(self.state_path, self.state)
-        metrics.write_json(self.run_dir / "progress.json", {k: v for k, v in row.items()} | {"best_epoch": self.state["best"]["epoch"]})
+        atomic.write_json(self.state_path, self.state)
+        atomic.write_json(self.run_dir / "progress.json", {k: v for k, v in row.items()} | {"best_epoch": self.state["best"]["epoch"]})
         if self.cfg.target_val_accuracy and val["acc"] >= self.cfg.target_val_accuracy:
             self.stopped_early = True
             return True
@@ -462,7 +463,7 @@ class Chief:
             "epoch_s_mean": float(np.mean([float(r["epoch_s"]) for r in rows])) if rows else None,
             "config": json.loads(self.cfg.to_json()),
         }
-        metrics.write_json(self.run_dir / "result.json", result)
+        atomic.write_json(self.run_dir / "result.json", result)
         self.writer.close()
 
 
@@ -476,7 +477,7 @@ def _exit_on_stdin_eof() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m picluster.train.replica")
+    parser = argparse.ArgumentParser(prog="python -m picluster.jobs.har.replica")
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--task", required=True, type=int)
     parser.add_argument("--parent", type=int, help="exit when this pid (the coordinator) exits")
@@ -490,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         Replica(args.run_dir, args.task).run()
     except PiclusterError as exc:
-        print(f"picluster.train.replica: error: {exc}", file=sys.stderr)
+        print(f"picluster.jobs.har.replica: error: {exc}", file=sys.stderr)
         return exc.exit_code
     return 0
 

@@ -22,8 +22,9 @@ from pathlib import Path, PurePosixPath
 
 import paramiko
 
+from picluster import atomic
 from picluster.errors import ClusterError
-from picluster.lifetime import signal_group
+from picluster.cluster.lifetime import signal_group
 
 KILLED = -1  # exit "code" of a client that died by a signal we cannot name (sshd does not say)
 LOST = -255  # the SSH connection to the node is gone
@@ -53,7 +54,7 @@ class LocalClient:
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "picluster.train.replica", "--run-dir", str(run_dir),
+                [sys.executable, "-m", "picluster.jobs.har.replica", "--run-dir", str(run_dir),
                  "--task", str(task), "--parent", str(os.getpid())],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C reaches the coordinator, which stops clients in order
@@ -91,7 +92,7 @@ class LocalClient:
 
 class NodeClient:
     def __init__(self, inv, node, run_dir: Path, task: int, resume: bool) -> None:
-        from picluster.remotecluster import RUN_DIR, node_python, open_node
+        from picluster.cluster.nodes import RUN_DIR, node_python, open_node
 
         self.task = task
         self.node = node.name
@@ -119,7 +120,7 @@ class NodeClient:
                     self._put_tree(run_dir / tree)
             self.channel = self.remote.conn.transport.open_session(timeout=self.remote.open_timeout)
             self.channel.exec_command(
-                f"cd {home} && echo $$ && exec {node_python(inv)} -m picluster.train.replica --run-dir {home} "
+                f"cd {home} && echo $$ && exec {node_python(inv)} -m picluster.jobs.har.replica --run-dir {home} "
                 f"--task {task} --watch-stdin >>worker-{task}.log 2>&1"
             )
             self.pid = self._read_pid()
@@ -162,7 +163,7 @@ class NodeClient:
     def _signal(self, name: str) -> None:
         try:
             # The pid is the shell that exec'd the client; check it still is one before signalling.
-            self.remote.run(f"grep -q picluster.train.replica /proc/{self.pid}/cmdline 2>/dev/null && kill -{name} {self.pid}",
+            self.remote.run(f"grep -q picluster.jobs.har.replica /proc/{self.pid}/cmdline 2>/dev/null && kill -{name} {self.pid}",
                             check=False, timeout=10)
         except ClusterError:
             pass  # the node is gone, and with it the client
@@ -261,9 +262,7 @@ class NodeClient:
                 return None
             raise
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".part")
-        tmp.write_bytes(data)
-        os.replace(tmp, target)
+        atomic.write_bytes(target, data)
         return data
 
     def _get_tree(self, relative: PurePosixPath) -> None:

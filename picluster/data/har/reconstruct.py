@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from picluster.har.spec import RATE_HZ, STEP, WINDOW
-from picluster.har.windows import Windows
+from picluster.data.har.spec import RATE_HZ, STEP, WINDOW
+from picluster.data.har.windows import Windows
 
 MEDIAN_LENGTH = 3
 NOISE_ORDER, NOISE_CUTOFF_HZ = 3, 20.0

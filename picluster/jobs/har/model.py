@@ -36,7 +36,7 @@ validation volunteers; "test" is that model's test accuracy (seed spread about +
 
 from dataclasses import dataclass
 
-from picluster.har.spec import CHANNELS, CLASSES
+from picluster.data.har.spec import CHANNELS, CLASSES
 
 STEPS = 128
 FORGET_BIAS = 1.0

@@ -1,4 +1,4 @@
-"""One TensorFlow task: ``python -m picluster.server --cluster-file F --job worker --task 0``.
+"""One TensorFlow task: ``python -m picluster.cluster.server --cluster-file F --job worker --task 0``.
 
 The process re-executes itself once with the bind shim preloaded, starts a
 ``tf.distribute.Server``, checks that it listens only on its own address,
@@ -11,13 +11,14 @@ import os
 import sys
 from pathlib import Path
 
-from picluster.lifetime import die_with_parent
+from picluster import atomic
+from picluster.cluster.lifetime import die_with_parent
 
 _SHIM_MARK = "PICLUSTER_SHIM_LOADED"
 
 
 def _reexec_with_shim(host: str, port: int) -> None:
-    from picluster.native import bind_shim
+    from picluster.cluster.shim import bind_shim
 
     env = dict(os.environ)
     preload = [str(bind_shim())] + [p for p in env.get("LD_PRELOAD", "").split(":") if p]
@@ -27,7 +28,7 @@ def _reexec_with_shim(host: str, port: int) -> None:
         PICLUSTER_BIND_PORT=str(port),
         **{_SHIM_MARK: "1"},
     )
-    os.execve(sys.executable, [sys.executable, "-m", "picluster.server", *sys.argv[1:]], env)
+    os.execve(sys.executable, [sys.executable, "-m", "picluster.cluster.server", *sys.argv[1:]], env)
 
 
 def _listening_hosts(port: int) -> set[str]:
@@ -41,7 +42,7 @@ def _listening_hosts(port: int) -> set[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m picluster.server")
+    parser = argparse.ArgumentParser(prog="python -m picluster.cluster.server")
     parser.add_argument("--cluster-file", required=True, type=Path, help="JSON: {'layout': [...]} ")
     parser.add_argument("--job", required=True, choices=["ps", "worker"])
     parser.add_argument("--task", required=True, type=int)
@@ -83,13 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     hosts = _listening_hosts(me.port)
     allowed = {me.host, f"::ffff:{me.host}"}
     if not hosts or not hosts <= allowed:
-        print(f"picluster.server: refusing to serve: listening on {sorted(hosts)}, expected {me.host} only", file=sys.stderr)
+        print(f"picluster.cluster.server: refusing to serve: listening on {sorted(hosts)}, expected {me.host} only", file=sys.stderr)
         return 3
-    print(f"picluster.server: {me.label} serving {server.target} (pid {os.getpid()})", flush=True)
+    print(f"picluster.cluster.server: {me.label} serving {server.target} (pid {os.getpid()})", flush=True)
     if args.ready_file:
-        tmp = args.ready_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"pid": os.getpid(), "target": server.target}))
-        os.replace(tmp, args.ready_file)
+        atomic.write_json(args.ready_file, {"pid": os.getpid(), "target": server.target})
     server.join()
     return 0
 

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from picluster.har.spec import CHANNELS, WINDOW
+from picluster.data.har.spec import CHANNELS, WINDOW
 
 
 @dataclass(frozen=True)

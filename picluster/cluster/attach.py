@@ -1,5 +1,6 @@
 """Which cluster a job runs on: the inventory's, the running local one, or a temporary local one."""
 
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -10,8 +11,9 @@ from picluster import nodeset
 from picluster.clusterspec import Layout, from_inventory
 from picluster.errors import ClusterError, UsageError
 from picluster.inventory import Inventory, load_inventory
-from picluster.local import MAX_TASKS, LocalCluster, unanswered
-from picluster.monitor import Monitor
+from picluster.cluster.local import MAX_TASKS, LocalCluster
+from picluster.cluster.probe import unanswered
+from picluster.monitor.poll import Monitor
 
 
 @dataclass
@@ -65,3 +67,14 @@ def _check_answering(tasks) -> None:
         nodes = nodeset.fold(t.node for t in silent)
         labels = ", ".join(t.label for t in silent)
         raise ClusterError(f"{nodes}: TensorFlow server not answering ({labels}); start it with 'picluster cluster up'")
+
+
+def default_workers(inventory: Path | None) -> int:
+    """Workers a job uses when not told: all of the inventory's or the running local cluster's,
+    else one per core of this machine (for a temporary local cluster)."""
+    if inventory is not None:
+        return len(from_inventory(load_inventory(inventory)).workers)
+    running = LocalCluster.open()
+    if running is not None and running.is_up():
+        return len(running.layout.workers)
+    return os.cpu_count() or 1

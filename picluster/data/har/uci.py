@@ -13,8 +13,8 @@ from typing import NoReturn
 import numpy as np
 
 from picluster.errors import UsageError
-from picluster.har.spec import CHANNELS, CLASSES, SUBJECTS, WINDOW
-from picluster.har.windows import Windows
+from picluster.data.har.spec import CHANNELS, CLASSES, SUBJECTS, WINDOW
+from picluster.data.har.windows import Windows
 
 SPLITS = ("train", "test")
 ROOT_NAME = "UCI HAR Dataset"

@@ -5,7 +5,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from picluster.har.spec import CLASSES
+from picluster.data.har.spec import CLASSES
 
 
 class Printer:

@@ -1,8 +1,8 @@
 """The coordinator: attach a cluster, start one client per worker task, follow the chief, clean up.
 
-The clients (``python -m picluster.train.replica``) are driven only by files in the run
+The clients (``python -m picluster.jobs.har.replica``) are driven only by files in the run
 directory: local processes, or processes on the worker nodes over SSH whose chief's files are
-mirrored back (picluster.train.clients).  Progress comes from the files the chief writes.  A
+mirrored back (picluster.jobs.har.clients).  Progress comes from the files the chief writes.  A
 failed client, Ctrl-C or SIGTERM stops every client and (through ``attach``) any temporary
 servers; no client outlives the coordinator (PDEATHSIG locally, a closed stdin on nodes).
 """
@@ -14,12 +14,13 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
+from picluster import atomic
 from picluster.errors import ClusterError, UsageError
-from picluster.lifetime import last_line
-from picluster.local import unanswered
+from picluster.cluster.lifetime import last_line
+from picluster.cluster.probe import unanswered
 from picluster.paths import state_dir
-from picluster.train import clients, metrics
-from picluster.train.config import TrainConfig
+from picluster.jobs.har import clients, metrics
+from picluster.jobs.har.config import TrainConfig
 
 POLL_S = 0.2
 REMOTE_POLL_S = 1.0  # each poll of a node's chief is an SSH round trip
@@ -37,7 +38,7 @@ def new_run_dir(run_dir: Path | None) -> Path:
 
 def check_data(config: TrainConfig) -> None:
     """Fail before any server starts: a missing or misshapen data set is the user's to fix."""
-    from picluster.train.replica import load_data
+    from picluster.jobs.har.replica import load_data
 
     load_data(config)
 
@@ -63,7 +64,7 @@ def train(config: TrainConfig, run_dir: Path, inventory: Path | None = None,
             return _follow(run_dir, config, running, on_epoch, on_event, on_progress)
         finally:
             clients.stop(running)
-    from picluster.connect import attach
+    from picluster.cluster.attach import attach
 
     with attach(inventory, workers=config.workers, ps=config.ps) as cluster:
         on_cluster(cluster)
@@ -72,7 +73,7 @@ def train(config: TrainConfig, run_dir: Path, inventory: Path | None = None,
         used += [t for t in layout.tasks if t.job == "worker" and t.index < config.workers]
         # Only the tasks we use go in our ClusterSpec: spare ones must not be waited for.
         rows = [r for r in layout.to_json() if any(r["job"] == t.job and r["index"] == t.index for t in used)]
-        metrics.write_json(run_dir / "layout.json", {"layout": rows, "cluster": cluster.kind, "launch": secrets.token_hex(4),
+        atomic.write_json(run_dir / "layout.json", {"layout": rows, "cluster": cluster.kind, "launch": secrets.token_hex(4),
                                                      "inventory": str(inventory.resolve()) if inventory else None})
         on_event(f"cluster: {cluster.kind}, {config.ps} ps + {config.workers} workers"
                  + (f" (started in {cluster.start_s:.1f} s)" if cluster.start_s else ""))
@@ -138,12 +139,12 @@ def _follow(run_dir: Path, config: TrainConfig, running: list, on_epoch, on_even
         time.sleep(poll_s)
     result = json.loads((run_dir / "result.json").read_text())
     result["lost_workers"] = sorted(lost)
-    metrics.write_json(run_dir / "result.json", result)
+    atomic.write_json(run_dir / "result.json", result)
     return result
 
 
 def _message(log: Path) -> str:
-    return last_line(log).removeprefix("picluster.train.replica: error: ")
+    return last_line(log).removeprefix("picluster.jobs.har.replica: error: ")
 
 
 def _changed(path: Path, stamps: dict) -> bool:

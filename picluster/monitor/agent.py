@@ -1,6 +1,6 @@
 """The node agent: this node's CPU, load, memory, temperature and network, in Prometheus text format.
 
-``python -m picluster.agent --addr 10.0.0.11 --port 9100`` serves ``/metrics`` on the cluster
+``python -m picluster.monitor.agent --addr 10.0.0.11 --port 9100`` serves ``/metrics`` on the cluster
 address only, so an existing Prometheus or Grafana can scrape the same endpoint that
 ``picluster top`` reads.  A sampler thread measures once a second; a scrape only reads the
 last sample, so scraping often costs nothing extra.
@@ -17,6 +17,8 @@ from pathlib import Path
 import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import CollectorRegistry
+
+from picluster import atomic
 
 THERMAL = Path("/sys/class/thermal")
 VCGENCMD = shutil.which("vcgencmd")  # looked up once, not on every sample
@@ -133,7 +135,7 @@ def registry_for(node: str, period: float = 1.0) -> tuple[CollectorRegistry, Nod
 def main(argv: list[str] | None = None) -> int:
     from prometheus_client import start_http_server
 
-    parser = argparse.ArgumentParser(prog="python -m picluster.agent")
+    parser = argparse.ArgumentParser(prog="python -m picluster.monitor.agent")
     parser.add_argument("--addr", required=True, help="address to listen on: the node's cluster address")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--node", required=True, help="node name for the labels")
@@ -141,15 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent", type=int, help="exit when this pid (the coordinator) exits")
     args = parser.parse_args(argv)
     if args.parent:
-        from picluster.lifetime import die_with_parent
+        from picluster.cluster.lifetime import die_with_parent
 
         die_with_parent(args.parent)
     registry, _ = registry_for(args.node)
     server, thread = start_http_server(args.port, addr=args.addr, registry=registry)
     if args.ready_file:
-        tmp = args.ready_file.with_suffix(".tmp")
-        tmp.write_text(str(server.server_port))
-        tmp.replace(args.ready_file)
+        atomic.write_text(args.ready_file, str(server.server_port))
     thread.join()
     return 0
 

@@ -15,7 +15,7 @@ from picluster import nodeset
 from picluster.clusterspec import Layout, Task, from_inventory
 from picluster.errors import ClusterError
 from picluster.inventory import Inventory, Node
-from picluster.local import answers
+from picluster.cluster.probe import answers, wait_answering
 
 RUN_DIR = ".local/state/picluster/node"  # under the node user's home
 FANOUT = 16
@@ -37,7 +37,7 @@ def node_python(inv: Inventory) -> str:
 
 def open_node(inv: Inventory, node: Node, timeout: float = 10.0):
     """An open ``Remote`` to ``node`` as the inventory's user."""
-    from picluster.remote import Remote, connect
+    from picluster.cluster.ssh import Remote, connect
 
     conn = connect(node.address, inv.user, inv.ssh_key, None, timeout)
     remote = Remote(conn, inv.user, timeout=60.0, open_timeout=timeout)
@@ -55,12 +55,12 @@ def _start_command(inv: Inventory, node: Node, tasks: list[Task], layout: Layout
         # Start only what is not running: the pid file names a live picluster server of this task.
         lines.append(
             f"if ! {{ [ -f {name}.pid ] && kill -0 $(cat {name}.pid) 2>/dev/null && "
-            f"grep -q picluster.server /proc/$(cat {name}.pid)/cmdline; }}; then "
-            f"rm -f {name}.ready; setsid nohup {py} -m picluster.server --cluster-file {run}/cluster.json "
+            f"grep -q picluster.cluster.server /proc/$(cat {name}.pid)/cmdline; }}; then "
+            f"rm -f {name}.ready; setsid nohup {py} -m picluster.cluster.server --cluster-file {run}/cluster.json "
             f"--job {task.job} --task {task.index} --ready-file {run}/{name}.ready >{name}.log 2>&1 </dev/null & "
             f"echo $! > {name}.pid; echo started {task.label}; fi"
         )
-    agent = (f"{py} -m picluster.agent --addr {node.address} --port {inv.agent_port} --node {shlex.quote(node.name)} "
+    agent = (f"{py} -m picluster.monitor.agent --addr {node.address} --port {inv.agent_port} --node {shlex.quote(node.name)} "
              f"--ready-file {run}/agent.ready")
     lines.append(
         "if ! { [ -f agent.pid ] && kill -0 $(cat agent.pid) 2>/dev/null; }; then "
@@ -105,20 +105,8 @@ def up(inv: Inventory, timeout: float = 120.0) -> list[NodeOutcome]:
 
     outcomes = _fan_out(inv, nodes, start)
     _raise_failures(outcomes, "cluster up")
-    wait_answering(layout, timeout)
+    wait_answering(layout.tasks, timeout)
     return outcomes
-
-
-def wait_answering(layout: Layout, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    pending = list(layout.tasks)
-    while pending:
-        pending = [t for t in pending if not answers(t.host, t.port)]
-        if pending and time.monotonic() > deadline:
-            labels = ", ".join(t.label for t in pending)
-            raise ClusterError(f"{nodeset.fold(t.node for t in pending)}: not answering after {timeout:.0f} s ({labels})")
-        if pending:
-            time.sleep(0.2)
 
 
 def status(inv: Inventory) -> list[tuple[Task, str]]:

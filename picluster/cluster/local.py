@@ -19,9 +19,11 @@ from pathlib import Path
 
 import psutil
 
+from picluster import atomic
 from picluster.clusterspec import Layout, Task, local_layout
 from picluster.errors import ClusterError, UsageError
-from picluster.lifetime import last_line, signal_group
+from picluster.cluster.lifetime import last_line, signal_group
+from picluster.cluster.probe import answers
 from picluster.paths import state_dir
 
 HOST = "127.0.0.1"
@@ -102,7 +104,7 @@ class LocalCluster:
         ready = self._ready(task)
         ready.unlink(missing_ok=True)
         cmd = [
-            sys.executable, "-m", "picluster.server",
+            sys.executable, "-m", "picluster.cluster.server",
             "--cluster-file", str(self.run_dir / _STATE),
             "--job", task.job, "--task", str(task.index),
             "--threads", str(threads),
@@ -128,7 +130,7 @@ class LocalCluster:
         if port is None:  # a restart: the tasks hold their ports by now
             (port,) = _choose_ports(1, None)
         self.agent_port = port
-        cmd = [sys.executable, "-m", "picluster.agent", "--addr", HOST, "--port", str(port),
+        cmd = [sys.executable, "-m", "picluster.monitor.agent", "--addr", HOST, "--port", str(port),
                "--node", "localhost", "--ready-file", str(self.run_dir / "agent.ready")]
         if self.temporary:
             cmd += ["--parent", str(os.getpid())]
@@ -139,7 +141,7 @@ class LocalCluster:
         self._children[proc.pid] = proc
 
     def agent_state(self) -> str:
-        if self._live_pid_of(AGENT, "picluster.agent") is None:
+        if self._live_pid_of(AGENT, "picluster.monitor.agent") is None:
             return "down"
         return "up" if (self.run_dir / "agent.ready").exists() and answers(HOST, self.agent_port) else "starting"
 
@@ -207,7 +209,7 @@ class LocalCluster:
         return "starting"
 
     def _live_pid(self, task: Task) -> int | None:
-        return self._live_pid_of(task.label, "picluster.server")
+        return self._live_pid_of(task.label, "picluster.cluster.server")
 
     def _live_pid_of(self, label: str, module: str) -> int | None:
         pid = self.pids.get(label)
@@ -233,7 +235,7 @@ class LocalCluster:
     # -- stopping ---------------------------------------------------------------------------
     def stop(self, grace: float = 5.0) -> None:
         live = [(t.label, self._live_pid(t)) for t in self.layout.tasks]
-        live.append((AGENT, self._live_pid_of(AGENT, "picluster.agent")))
+        live.append((AGENT, self._live_pid_of(AGENT, "picluster.monitor.agent")))
         live = [(label, pid) for label, pid in live if pid]
         for _, pid in live:
             signal_group(pid, signal.SIGTERM)
@@ -267,9 +269,7 @@ class LocalCluster:
     def _save(self) -> None:
         data = {"layout": self.layout.to_json(), "pids": self.pids, "temporary": self.temporary,
                 "agent_port": self.agent_port}
-        tmp = self.run_dir / (_STATE + ".tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        os.replace(tmp, self.run_dir / _STATE)
+        atomic.write_json(self.run_dir / _STATE, data)
 
 
 def _choose_ports(count: int, base: int | None) -> list[int]:
@@ -302,24 +302,3 @@ def _check_free(port: int) -> None:
                 s.bind((addr, port))
             except OSError:
                 raise UsageError(f"port {port} on {HOST} is already in use; choose another with --port or stop its owner") from None
-
-
-def answers(host: str, port: int, timeout: float = 0.5) -> bool:
-    """Whether something accepts TCP connections there (a task's server, an agent)."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def unanswered(tasks, tries: int = 1, timeout: float = 2.0, pause: float = 0.5) -> list:
-    """The tasks whose server accepted no connection in ``tries`` attempts (a busy one may be slow)."""
-    pending = list(tasks)
-    for attempt in range(tries):
-        if attempt:
-            time.sleep(pause)
-        pending = [t for t in pending if not answers(t.host, t.port, timeout)]
-        if not pending:
-            break
-    return pending

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
+from picluster import atomic
 from picluster.errors import UsageError
-from picluster.har.spec import CHANNELS, CLASSES, SUBJECTS, TEST_SUBJECTS, VALIDATION_SUBJECTS, WINDOW
-from picluster.har.windows import Windows
+from picluster.data.har.spec import CHANNELS, CLASSES, SUBJECTS, TEST_SUBJECTS, VALIDATION_SUBJECTS, WINDOW
+from picluster.data.har.windows import Windows
 
 HAR_SUBDIR = "har"
 CACHE_NAME = "har.npz"
@@ -78,12 +79,12 @@ def from_train_test(train: Windows, test: Windows, source: str) -> HarData:
 def prepare(source: str | Path = HAPT) -> HarData:
     """Build the data set from "hapt" (the offline package) or a UCI HAR zip or folder."""
     if str(source) == HAPT:
-        from picluster.har import hapt, reconstruct
+        from picluster.data.har import hapt, reconstruct
 
         windows = reconstruct.reconstruct(hapt.read_recordings())
         train, test = windows.without_subjects(TEST_SUBJECTS), windows.of_subjects(TEST_SUBJECTS)
         return from_train_test(train, test, _hapt_fingerprint())
-    from picluster.har import uci
+    from picluster.data.har import uci
 
     train, test, fingerprint = uci.read_uci(Path(source))
     return from_train_test(train, test, fingerprint)
@@ -93,7 +94,7 @@ def source_fingerprint(source: str | Path) -> str:
     """What prepare(source) would record, without preparing (for reusing a cache)."""
     if str(source) == HAPT:
         return _hapt_fingerprint()
-    from picluster.har import uci
+    from picluster.data.har import uci
 
     opened = uci.open_source(Path(source))
     try:
@@ -104,7 +105,7 @@ def source_fingerprint(source: str | Path) -> str:
 
 def _hapt_fingerprint() -> str:
     # Names the filter choices too: changing them must not reuse windows made with the old ones.
-    from picluster.har import hapt, reconstruct
+    from picluster.data.har import hapt, reconstruct
 
     return f"hapt:{hapt.DISTRIBUTION}:median={reconstruct.MEDIAN_LENGTH}:gravity_order={reconstruct.GRAVITY_ORDER}"
 
@@ -112,22 +113,11 @@ def _hapt_fingerprint() -> str:
 def save(data: HarData, path: Path) -> None:
     arrays = {f"{k}_{s}": getattr(data, f"{k}_{s}") for s in SPLITS for k in ("x", "y", "subject")}
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        # mkstemp makes it private; a prepared data set on the share is read by every node's user.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "wb") as out:
-            np.savez_compressed(
-                out, **arrays, format=np.int64(FORMAT), source=np.str_(data.source), checksum=np.str_(data.checksum)
-            )
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # A prepared data set on the share is read by every node's user: the umask's mode, not 0600.
+    with atomic.replacing(path, binary=True) as out:
+        np.savez_compressed(
+            out, **arrays, format=np.int64(FORMAT), source=np.str_(data.source), checksum=np.str_(data.checksum)
+        )
 
 
 def load(path: Path) -> HarData:

@@ -4,7 +4,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from picluster.nodestats import NodeStats, rates, scrape
+from picluster.monitor.scrape import NodeStats, rates, scrape
 from picluster.views.nodes import NodeRow
 
 
@@ -29,7 +29,7 @@ class Monitor:
             from picluster.inventory import load_inventory
 
             return cls.for_inventory(load_inventory(inventory))
-        from picluster.local import LocalCluster
+        from picluster.cluster.local import LocalCluster
 
         cluster = LocalCluster.open()
         if cluster is None:
@@ -38,13 +38,13 @@ class Monitor:
 
     @classmethod
     def for_inventory(cls, inv) -> "Monitor":
-        from picluster import remotecluster
+        from picluster.cluster import nodes
 
         targets = [Target(n.name, inv.roles_of(n.name), n.address, inv.agent_port) for n in inv.nodes]
 
         def states():
             out: dict[str, dict[str, str]] = {}
-            for task, state in remotecluster.status(inv):
+            for task, state in nodes.status(inv):
                 out.setdefault(task.node, {})[task.label] = state
             return out
         return cls(targets, f"{inv.name}: {len(inv.nodes)} nodes", states)

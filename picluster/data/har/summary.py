@@ -5,8 +5,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from picluster.har.dataset import SPLITS, HarData
-from picluster.har.spec import CLASSES, SUBJECTS, UCI_CLASS_COUNTS, UCI_SUBJECT_COUNTS
+from picluster.data.har.dataset import SPLITS, HarData
+from picluster.data.har.spec import CLASSES, SUBJECTS, UCI_CLASS_COUNTS, UCI_SUBJECT_COUNTS
 
 
 def _delta(ours: int, theirs: int) -> str:

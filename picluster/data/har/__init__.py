@@ -5,7 +5,7 @@ returns x/y/subject arrays for the train, validation and test splits, whichever 
 them (see dataset.py).
 """
 
-from picluster.har.dataset import HarData, har_dir, load_har
-from picluster.har.spec import CHANNELS, CLASSES
+from picluster.data.har.dataset import HarData, har_dir, load_har
+from picluster.data.har.spec import CHANNELS, CLASSES
 
 __all__ = ["CHANNELS", "CLASSES", "HarData", "har_dir", "load_har"]

@@ -55,13 +55,6 @@ def read_rows(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def write_json(path: Path, data: dict) -> None:
-    # Readers (the coordinator, maybe on another machine) see the old file or the new one.
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
-
-
 def _fmt(v):
     if isinstance(v, float):
         return f"{v:.3f}" if v > 1e6 else f"{v:.6g}"  # unix times keep their milliseconds

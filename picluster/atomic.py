@@ -1,0 +1,50 @@
+"""Files replaced whole: a reader sees the old file or the new one, never a part of either.
+
+Readers are often other processes, and sometimes other machines (the coordinator mirrors a
+node's files over SFTP; every node reads the share over NFS), so every file picluster rewrites
+goes through here: written beside its target, flushed to disk, then renamed over it.  An
+interrupted or failed write leaves the old file and no temporary one.
+"""
+
+import json
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+
+@contextmanager
+def replacing(path: Path, binary: bool = False, mode: int = 0o666, newline: str | None = None) -> Iterator[IO[Any]]:
+    """Yield a file to write; on a clean exit it replaces ``path``.
+
+    ``mode`` is filtered by the umask, as for any new file: a data set on the share must stay
+    readable by every node's user, a key or a state file can ask for 0o600.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.part")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "wb" if binary else "w", newline=newline) as out:
+            yield out
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_bytes(path: Path, data: bytes, mode: int = 0o666) -> None:
+    with replacing(path, binary=True, mode=mode) as out:
+        out.write(data)
+
+
+def write_text(path: Path, text: str, mode: int = 0o666) -> None:
+    with replacing(path, mode=mode) as out:
+        out.write(text)
+
+
+def write_json(path: Path, data: Any, mode: int = 0o666) -> None:
+    write_text(path, json.dumps(data, indent=1), mode)

@@ -1,0 +1,11 @@
+"""The cluster runtime: TensorFlow ps/worker servers and the node agents, wherever they run.
+
+attach.py    which cluster a job attaches to: the inventory's, the running local one, or a temporary one
+local.py     the embedded local cluster: servers as processes on 127.0.0.1
+nodes.py     servers and agents on inventory nodes, started over SSH
+ssh.py       one node over SSH (Fabric): commands, sudo, idempotent file writes
+server.py    one TensorFlow task (python -m picluster.cluster.server)
+probe.py     readiness: does a task's port answer
+lifetime.py  child processes that die with their coordinator, group signals, log tails
+shim.py      builds native/bindaddr.c, the LD_PRELOAD shim that keeps servers on their address
+"""
