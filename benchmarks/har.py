@@ -48,7 +48,7 @@ def run_case(name: str, extra: list[str], args, tmp: Path) -> dict:
     result = json.loads(done.stdout)
     with open(run_dir / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
-    mean = lambda key: sum(float(r[key]) for r in rows) / len(rows)  # noqa: E731
+    mean = lambda key: sum(float(r[key]) for r in rows) / len(rows)
     def first(target):
         hits = [r for r in rows if float(r["val_acc"]) >= target]
         return (round(float(hits[0]["time"]) - start, 1), int(hits[0]["epoch"])) if hits else None
@@ -88,9 +88,9 @@ def cells() -> None:
             with tf.Graph().as_default():
                 x = tf.compat.v1.placeholder(tf.float32, [None, 128, 9])
                 y = tf.compat.v1.placeholder(tf.int64, [None])
-                out = logits(tf, x, shape, 0.85, cell)
+                out = logits(x, shape, 0.85, cell)
                 loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=out))
-                loss += 0.005 * l2_penalty(tf, tf.compat.v1.trainable_variables())
+                loss += 0.005 * l2_penalty(tf.compat.v1.trainable_variables())
                 step = tf.compat.v1.train.AdamOptimizer(1e-3).minimize(loss)
                 with tf.compat.v1.Session() as session:
                     session.run(tf.compat.v1.global_variables_initializer())

@@ -30,12 +30,13 @@ def per_volunteer(run: Path) -> None:
     import tensorflow as tf
 
     from picluster.jobs.har.config import TrainConfig
-    from picluster.jobs.har.replica import Graph, load_data
+    from picluster.jobs.har.data import load_data
+    from picluster.jobs.har.graph import Graph
 
     tf.compat.v1.disable_eager_execution()
     cfg = TrainConfig.load(run / "config.json")
     data = load_data(cfg)
-    g = Graph(tf, cfg, 0, data)
+    g = Graph(cfg, 0, data)
     with g.graph.as_default(), tf.compat.v1.Session() as session:
         g.best_saver.restore(session, tf.train.latest_checkpoint(str(run / "best")))
         x, y, who = data.x_test, data.y_test, data.subject_test

@@ -23,11 +23,11 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from picluster.cluster.nodes import RUN_DIR  # noqa: E402
 from picluster.clusterspec import from_inventory  # noqa: E402
 from picluster.inventory import load_inventory  # noqa: E402
-from picluster.lab import Lab  # noqa: E402
 from picluster.jobs.montecarlo.estimate import MonteCarlo  # noqa: E402
-from picluster.cluster.nodes import RUN_DIR  # noqa: E402
+from picluster.lab import Lab  # noqa: E402
 
 THESIS = {  # Table 5, seconds on 16 Raspberry Pi 3 B+; None = out of memory
     10**7: {1: 1.495, 2: 1.180, 4: 1.320, 8: 1.961},

@@ -230,7 +230,9 @@ def _nodes(data, cluster, fail) -> list[Node]:
             raise fail(f"cluster.nodes has {len(names)} names but cluster.addresses has {len(addresses)} addresses")
         pairs = list(zip(names, addresses))
 
-    nodes, seen_names, seen_addrs = [], {}, {}
+    nodes: list[Node] = []
+    seen_names: dict[str, bool] = {}
+    seen_addrs: dict[str, str] = {}
     for name, address in pairs:
         if len(name) > 253 or not all(_LABEL.match(label) for label in name.split(".")):
             raise fail(f"node name {name!r} is not a valid hostname (RFC 1123: letters, digits, '-', not at the ends)")

@@ -30,7 +30,9 @@ def expand(pattern: str) -> list[str]:
 
 
 def _split_top_level(pattern: str) -> list[str]:
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in pattern:
         if ch == "[":
             depth += 1

@@ -1,9 +1,10 @@
 """`picluster data har`: where the cache goes, what is shown, and exit code 2 on bad input."""
 
 import pytest
-from har_synthetic import replace_line, uci_files, write_zip
 
 from picluster.cli import main
+
+from har_synthetic import replace_line, uci_files, write_zip
 
 
 @pytest.fixture(autouse=True)

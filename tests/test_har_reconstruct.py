@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-from har_synthetic import hapt_pickle, recording_columns, write_gz
 
 from picluster.data.har import hapt
 from picluster.data.har.dataset import from_train_test
@@ -16,6 +15,8 @@ from picluster.data.har.reconstruct import (
     recording_windows,
 )
 from picluster.data.har.spec import TEST_SUBJECTS, VALIDATION_SUBJECTS
+
+from har_synthetic import hapt_pickle, recording_columns, write_gz
 
 RATE = 50
 t = np.arange(2000) / RATE

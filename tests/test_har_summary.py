@@ -1,14 +1,13 @@
 """The summary tables, rendered to a fixed-width console."""
 
-import io
-
 import numpy as np
-from rich.console import Console
 
 from picluster.data.har.dataset import from_train_test
 from picluster.data.har.spec import CLASSES
 from picluster.data.har.summary import show_summary
 from picluster.data.har.windows import Windows
+
+from render import console, text
 
 
 def _windows(labels_subjects):
@@ -18,9 +17,9 @@ def _windows(labels_subjects):
 
 
 def _render(data, width=80, **kwargs) -> list[str]:
-    out = io.StringIO()
-    show_summary(Console(file=out, width=width, color_system=None, legacy_windows=False), data, **kwargs)
-    return [" ".join(line.split()) for line in out.getvalue().splitlines()]
+    out = console(width)
+    show_summary(out, data, **kwargs)
+    return [" ".join(line.split()) for line in text(out).splitlines()]
 
 
 def _data():

@@ -2,10 +2,11 @@
 
 import numpy as np
 import pytest
-from har_synthetic import ROOT, replace_line, uci_files, write_folder, write_zip
 
-from picluster.errors import UsageError
 from picluster.data.har.uci import read_uci
+from picluster.errors import UsageError
+
+from har_synthetic import ROOT, replace_line, uci_files, write_folder, write_zip
 
 SIGNAL = "train/Inertial Signals/body_gyro_y_train.txt"
 

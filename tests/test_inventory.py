@@ -86,3 +86,20 @@ def test_unreadable_and_invalid_toml(tmp_path):
         load_inventory(write(tmp_path, "[cluster\nname="))
     with pytest.raises(UsageError, match=r"missing \[cluster\]"):
         load_inventory(write(tmp_path, "[roles]\n"))
+
+
+def test_the_shipped_example_is_the_readmes_and_describes_a_16_pi_cluster():
+    """examples/picluster.toml is what the README shows; both must stay a valid inventory."""
+    from picluster.clusterspec import from_inventory
+
+    from conftest import ROOT
+
+    example = ROOT / "examples" / "picluster.toml"
+    readme = (ROOT / "README.md").read_text()
+    assert f"```toml\n{example.read_text()}```" in readme
+    inv = load_inventory(example)
+    assert [n.name for n in inv.nodes][:2] == ["node01", "node02"] and len(inv.nodes) == 16
+    assert inv.node("node16").address == "192.168.1.31"
+    layout = from_inventory(inv)
+    assert [t.label for t in layout.ps] == ["ps:0"] and len(layout.workers) == 15
+    assert layout.workers[0].address == "192.168.1.17:2222"

@@ -18,7 +18,7 @@ import pytest
 
 from picluster.errors import ClusterError, UsageError
 from picluster.lab import Host, HostOptions, Lab, commands, keys, links, naming, netns, procs, snapshot
-from picluster.lab.lab import known_ids, reap_orphans, state_root, teardown
+from picluster.lab.registry import known_ids, reap_orphans, state_root, teardown
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -125,9 +125,19 @@ def test_lab_rejects_bad_arguments_before_touching_anything():
     assert links.qdisc_args("100mbit", "0.3ms", None) == ["netem", "delay", "0.3ms", "rate", "100mbit"]
 
 
-def test_a_lab_that_never_came_up_tears_down_nothing():
-    # Lab(lab_id=X).down() must not destroy another process's lab X.
-    Lab(nodes=1, lab_id="zz9").down()
+def test_a_lab_that_never_came_up_tears_down_nothing(tmp_path):
+    """Lab(lab_id=X).down() must not destroy another process's lab X: its state and its namespace."""
+    others = tmp_path / "labs"
+    (others / "zz9").mkdir(parents=True)
+    (others / "zz9" / "state.json").write_text("{}")
+    namespace = naming.netns("zz9", "node01")
+    netns.create_netns(namespace)
+    try:
+        Lab(nodes=1, lab_id="zz9", root=others).down()
+        assert (others / "zz9" / "state.json").exists()
+        assert namespace in netns.netns_names()
+    finally:
+        netns.delete_netns(namespace)
 
 
 def test_snapshot_diff_reports_added_modified_deleted_and_mode(tmp_path):
@@ -531,7 +541,7 @@ def test_a_lab_can_keep_its_state_under_tmp(lab_factory, tmp_path):
     assert lab.run_dir.is_relative_to(tmp_path)
     # The host's /tmp is private: it shows only this checkout and its venv when they live
     # under /tmp (as in a CI clone), so servers started in the host run this same code.
-    from picluster.lab.lab import _shared_under_tmp
+    from picluster.lab.host import shared_under_tmp as _shared_under_tmp
 
     kept = sorted({Path(p).relative_to("/tmp").parts[0] for p in _shared_under_tmp()})
     with lab.connect("node01") as conn:

@@ -162,7 +162,7 @@ def test_killed_coordinator_leaves_no_server(state, long_run):
 def test_interrupted_run_stops_its_servers(state, long_run, sig, code):
     proc = long_run()
     proc.send_signal(sig)
-    out, err = proc.communicate(timeout=30)
+    _out, err = proc.communicate(timeout=30)
     assert proc.returncode == code, (proc.returncode, err[-2000:])
     assert "Traceback" not in err
     assert not server_processes(state)

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import picluster
 from picluster.inventory import load_inventory
 from picluster.lab import HostOptions, keys, snapshot
 from picluster.provision.result import Status
 from picluster.provision.runner import STEP_NAMES, provision
 from picluster.provision.steps import NO_NFS, Options
+
+from conftest import picluster
 
 pytestmark = pytest.mark.slow
 

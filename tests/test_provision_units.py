@@ -8,7 +8,6 @@ import jinja2
 import pytest
 import yaml
 
-from conftest import picluster
 from picluster.errors import ClusterError, UsageError
 from picluster.inventory import parse_inventory
 from picluster.lab import keys
@@ -21,6 +20,8 @@ from picluster.provision.steps.firewall import rules_text
 from picluster.provision.steps.hostname import BEGIN, END, hosts_text
 from picluster.provision.steps.nfs import nfsd_threads
 from picluster.provision.steps.raspi import gpu_mem_text
+
+from conftest import picluster
 
 ROOT = Path(__file__).resolve().parents[1]
 INV = {
@@ -120,7 +121,7 @@ def test_gpu_mem_replaced_or_appended_for_all_boards():
 
 
 def test_managed_line_replaces_every_match_with_one_line():
-    same = lambda line: line.startswith("/srv ")  # noqa: E731
+    same = lambda line: line.startswith("/srv ")
     assert managed_line("# c\n/srv a\n/other b\n/srv c\n", "/srv new", same) == "# c\n/srv new\n/other b\n"
     assert managed_line(None, "/srv new", same) == "/srv new\n"
     assert managed_line("x", "/srv new", same) == "x\n/srv new\n"

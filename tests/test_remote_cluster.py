@@ -5,13 +5,14 @@ import math
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
-
 import pytest
 
-from conftest import picluster
 from picluster.cluster.nodes import RUN_DIR
+
+from conftest import picluster
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +28,7 @@ def picluster_processes(host) -> list[str]:
     lines = []
     for pid in pids:
         try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
         if "picluster." in cmd:
@@ -117,7 +118,7 @@ def test_worker_killed_mid_run_names_the_node(lab_cluster):
         while time.monotonic() < deadline and worker.cpu_percent(interval=0.5) < 30:
             pass
         worker.kill()
-        out, err = run.communicate(timeout=60)
+        _out, err = run.communicate(timeout=60)
     finally:
         if run.poll() is None:
             run.kill()

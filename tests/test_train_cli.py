@@ -11,10 +11,11 @@ import numpy as np
 import psutil
 import pytest
 
-from conftest import ROOT, picluster
-from train_fixtures import TINY_MODEL, checkpointed_step, error_line as _error_line, write_tiny_har
-
 from picluster.data.har.dataset import CACHE_NAME, checksum, save
+
+from conftest import ROOT, picluster
+from train_fixtures import TINY_MODEL, checkpointed_step, write_tiny_har
+from train_fixtures import error_line as _error_line
 
 
 @pytest.fixture
@@ -77,10 +78,16 @@ def _start(*args):
 
 
 def _client(run_dir, task):
+    """Worker ``task``'s client: its task is in the TF_CONFIG the coordinator gave it."""
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if "picluster.jobs.har.replica" in cmd and str(run_dir) in cmd and cmd[cmd.index("--task") + 1] == str(task):
-            return proc
+        if "picluster.jobs.har.replica" in cmd and str(run_dir) in cmd:
+            try:
+                spec = json.loads(proc.environ().get("TF_CONFIG", "{}"))
+            except psutil.Error:
+                continue
+            if spec.get("task", {}).get("index") == task:
+                return proc
     return None
 
 
@@ -114,7 +121,7 @@ def _no_clients_left(run_dir):
 def test_sync_training_learns_and_a_killed_worker_run_resumes(state, tiny, tmp_path):
     run_dir = tmp_path / "run"
     proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "40", "--mode", "sync")
-    out, err = _kill_after(run_dir, proc, epochs=3, timeout=60)
+    _out, err = _kill_after(run_dir, proc, epochs=3, timeout=60)
     assert proc.returncode == 1, err
     assert "worker 1 died" in err and "--resume" in err
     _no_clients_left(run_dir)
@@ -166,7 +173,7 @@ def test_a_killed_chief_stops_the_run_and_resume_continues(state, tiny, tmp_path
     run_dir = tmp_path / "run"
     # Sync: no update can land between the chief's last save and its death, so the step is exact.
     proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "40", "--mode", "sync")
-    out, err = _kill_after(run_dir, proc, epochs=2, timeout=60, victim=lambda run_dir: _client(run_dir, 0))
+    _out, err = _kill_after(run_dir, proc, epochs=2, timeout=60, victim=lambda run_dir: _client(run_dir, 0))
     assert proc.returncode == 1, err
     line = _error_line(err)
     assert "the chief (worker 0) failed" in line and "--resume" in line, err
@@ -185,8 +192,8 @@ def test_a_killed_ps_stops_the_run_naming_it(state, tiny, tmp_path):
     run_dir = tmp_path / "run"
     try:
         proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "400", "--mode", "async", "--no-live")
-        ps_server = lambda run_dir: psutil.Process(next(s.pid for s in LocalCluster.open().status() if s.task.job == "ps"))  # noqa: E731
-        out, err = _kill_after(run_dir, proc, epochs=2, timeout=90, victim=ps_server)
+        ps_server = lambda run_dir: psutil.Process(next(s.pid for s in LocalCluster.open().status() if s.task.job == "ps"))
+        _out, err = _kill_after(run_dir, proc, epochs=2, timeout=90, victim=ps_server)
         assert proc.returncode == 1, err
         line = _error_line(err)
         assert "ps:0 on localhost stopped answering" in line and "--resume" in line, err
@@ -207,6 +214,7 @@ def test_two_ps_tasks_share_the_variables(state, tiny, tmp_path):
     assert json.loads((tmp_path / "run" / "layout.json").read_text())["cluster"] == "temporary"
 
 
+@pytest.mark.slow
 def test_sync_chief_moves_the_weight_averages(state, tiny, tmp_path):
     """--ema: only the chief applies sync updates, and its step must move the averages too."""
     import tensorflow as tf

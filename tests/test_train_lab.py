@@ -11,14 +11,17 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
-
-from conftest import picluster
 from test_remote_cluster import picluster_processes
+
 from picluster.cluster.nodes import RUN_DIR
 from picluster.jobs.har.clients import node_run_name
-from train_fixtures import TINY_MODEL, checkpointed_step, error_line as _error_line, write_tiny_har
+
+from conftest import picluster
+from train_fixtures import TINY_MODEL, checkpointed_step, write_tiny_har
+from train_fixtures import error_line as _error_line
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +35,7 @@ def _clients(host) -> list[str]:
 def _client_pid(host) -> int:
     for pid in subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout.split():
         try:
-            if b"picluster.jobs.har.replica" in open(f"/proc/{pid}/cmdline", "rb").read():
+            if b"picluster.jobs.har.replica" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 return int(pid)
         except OSError:
             continue
@@ -93,7 +96,7 @@ def test_montecarlo_train_and_top_across_four_hosts(lab_inventory, tmp_path, sta
     # The chief's records came back from node02; each client's log from its node.
     assert len((run / "metrics.csv").read_text().splitlines()) == 2
     assert list((run / "checkpoints").glob("*.index")) and list((run / "tensorboard").iterdir())
-    for task, host in enumerate(lab.hosts[1:]):
+    for task in range(len(lab.hosts) - 1):
         log = (run / f"worker-{task}.log").read_text()
         assert f"replica {task}:" in log, log
     layout = json.loads((run / "layout.json").read_text())["layout"]

@@ -15,7 +15,7 @@ def _build(shape: Shape, cell: str = "block"):
     graph = tf.Graph()
     with graph.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [None, 128, 9])
-        out = logits(tf, x, shape, tf.constant(1.0), cell)
+        out = logits(x, shape, tf.constant(1.0), cell)
         count = sum(int(np.prod(v.shape)) for v in tf.compat.v1.trainable_variables())
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
@@ -58,7 +58,7 @@ def _predict(shape: Shape, x: np.ndarray) -> np.ndarray:
     with graph.as_default():
         tf.compat.v1.set_random_seed(5)
         xs = tf.compat.v1.placeholder(tf.float32, [None, 128, 9])
-        out = logits(tf, xs, shape, tf.constant(1.0))
+        out = logits(xs, shape, tf.constant(1.0))
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
             return session.run(out, {xs: x})
@@ -105,7 +105,7 @@ def test_fused_and_loop_cells_compute_the_same_function():
         with graph.as_default():
             tf.compat.v1.set_random_seed(3)
             x = tf.compat.v1.placeholder(tf.float32, [None, 128, 9])
-            out = logits(tf, x, Shape(1, 1, 4, False), tf.constant(1.0), cell)
+            out = logits(x, Shape(1, 1, 4, False), tf.constant(1.0), cell)
             with tf.compat.v1.Session() as session:
                 session.run(tf.compat.v1.global_variables_initializer())
                 outs.append(session.run(out, {x: np.random.default_rng(0).normal(size=(3, 128, 9)).astype(np.float32)}))
@@ -158,13 +158,13 @@ def test_graph_keeps_the_input_moments_as_untrained_variables():
 
     import tensorflow as tf
 
-    from picluster.jobs.har.replica import Graph
+    from picluster.jobs.har.graph import Graph
 
     tf.compat.v1.disable_eager_execution()
     x = (np.random.default_rng(4).normal(size=(300, 128, 9)) * 3 + 1).astype(np.float32)
     data = types.SimpleNamespace(x_train=x)
     config = TrainConfig(layers=1, hidden=4, batch=100, standalone=True, standardise=True, lr_schedule="cosine", epochs=2)
-    g = Graph(tf, config, 0, data=data)
+    g = Graph(config, 0, data=data)
     assert g.parameters == g.shape.parameter_count()  # the moments are not trained
     with g.graph.as_default(), tf.compat.v1.Session() as session:
         session.run(tf.compat.v1.global_variables_initializer())
@@ -182,14 +182,14 @@ def test_ema_evaluates_the_moving_average_and_trains_the_raw_weights():
 
     import tensorflow as tf
 
-    from picluster.jobs.har.replica import Graph
+    from picluster.jobs.har.graph import Graph
 
     tf.compat.v1.disable_eager_execution()
     rng = np.random.default_rng(5)
     x = rng.normal(size=(100, 128, 9)).astype(np.float32)
     y = rng.integers(0, 6, 100)
     config = TrainConfig(layers=1, residual=2, hidden=4, batch=100, standalone=True, ema=0.9)
-    g = Graph(tf, config, 0, data=types.SimpleNamespace(x_train=x))
+    g = Graph(config, 0, data=types.SimpleNamespace(x_train=x))
     assert g.parameters == g.shape.parameter_count()  # the averages are not trained
     with g.graph.as_default(), tf.compat.v1.Session() as session:
         session.run(tf.compat.v1.global_variables_initializer())
@@ -216,7 +216,7 @@ def test_window_stats_feed_each_channels_mean_and_deviation_to_the_output_layer(
     graph = tf.Graph()
     with graph.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [None, 128, 9])
-        out = logits(tf, x, Shape(1, 1, 4, False, window_stats=True), 1.0)
+        out = logits(x, Shape(1, 1, 4, False, window_stats=True), 1.0)
         weight = next(v for v in tf.compat.v1.trainable_variables() if v.op.name == "output/fc/w")
         grad = tf.gradients(tf.reduce_sum(out[:, 0]), [weight])[0]
         with tf.compat.v1.Session() as session:

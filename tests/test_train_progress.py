@@ -1,23 +1,19 @@
 """The training job's live panel, rendered to a fixed-width console from recorded chief files."""
 
-import io
-
-from rich.console import Console
-
-from picluster.views.live import JobDisplay
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.progress import Follower
+from picluster.views.live import JobDisplay
+
+from render import console, render, text
 
 
 def _render(display) -> str:
-    out = Console(file=io.StringIO(), width=100, color_system=None)
-    out.print(display._render())
-    return " ".join(out.file.getvalue().split())  # the detail may wrap below the bar
+    return " ".join(render(display._render(), width=100).split())  # the detail may wrap below the bar
 
 
 def test_panel_shows_where_the_chief_is_and_the_validation_accuracy():
     display = JobDisplay("train har", "epochs", live=True,
-                         console=Console(file=io.StringIO(), width=100, force_terminal=True, color_system=None))
+                         console=console(100, terminal=True))
     follow = Follower(TrainConfig(epochs=10), display)
     follow.epoch({"epoch": "1", "val_acc": "0.8"})
     follow.epoch({"epoch": "2", "val_acc": "0.75"})
@@ -30,7 +26,7 @@ def test_panel_shows_where_the_chief_is_and_the_validation_accuracy():
 
 def test_a_stale_live_file_does_not_move_progress_back():
     display = JobDisplay("train har", "epochs", live=True,
-                         console=Console(file=io.StringIO(), width=100, force_terminal=True, color_system=None))
+                         console=console(100, terminal=True))
     follow = Follower(TrainConfig(epochs=4), display)
     follow.epoch({"epoch": "2", "val_acc": "0.5"})
     follow.live({"epoch": 2, "epochs": 4, "step": 1, "steps": 10, "global_step": 11, "train_acc": 0.4, "time": 0})
@@ -40,17 +36,17 @@ def test_a_stale_live_file_does_not_move_progress_back():
 def test_summary_shows_the_selected_model_the_confusion_matrix_and_each_volunteer():
     from picluster.jobs.har.progress import Printer
 
-    console = Console(file=io.StringIO(), width=120, color_system=None)
-    printer = Printer(TrainConfig(epochs=3), "RUN", console=console)
+    out = console(120)
+    printer = Printer(TrainConfig(epochs=3), "RUN", console=out)
     confusion = [[10 if i == j else 0 for j in range(6)] for i in range(6)]
     confusion[3][4], confusion[3][3] = 2, 8
     printer.summary({"best_epoch": 2, "val_accuracy": 0.9, "test_accuracy": 58 / 60, "test_f1": 0.966, "wall_s": 12,
                      "parameters": 30412, "confusion": confusion,
                      "test_accuracy_by_volunteer": {"2": 0.975, "4": 28 / 30}})
-    text = console.file.getvalue()
-    assert "selected on validation: epoch 2 (val 90.0%)  test accuracy 96.67%" in text
-    assert "test accuracy by volunteer: 2: 97.5%, 4: 93.3%" in text
-    sitting = next(line for line in text.splitlines() if line.lstrip("│ ").startswith("SITTING"))
+    printed = text(out)
+    assert "selected on validation: epoch 2 (val 90.0%)  test accuracy 96.67%" in printed
+    assert "test accuracy by volunteer: 2: 97.5%, 4: 93.3%" in printed
+    sitting = next(line for line in printed.splitlines() if line.lstrip("│ ").startswith("SITTING"))
     assert sitting.replace("│", " ").split() == ["SITTING", "0", "0", "0", "8", "2", "0"]
 
 
@@ -70,7 +66,7 @@ def test_a_slow_agent_does_not_stall_the_redraw():
 
     monitor = SlowMonitor()
     display = JobDisplay("run montecarlo", "samples", monitor=monitor, live=True,
-                         console=Console(file=io.StringIO(), width=100, force_terminal=True, color_system=None))
+                         console=console(100, terminal=True))
     with display:
         deadline = time.monotonic() + 5
         while monitor.polls == 0 and time.monotonic() < deadline:

@@ -1,11 +1,9 @@
 """The node panel, rendered from recorded agent samples to a fixed-width console."""
 
-import io
-
-from rich.console import Console
-
 from picluster.monitor.scrape import parse, rates
 from picluster.views.nodes import NodeRow, cpu_bars, nodes_table, short_bytes
+
+from render import render
 
 RECORDED_T0 = """
 picluster_cpu_percent{core="0",node="node02"} 100.0
@@ -27,12 +25,6 @@ RECORDED_T1 = (RECORDED_T0.replace("1000000", "3000000").replace("500000", "6000
                .replace("1000.0", "1002.0"))
 
 
-def render(renderable, width=120) -> str:
-    out = io.StringIO()
-    Console(file=out, width=width, color_system=None, legacy_windows=False).print(renderable)
-    return out.getvalue()
-
-
 def test_parse_recorded_sample():
     s = parse("node02", RECORDED_T0)
     assert s.cpu_percent == [100.0, 50.0, 0.0, 10.0]
@@ -49,7 +41,7 @@ def test_table_shows_each_node_and_unreachable():
         NodeRow("node01", ["ps", "nfs"], None, tasks={"ps:0": "down"}),
         NodeRow("node02", ["worker"], after, rx, tx, tasks={"worker:0": "up"}),
     ]
-    text = render(nodes_table(rows))
+    text = render(nodes_table(rows), width=120)
     node01 = next(line for line in text.splitlines() if "node01" in line)
     node02 = next(line for line in text.splitlines() if "node02" in line)
     assert "unreachable" in node01 and "ps:0 down" in node01 and "ps,nfs" in node01

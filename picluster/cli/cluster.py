@@ -4,11 +4,10 @@ import sys
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from picluster.cli.options import inventory_option, node_inventory_option
 from picluster.errors import UsageError
-from picluster.views.nodes import STATE_STYLE
+from picluster.views.status import local_tasks_table, node_tasks_table
 
 
 @click.group()
@@ -28,8 +27,7 @@ def up(inventory, ps, workers, port) -> None:
         from picluster.inventory import load_inventory
 
         inv = load_inventory(inventory)
-        outcomes = nodes.up(inv)
-        started = sum(len(o.processes) for o in outcomes)
+        started = sum(len(processes) for processes in nodes.up(inv).values())
         _print_remote_status(inv, Console())
         click.echo(f"started {started} process(es)" if started else "already up")
         return
@@ -81,8 +79,8 @@ def down(inventory) -> None:
         from picluster.cluster import nodes
         from picluster.inventory import load_inventory
 
-        outcomes = nodes.down(load_inventory(inventory))
-        click.echo(f"stopped {sum(len(o.processes) for o in outcomes)} process(es) on {len(outcomes)} node(s)")
+        stopped = nodes.down(load_inventory(inventory))
+        click.echo(f"stopped {sum(len(processes) for processes in stopped.values())} process(es) on {len(stopped)} node(s)")
         return
     from picluster.cluster.local import LocalCluster
 
@@ -98,25 +96,19 @@ def down(inventory) -> None:
 def _print_remote_status(inv, console: Console) -> bool:
     from picluster.cluster import nodes
 
-    table = Table("task", "node", "address", "state")
     states = nodes.status(inv)
-    for task, state in states:
-        table.add_row(task.label, task.node, task.address, f"[{STATE_STYLE.get(state, 'red')}]{state}[/]")
-    console.print(table)
+    console.print(node_tasks_table(states))
     return all(state == "up" for _, state in states)
 
 
 def _print_status(cluster_, console: Console) -> None:
     from picluster.cluster.local import AGENT
 
-    table = Table("task", "node", "address", "pid", "state", "log")
     rows = [(s.task.label, s.task.node, s.task.address, s.pid, s.state, s.log) for s in cluster_.status()]
     if cluster_.agent_port is not None:
         rows.append(("agent", "localhost", f"127.0.0.1:{cluster_.agent_port}", cluster_.pids.get(AGENT),
                      cluster_.agent_state(), cluster_.run_dir / "agent.log"))
-    for label, node, address, pid, state, log in rows:
-        table.add_row(label, node, address, str(pid or "-"), f"[{STATE_STYLE[state]}]{state}[/]", str(log))
-    console.print(table)
+    console.print(local_tasks_table(rows))
 
 
 @click.command()
@@ -126,7 +118,6 @@ def _print_status(cluster_, console: Console) -> None:
 @click.option("--threads", type=click.IntRange(0, 256), default=0, help="intra-op threads (0: all cores)")
 def server(inventory, job, index, threads) -> None:
     """Run this node's TensorFlow task in the foreground (as the thesis's per-Pi script did)."""
-    import json
     import os
 
     from picluster import atomic

@@ -10,7 +10,7 @@ import tty
 class QuitKey:
     def __init__(self, keys: str = "qQ") -> None:
         self.keys = keys
-        self._saved = None
+        self._saved: list | None = None
 
     def __enter__(self) -> "QuitKey":
         if sys.stdin.isatty():

@@ -67,7 +67,7 @@ def status(lab_id: str | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from picluster.lab import lab as labs
+    from picluster.lab import registry as labs
 
     console = Console()
     ids = labs.known_ids()
@@ -85,7 +85,8 @@ def status(lab_id: str | None) -> None:
             continue
         owner = lab_.owner
         kept = f"owned by pid {owner['pid']}" if owner else "kept until `picluster lab down`"
-        table = Table(title=f"lab {one}: {lab_.subnet}, {lab_.phase}, {kept}")
+        subnet = lab_.plan.subnet if lab_.plan else "no subnet yet"
+        table = Table(title=f"lab {one}: {subnet}, {lab_.phase}, {kept}")
         for column in ("host", "address", "sshd", "link", "shaping"):
             table.add_column(column)
         for st in lab_.status():
@@ -98,8 +99,8 @@ def status(lab_id: str | None) -> None:
 @click.option("--all", "all_labs", is_flag=True, help="Every lab found on this machine (by name prefix).")
 def down(lab_id: str | None, all_labs: bool) -> None:
     """Tear a lab down: processes, namespaces, links, run dir.  Safe to repeat."""
-    from picluster.lab import lab as labs
     from picluster.lab import naming
+    from picluster.lab import registry as labs
 
     if lab_id is not None and all_labs:
         raise UsageError("give --name or --all, not both")

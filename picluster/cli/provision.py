@@ -38,12 +38,13 @@ def provision(inventory, only, dry_run, venv, fanout, timeout, known_hosts) -> N
     """Bring every node to the cluster's state: hostname, Pi settings, packages, NFS, SSH, Python, firewall.
 
     Idempotent: a second run reports no changes.  Exit code 1 when any node failed; the others
-    still complete."""  # noqa: D301
+    still complete."""
     from rich.console import Console
 
     from picluster import nodeset
     from picluster.provision.report import show
-    from picluster.provision.runner import parse_only, provision as run, run_order
+    from picluster.provision.runner import parse_only, run_order
+    from picluster.provision.runner import provision as run
     from picluster.provision.steps import Options
 
     inv = _load(inventory)

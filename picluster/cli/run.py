@@ -31,7 +31,8 @@ def run() -> None:
 def montecarlo(inventory, samples, nodes, seed, as_json, live, sweep, nodes_list, csv_path) -> None:
     """Estimate pi by drawing points in the unit square on every worker."""
     from picluster.cluster.attach import attach, default_workers
-    from picluster.jobs.montecarlo import report, sweep as table
+    from picluster.jobs.montecarlo import report
+    from picluster.jobs.montecarlo import sweep as table
     from picluster.jobs.montecarlo.estimate import MonteCarlo
     from picluster.views.live import JobDisplay
 

@@ -46,10 +46,11 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, **options) -> None:
     """Deep residual bidirectional LSTM on UCI HAR windows, between-graph replicated."""
     from dataclasses import replace
 
+    from picluster.cluster.attach import Attached
     from picluster.data.har import har_dir
-    from picluster.views.live import JobDisplay
     from picluster.jobs.har import coordinator, progress
     from picluster.jobs.har.config import TrainConfig
+    from picluster.views.live import JobDisplay
 
     given = {k: v for k, v in options.items() if v is not None}
     if resume is not None:
@@ -79,10 +80,17 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, **options) -> None:
     display = JobDisplay("train har", "epochs", live=live and not as_json)
     printer = progress.Printer(config, run, quiet=as_json, console=display.console if display.live else None)
     follow = progress.Follower(config, display)
+
+    def on_epoch(row: dict) -> None:
+        printer.epoch(row)
+        follow.epoch(row)
+
+    def on_cluster(cluster: Attached) -> None:
+        display.monitor = cluster.monitor
+
     with display:
-        result = coordinator.train(config, run, inventory, on_epoch=lambda row: (printer.epoch(row), follow.epoch(row)),
-                           on_event=printer.event, on_progress=follow.live,
-                           on_cluster=lambda cluster: setattr(display, "monitor", cluster.monitor))
+        result = coordinator.train(config, run, inventory, on_epoch=on_epoch, on_event=printer.event,
+                                   on_progress=follow.live, on_cluster=on_cluster)
     if as_json:
         import json
 

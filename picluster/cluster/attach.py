@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from picluster import nodeset
+from picluster.cluster.local import MAX_TASKS, LocalCluster
+from picluster.cluster.probe import unanswered
 from picluster.clusterspec import Layout, from_inventory
 from picluster.errors import ClusterError, UsageError
 from picluster.inventory import Inventory, load_inventory
-from picluster.cluster.local import MAX_TASKS, LocalCluster
-from picluster.cluster.probe import unanswered
 from picluster.monitor.poll import Monitor
 
 

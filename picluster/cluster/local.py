@@ -20,10 +20,10 @@ from pathlib import Path
 import psutil
 
 from picluster import atomic
-from picluster.clusterspec import Layout, Task, local_layout
-from picluster.errors import ClusterError, UsageError
 from picluster.cluster.lifetime import last_line, signal_group
 from picluster.cluster.probe import answers
+from picluster.clusterspec import Layout, Task, local_layout
+from picluster.errors import ClusterError, UsageError
 from picluster.paths import state_dir
 
 HOST = "127.0.0.1"
@@ -141,7 +141,7 @@ class LocalCluster:
         self._children[proc.pid] = proc
 
     def agent_state(self) -> str:
-        if self._live_pid_of(AGENT, "picluster.monitor.agent") is None:
+        if self._live_pid_of(AGENT, "picluster.monitor.agent") is None or self.agent_port is None:
             return "down"
         return "up" if (self.run_dir / "agent.ready").exists() and answers(HOST, self.agent_port) else "starting"
 
@@ -234,9 +234,9 @@ class LocalCluster:
 
     # -- stopping ---------------------------------------------------------------------------
     def stop(self, grace: float = 5.0) -> None:
-        live = [(t.label, self._live_pid(t)) for t in self.layout.tasks]
-        live.append((AGENT, self._live_pid_of(AGENT, "picluster.monitor.agent")))
-        live = [(label, pid) for label, pid in live if pid]
+        found = [(t.label, self._live_pid(t)) for t in self.layout.tasks]
+        found.append((AGENT, self._live_pid_of(AGENT, "picluster.monitor.agent")))
+        live = [(label, pid) for label, pid in found if pid]
         for _, pid in live:
             signal_group(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace

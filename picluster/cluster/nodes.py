@@ -7,25 +7,13 @@ died it restarts just that one.  Each node also runs its agent on the cluster ad
 
 import json
 import shlex
-import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
-from picluster import nodeset
-from picluster.clusterspec import Layout, Task, from_inventory
-from picluster.errors import ClusterError
-from picluster.inventory import Inventory, Node
 from picluster.cluster.probe import answers, wait_answering
+from picluster.clusterspec import Layout, Task, from_inventory
+from picluster.fanout import Results, fan_out
+from picluster.inventory import Inventory, Node
 
 RUN_DIR = ".local/state/picluster/node"  # under the node user's home
-FANOUT = 16
-
-
-@dataclass
-class NodeOutcome:
-    node: str
-    processes: list[str]  # what was started (up) or stopped (down)
-    error: str | None = None
 
 
 def node_python(inv: Inventory) -> str:
@@ -69,51 +57,33 @@ def _start_command(inv: Inventory, node: Node, tasks: list[Task], layout: Layout
     return "\n".join(lines)
 
 
-def _fan_out(inv: Inventory, nodes: list[Node], work) -> list[NodeOutcome]:
-    def one(node: Node) -> NodeOutcome:
-        try:
-            return work(node)
-        except ClusterError as exc:
-            return NodeOutcome(node.name, [], str(exc))
-
-    with ThreadPoolExecutor(max_workers=min(FANOUT, max(1, len(nodes)))) as pool:
-        return list(pool.map(one, nodes))
-
-
-def _raise_failures(outcomes: list[NodeOutcome], what: str) -> None:
-    failed = [o for o in outcomes if o.error]
-    if failed:
-        by_error: dict[str, list[str]] = {}
-        for o in failed:
-            by_error.setdefault(o.error, []).append(o.node)
-        parts = [f"{nodeset.fold(nodes)}: {error}" for error, nodes in by_error.items()]
-        raise ClusterError(f"{what} failed on {'; '.join(parts)}")
-
-
-def up(inv: Inventory, timeout: float = 120.0) -> list[NodeOutcome]:
+def up(inv: Inventory, timeout: float = 120.0) -> Results[list[str]]:
+    """Start what is not running on every node; per node, the processes started."""
     layout = from_inventory(inv)
     nodes = [n for n in inv.nodes if any(t.node == n.name for t in layout.tasks)]
 
-    def start(node: Node) -> NodeOutcome:
+    def start(node: Node) -> list[str]:
         tasks = [t for t in layout.tasks if t.node == node.name]
         remote = open_node(inv, node)
         try:
             out = remote.run(_start_command(inv, node, tasks, layout)).stdout
         finally:
             remote.close()
-        return NodeOutcome(node.name, [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("started ")])
+        return [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("started ")]
 
-    outcomes = _fan_out(inv, nodes, start)
-    _raise_failures(outcomes, "cluster up")
+    started = fan_out(start, nodes).raise_failures("cluster up")
     wait_answering(layout.tasks, timeout)
-    return outcomes
+    return started
 
 
 def status(inv: Inventory) -> list[tuple[Task, str]]:
-    return [(t, "up" if answers(t.host, t.port) else "down") for t in from_inventory(inv).tasks]
+    """Each task, "up" or "down": probed at once, so dead nodes cost one timeout, not one each."""
+    tasks = from_inventory(inv).tasks
+    answered = fan_out(lambda t: answers(t.host, t.port), tasks, name=lambda t: t.label)
+    return [(t, "up" if answered[t.label] else "down") for t in tasks]
 
 
-def down(inv: Inventory) -> list[NodeOutcome]:
+def down(inv: Inventory) -> Results[list[str]]:
     """Stop every task and agent picluster started on the nodes; verify each is gone."""
     script = (
         f"cd $HOME/{RUN_DIR} 2>/dev/null || exit 0\n"
@@ -124,14 +94,12 @@ def down(inv: Inventory) -> list[NodeOutcome]:
         "for f in *.pid; do [ -f \"$f\" ] && kill -KILL -$(cat \"$f\") 2>/dev/null; rm -f \"$f\" \"${f%.pid}.ready\"; done; exit 0"
     )
 
-    def stop(node: Node) -> NodeOutcome:
+    def stop(node: Node) -> list[str]:
         remote = open_node(inv, node)
         try:
             out = remote.run(script).stdout
         finally:
             remote.close()
-        return NodeOutcome(node.name, [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("stopped ")])
+        return [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("stopped ")]
 
-    outcomes = _fan_out(inv, list(inv.nodes), stop)
-    _raise_failures(outcomes, "cluster down")
-    return outcomes
+    return fan_out(stop, inv.nodes).raise_failures("cluster down")

@@ -9,7 +9,6 @@ Every failure becomes one of three exceptions with a one-line message:
 import io
 import secrets
 import shlex
-import socket
 from pathlib import Path
 
 import fabric
@@ -50,7 +49,7 @@ def connect(
     With `known_hosts`, the node must present the host key recorded there; without, the
     user's ~/.ssh/known_hosts is consulted and unknown hosts are accepted (Fabric's default).
     """
-    connect_kwargs = {"banner_timeout": timeout, "auth_timeout": timeout}
+    connect_kwargs: dict[str, object] = {"banner_timeout": timeout, "auth_timeout": timeout}
     if key is not None:
         connect_kwargs.update(key_filename=[str(key)], look_for_keys=False, allow_agent=False)
     conn = fabric.Connection(
@@ -90,7 +89,7 @@ class Remote:
             if "not found in known_hosts" in str(exc):
                 raise AuthFailed(f"host key of {self.conn.host} is not in known_hosts") from None
             raise Unreachable(f"SSH failed: {_one_line(exc)}") from None
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             raise Unreachable("no answer to SSH (timed out)") from None
         except (OSError, EOFError) as exc:
             raise Unreachable(f"cannot connect: {_one_line(exc)}") from None
@@ -100,7 +99,7 @@ class Remote:
     def close(self) -> None:
         try:
             self.conn.close()
-        except Exception:  # a dead transport may fail to close; nothing to do about it
+        except Exception:  # noqa: S110  (a dead transport may fail to close; nothing to do about it)
             pass
 
     # -- commands --------------------------------------------------------------------------
@@ -146,7 +145,7 @@ class Remote:
 
     def write(
         self, path: str, content: str, *, mode: str = "0644", owner: str = "root", group: str = "root",
-        current: "str | None | object" = _UNREAD,
+        current: "str | object | None" = _UNREAD,
     ) -> bool:  # fmt: skip
         """Make `path` hold exactly `content`; True when it had to change (or would, in a dry run).
 

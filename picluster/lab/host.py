@@ -24,8 +24,8 @@ from pathlib import Path
 
 import psutil
 
-from picluster.errors import ClusterError
 from picluster.cluster.lifetime import die_with_parent
+from picluster.errors import ClusterError
 from picluster.lab import commands, keys, mockpi, procs, snapshot
 
 OVERLAID = ("/etc", "/var", "/home", "/srv", "/mnt", "/boot")
@@ -114,7 +114,7 @@ class Host:
         return pairs
 
     def prepare(
-        self, user: User, authorized_key: str, traversable: list[str], label: str, keep_under_tmp: list[str] = ()
+        self, user: User, authorized_key: str, traversable: list[str], label: str, keep_under_tmp: tuple[str, ...] | list[str] = ()
     ) -> str:
         """Write everything the host needs before it starts; returns its public host key."""
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -242,6 +242,7 @@ Subsystem sftp {commands.SFTP_SERVER}
     def _require_alive(self) -> int:
         if not self.alive():
             raise ClusterError(f"test host {self.name} is not running ({self.log_tail()})")
+        assert self.pid is not None  # alive() checked it
         return self.pid
 
     def run(
@@ -308,8 +309,8 @@ Subsystem sftp {commands.SFTP_SERVER}
             if path in ignore:
                 continue
             lower = None if (path in before and path in now) else self._lower(path)
-            view_before[path] = before[path] if path in before else lower
-            view_after[path] = now[path] if path in now else lower
+            view_before[path] = before.get(path, lower)
+            view_after[path] = now.get(path, lower)
         return snapshot.diff(view_before, view_after)
 
     def _lower(self, path: str) -> str | None:
@@ -344,3 +345,15 @@ def untraversable_dirs(paths: list[Path]) -> list[str]:
             if not mode & stat.S_IXOTH:
                 found.append(str(parent))
     return found
+
+
+def shared_under_tmp() -> list[str]:
+    """The running venv and picluster's source, when they live under /tmp (hosts get a private
+    /tmp): the servers started in the hosts run this same code."""
+    import picluster
+
+    paths = {Path(sys.prefix).resolve(), Path(picluster.__file__).resolve().parent.parent}
+    tmp = Path("/tmp")
+    kept = sorted(str(p) for p in paths if tmp in p.parents)
+    # A directory inside another kept one comes along with it.
+    return [p for p in kept if not any(p != q and p.startswith(q + "/") for q in kept)]

@@ -100,6 +100,7 @@ def qdisc_args(rate: str | None, delay: str | None, loss: str | None) -> list[st
     if loss is not None and not _LOSS.match(loss):
         raise UsageError(f"loss {loss!r} must look like 1% or 0.5%")
     if delay is None and loss is None:
+        assert rate is not None  # one of the three is given
         bits = parse_rate(rate)
         # tbf needs a bucket of at least one timer tick's worth of bytes; 10 ms at the rate, or
         # 32 KiB, whichever is more, keeps it accurate at Pi-like rates.

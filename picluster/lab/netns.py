@@ -14,7 +14,7 @@ from picluster.errors import ClusterError
 from picluster.lab import commands
 
 # /24s are taken from these, first free one wins; both are rarely used by real networks.
-SUBNET_POOLS = (ipaddress.ip_network("10.213.0.0/16"), ipaddress.ip_network("172.31.0.0/16"))
+SUBNET_POOLS = (ipaddress.IPv4Network("10.213.0.0/16"), ipaddress.IPv4Network("172.31.0.0/16"))
 
 HOST_IFACE = "eth0"
 
@@ -34,14 +34,14 @@ def link_names() -> list[str]:
 
 def used_networks() -> list[ipaddress.IPv4Network]:
     """Every IPv4 network this machine already routes to or has an address in."""
-    nets = []
+    nets: list[ipaddress.IPv4Network] = []
     for route in _ip_json("-4", "route", "show", "table", "all"):
         dst = route.get("dst", "")
         if dst and dst != "default":
-            nets.append(ipaddress.ip_network(dst, strict=False))
+            nets.append(ipaddress.IPv4Network(dst, strict=False))
     for link in _ip_json("-4", "addr", "show"):
         for info in link.get("addr_info", []):
-            nets.append(ipaddress.ip_network(f"{info['local']}/{info['prefixlen']}", strict=False))
+            nets.append(ipaddress.IPv4Network(f"{info['local']}/{info['prefixlen']}", strict=False))
     return nets
 
 

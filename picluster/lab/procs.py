@@ -7,7 +7,6 @@ from collections.abc import Iterable
 import psutil
 
 
-
 def namespace_inode(pid: int, kind: str) -> int | None:
     """Inode of a process's namespace ("net", "mnt", ...): equal inodes, same namespace."""
     try:

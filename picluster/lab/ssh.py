@@ -1,8 +1,11 @@
-"""SSH client side of the lab: logins that trust exactly the lab's host keys (picluster.remote.connect)."""
+"""SSH client side of the lab: logins that trust exactly the lab's host keys (picluster.cluster.ssh.connect)."""
 
+import time
 from pathlib import Path
 
 from picluster.cluster.ssh import connect
+from picluster.errors import ClusterError
+from picluster.fanout import fan_out
 
 
 def remote_hostname(
@@ -11,3 +14,54 @@ def remote_hostname(
     """Log in for real and return what `hostname` prints there."""
     with connect(address, user, key, known_hosts, timeout) as conn:
         return conn.run("hostname", hide=True, timeout=timeout).stdout.strip()
+
+
+def wait_for_logins(hosts: list, user: str, key: Path, known_hosts: Path, timeout: float, what: str) -> None:
+    """Until every host takes a real login with the key and says its own name; a host whose
+    sshd died, or one that answers as another host, fails at once."""
+    deadline = time.monotonic() + timeout
+    pending = {host.name: host for host in hosts}
+    last_error: dict[str, str] = {}
+
+    def attempt(host) -> str | None:
+        try:
+            seen = remote_hostname(host.address, user, key, known_hosts, timeout=3.0)
+        except Exception as exc:  # any failure to log in means "not yet": keep the reason for the end
+            return f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+        if seen != host.name:
+            raise ClusterError(f"test host {host.name} ({host.address}) answers as {seen!r}")
+        return None
+
+    while pending:
+        for host in pending.values():
+            if not host.alive():
+                raise ClusterError(f"test host {host.name} did not start: {host.log_tail()}")
+        tried = fan_out(attempt, list(pending.values()), limit=8).raise_failures(what)
+        for name, error in tried.items():
+            if error is None:
+                del pending[name]
+            else:
+                last_error[name] = error
+        if not pending:
+            break
+        if time.monotonic() > deadline:
+            first = sorted(pending)[0]
+            raise ClusterError(
+                f"{what}: {', '.join(sorted(pending))} did not answer SSH within {timeout:g}s "
+                f"({first}: {last_error.get(first, 'no answer')})"
+            )
+        time.sleep(0.1)
+
+
+def config_entry(host, user: str, key: Path, known_hosts: Path) -> str:
+    """One host in an OpenSSH client config: `ssh -F <file> node01` for people."""
+    return (
+        f"Host {host.name} {host.address}\n"
+        f"    HostName {host.address}\n"
+        f"    User {user}\n"
+        f"    IdentityFile {key}\n"
+        f"    IdentitiesOnly yes\n"
+        f"    UserKnownHostsFile {known_hosts}\n"
+        f"    StrictHostKeyChecking yes\n"
+        f"    ConnectTimeout 10\n"
+    )

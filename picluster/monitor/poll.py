@@ -1,9 +1,11 @@
 """What the live views show: every node's agent scraped, with rates and TensorFlow task states."""
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from picluster.fanout import fan_out
 from picluster.monitor.scrape import NodeStats, rates, scrape
 from picluster.views.nodes import NodeRow
 
@@ -20,7 +22,7 @@ class Target:
 class Monitor:
     targets: list[Target]
     title: str
-    task_states: callable = None  # () -> {"worker:0": "up", ...} keyed by node
+    task_states: Callable[[], dict[str, dict[str, str]]] | None = None  # node -> {"worker:0": "up", ...}
     _last: dict[str, NodeStats | None] = field(default_factory=dict)
 
     @classmethod
@@ -59,12 +61,14 @@ class Monitor:
 
     def poll(self) -> list[NodeRow]:
         # The task checks (a TCP connect per task) overlap the scrapes instead of following them.
-        with ThreadPoolExecutor(max_workers=min(16, len(self.targets)) + 1) as pool:
-            states = pool.submit(self.task_states) if self.task_states else None
-            fresh = list(pool.map(self._scrape, self.targets))
-            states = states.result() if states is not None else {}
+        states: dict[str, dict[str, str]] = {}
+        with ThreadPoolExecutor(max_workers=1) as side:
+            pending = side.submit(self.task_states) if self.task_states else None
+            fresh = fan_out(self._scrape, self.targets, name=lambda t: t.node)
+            if pending is not None:
+                states = pending.result()
         rows = []
-        for target, stats in zip(self.targets, fresh):
+        for target, stats in zip(self.targets, fresh.values()):
             rx, tx = rates(self._last.get(target.node), stats)
             self._last[target.node] = stats
             rows.append(NodeRow(target.node, target.roles, stats, rx, tx, states.get(target.node, {})))

@@ -2,8 +2,8 @@
 
 from dataclasses import dataclass
 
-from picluster.errors import ClusterError
 from picluster.cluster.ssh import Remote
+from picluster.errors import ClusterError
 from picluster.provision.result import Item, Status
 
 PI_OS_RELEASES = ("bookworm", "bullseye")

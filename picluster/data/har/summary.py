@@ -47,8 +47,8 @@ def class_table(data: HarData) -> Table:
 
 def subject_table(data: HarData) -> Table:
     table = Table(title="Windows per volunteer", title_justify="left", box=box.SIMPLE, show_edge=False, pad_edge=False)
-    for name, justify in (("volunteer", "right"), ("split", "left"), ("windows", "right"), ("UCI", "right"), ("Δ", "right")):
-        table.add_column(name, justify=justify)
+    for name in ("volunteer", "split", "windows", "UCI", "Δ"):
+        table.add_column(name, justify="left" if name == "split" else "right")
     split_of, count_of = {}, {}
     for split in SPLITS:
         subjects, counts = np.unique(data.split(split).subject, return_counts=True)

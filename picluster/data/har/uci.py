@@ -12,9 +12,9 @@ from typing import NoReturn
 
 import numpy as np
 
-from picluster.errors import UsageError
 from picluster.data.har.spec import CHANNELS, CLASSES, SUBJECTS, WINDOW
 from picluster.data.har.windows import Windows
+from picluster.errors import UsageError
 
 SPLITS = ("train", "test")
 ROOT_NAME = "UCI HAR Dataset"

@@ -16,7 +16,7 @@ import numpy as np
 try:  # numpy >= 2
     from numpy._core.multiarray import _reconstruct as _np_reconstruct
 except ImportError:  # pragma: no cover - numpy 1.x
-    from numpy.core.multiarray import _reconstruct as _np_reconstruct
+    from numpy.core.multiarray import _reconstruct as _np_reconstruct  # type: ignore[no-redef]
 
 
 class PickleRefused(pickle.UnpicklingError):
@@ -27,6 +27,8 @@ class _Sealed:
     """What a stream can reach: no __dict__, no setattr, so BUILD cannot patch our classes or functions."""
 
     __slots__ = ("function", "label")
+    label: str
+    function: object
 
     def __init__(self, label: str, function=None) -> None:
         object.__setattr__(self, "label", label)
@@ -36,7 +38,7 @@ class _Sealed:
         raise PickleRefused(f"cannot set attributes on {self.label}")
 
     def __call__(self, *args):
-        if self.function is None:
+        if not callable(self.function):
             raise PickleRefused(f"{self.label} cannot be called")
         return self.function(*args)
 
@@ -156,7 +158,8 @@ def _new_index(cls, data):
         bounds = [data.get(k, d) for k, d in (("start", 0), ("stop", None), ("step", 1))]
         if not all(type(b) is int for b in bounds) or bounds[2] == 0:
             raise PickleRefused("RangeIndex with unexpected bounds")
-        return RangeIndex(*bounds, name=data.get("name"))
+        start, stop, step = (int(b or 0) for b in bounds)  # checked above: ints
+        return RangeIndex(start, stop, step, name=data.get("name"))
     raise PickleRefused("_new_Index of an unexpected class")
 
 

@@ -1,5 +1,10 @@
 """HAR training: the thesis's deep residual bidirectional LSTM, between-graph replicated on ps/worker tasks.
 
-config.py (TrainConfig), model.py (the network from TF ops), replica.py (one worker's client),
-job.py (the coordinator), metrics.py (scores, metrics.csv), progress.py (what the user sees).
+On the coordinator:  config.py (TrainConfig, validated once), coordinator.py (attach a cluster,
+                     start the clients, follow the chief), clients.py (a client per worker task:
+                     a local process or one over SSH), mirror.py (the chief's files copied back),
+                     progress.py (epoch lines and the live panel), data.py (the windows, checked).
+In each replica:     replica.py (the training loop), graph.py (the graph it builds), model.py
+                     (the network), chief.py (worker 0: evaluate, select on validation, save),
+                     metrics.py (scores and metrics.csv).
 """

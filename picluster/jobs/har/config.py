@@ -5,9 +5,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from picluster.errors import UsageError
-from picluster.jobs.har.model import NORMS
 
 MODES = ("sync", "async")
+NORMS = ("window", "step", "batch", "none")  # see model._normalise
 SCHEDULES = ("constant", "cosine")
 
 

@@ -13,14 +13,20 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from picluster import atomic
-from picluster.errors import ClusterError, UsageError
 from picluster.cluster.lifetime import last_line
 from picluster.cluster.probe import unanswered
-from picluster.paths import state_dir
+from picluster.clusterspec import Layout
+from picluster.errors import ClusterError, UsageError
 from picluster.jobs.har import clients, metrics
 from picluster.jobs.har.config import TrainConfig
+from picluster.jobs.har.data import load_data
+from picluster.paths import state_dir
+
+if TYPE_CHECKING:  # attach pulls in the cluster runtime; a standalone run needs none of it
+    from picluster.cluster.attach import Attached
 
 POLL_S = 0.2
 REMOTE_POLL_S = 1.0  # each poll of a node's chief is an SSH round trip
@@ -38,8 +44,6 @@ def new_run_dir(run_dir: Path | None) -> Path:
 
 def check_data(config: TrainConfig) -> None:
     """Fail before any server starts: a missing or misshapen data set is the user's to fix."""
-    from picluster.jobs.har.replica import load_data
-
     load_data(config)
 
 
@@ -47,7 +51,7 @@ def train(config: TrainConfig, run_dir: Path, inventory: Path | None = None,
           on_epoch: Callable[[dict], None] = lambda row: None,
           on_event: Callable[[str], None] = lambda msg: None,
           on_progress: Callable[[dict], None] = lambda live: None,
-          on_cluster: Callable[[object], None] = lambda cluster: None) -> dict:
+          on_cluster: Callable[["Attached"], None] = lambda cluster: None) -> dict:
     """Run (or continue) the training in ``run_dir``; return result.json's contents.
 
     With an inventory the clients run on the worker nodes over SSH and read the data set
@@ -60,7 +64,7 @@ def train(config: TrainConfig, run_dir: Path, inventory: Path | None = None,
     if config.standalone:
         running = []
         try:
-            running = clients.start(run_dir, None, 1)
+            running = clients.start(run_dir, None)
             return _follow(run_dir, config, running, on_epoch, on_event, on_progress)
         finally:
             clients.stop(running)
@@ -68,19 +72,18 @@ def train(config: TrainConfig, run_dir: Path, inventory: Path | None = None,
 
     with attach(inventory, workers=config.workers, ps=config.ps) as cluster:
         on_cluster(cluster)
-        layout = cluster.layout
-        used = [t for t in layout.tasks if t.job == "ps" and t.index < config.ps]
-        used += [t for t in layout.tasks if t.job == "worker" and t.index < config.workers]
-        # Only the tasks we use go in our ClusterSpec: spare ones must not be waited for.
-        rows = [r for r in layout.to_json() if any(r["job"] == t.job and r["index"] == t.index for t in used)]
-        atomic.write_json(run_dir / "layout.json", {"layout": rows, "cluster": cluster.kind, "launch": secrets.token_hex(4),
-                                                     "inventory": str(inventory.resolve()) if inventory else None})
+        # Only the tasks we use go in the replicas' ClusterSpec: spare ones must not be waited for.
+        used = Layout(tuple(t for t in cluster.layout.tasks
+                            if t.index < (config.ps if t.job == "ps" else config.workers)))
+        launch = secrets.token_hex(4)
+        atomic.write_json(run_dir / "layout.json", {"layout": used.to_json(), "cluster": cluster.kind, "launch": launch,
+                                                    "inventory": str(inventory.resolve()) if inventory else None})
         on_event(f"cluster: {cluster.kind}, {config.ps} ps + {config.workers} workers"
                  + (f" (started in {cluster.start_s:.1f} s)" if cluster.start_s else ""))
         running = []
         try:
-            running = clients.start(run_dir, layout, config.workers, cluster.inventory, resume)
-            return _follow(run_dir, config, running, on_epoch, on_event, on_progress, used)
+            running = clients.start(run_dir, used, cluster.inventory, resume, launch)
+            return _follow(run_dir, config, running, on_epoch, on_event, on_progress, used.tasks)
         finally:
             clients.stop(running)
 

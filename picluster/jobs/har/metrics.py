@@ -1,7 +1,6 @@
 """Scores from predictions, and the per-epoch metrics.csv the chief appends to."""
 
 import csv
-import json
 import os
 from pathlib import Path
 

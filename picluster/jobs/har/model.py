@@ -36,16 +36,17 @@ validation volunteers; "test" is that model's test accuracy (seed spread about +
 
 from dataclasses import dataclass
 
-from picluster.data.har.spec import CHANNELS, CLASSES
+import numpy as np
+import tensorflow as tf
 
-STEPS = 128
+from picluster.data.har.spec import CHANNELS, CLASSES, WINDOW
+
+STEPS = WINDOW  # the time axis: one window of samples
 FORGET_BIAS = 1.0
 FC_STDDEV = 0.2  # thesis: weights N(0, 0.2) for the ReLU projections
 FC_BIAS_MEAN = 0.3  # thesis: projection biases N(0.3, 0.2)
 NOREG = "noreg"  # variables whose name holds this are left out of the L2 term
 
-
-NORMS = ("window", "step", "batch", "none")
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ class Shape:
         return total + self.head_inputs * self.classes + self.classes
 
 
-def _fc(tf, x, n_in, n_out, name):
+def _fc(x, n_in, n_out, name):
     with tf.compat.v1.variable_scope(name):
         w = tf.compat.v1.get_variable("w", initializer=tf.random.normal([n_in, n_out], stddev=FC_STDDEV))
         b = tf.compat.v1.get_variable(
@@ -93,7 +94,7 @@ def _fc(tf, x, n_in, n_out, name):
     return w, b
 
 
-def _lstm_variables(tf, n_in, units, name):
+def _lstm_variables(n_in, units, name):
     """Kernel [n_in + units, 4 units] in BlockLSTM's gate order (i, c, f, o) and bias: both cells share them."""
     with tf.compat.v1.variable_scope(name):
         w = tf.compat.v1.get_variable(
@@ -103,9 +104,9 @@ def _lstm_variables(tf, n_in, units, name):
     return w, b
 
 
-def _lstm_block(tf, x, units, name):
+def _lstm_block(x, units, name):
     """x [T, B, n] -> h [T, B, units] with one fused kernel."""
-    w, b = _lstm_variables(tf, int(x.shape[-1]), units, name)
+    w, b = _lstm_variables(int(x.shape[-1]), units, name)
     batch = tf.shape(x)[1]
     zeros = tf.zeros(tf.stack([batch, units]))
     no_peep = tf.zeros([units])
@@ -117,9 +118,9 @@ def _lstm_block(tf, x, units, name):
     return out.h
 
 
-def _lstm_loop(tf, x, units, name):
+def _lstm_loop(x, units, name):
     """The same cell as a tf.while_loop over time steps (kept to compare speed)."""
-    w, b = _lstm_variables(tf, int(x.shape[-1]), units, name)
+    w, b = _lstm_variables(int(x.shape[-1]), units, name)
     batch = tf.shape(x)[1]
     zeros = tf.zeros(tf.stack([batch, units]))
     xs = tf.TensorArray(tf.float32, size=STEPS).unstack(x)
@@ -136,16 +137,16 @@ def _lstm_loop(tf, x, units, name):
     return hs.stack()
 
 
-def _projected_lstm(tf, x, units, name, cell):
+def _projected_lstm(x, units, name, cell):
     """ReLU projection of every time step, then an LSTM."""
     n_in = int(x.shape[-1])
-    w, b = _fc(tf, x, n_in, units, f"{name}/relu_fc")
+    w, b = _fc(x, n_in, units, f"{name}/relu_fc")
     flat = tf.reshape(x, [-1, n_in])
     projected = tf.reshape(tf.nn.relu(tf.matmul(flat, w) + b), tf.stack([STEPS, -1, units]))
-    return cell(tf, projected, units, f"{name}/lstm")
+    return cell(projected, units, f"{name}/lstm")
 
 
-def _normalise(tf, h, name, norm):
+def _normalise(h, name, norm):
     """h [T, B, n]; one learnt scalar scale (init 0.5) and offset, as in the thesis.
 
     "batch" is the thesis': moments over the batch and units of each step, so a window's
@@ -166,7 +167,7 @@ def _normalise(tf, h, name, norm):
     return (h - mean) * (tf.math.rsqrt(variance + 1e-3) * scale) + offset
 
 
-def logits(tf, x, shape: Shape, keep_prob, cell: str = "block"):
+def logits(x, shape: Shape, keep_prob, cell: str = "block"):
     """x [B, 128, 9] -> logits [B, classes]."""
     lstm = {"block": _lstm_block, "loop": _lstm_loop}[cell]
     h = tf.nn.dropout(x, rate=1.0 - keep_prob)
@@ -177,33 +178,31 @@ def logits(tf, x, shape: Shape, keep_prob, cell: str = "block"):
             for r in range(shape.residual):
                 name = f"lstm_{r + 1}"
                 if shape.bidir:
-                    fwd = _projected_lstm(tf, h, shape.units, f"{name}/forward", lstm)
-                    bwd = tf.reverse(_projected_lstm(tf, tf.reverse(h, [0]), shape.units, f"{name}/backward", lstm), [0])
+                    fwd = _projected_lstm(h, shape.units, f"{name}/forward", lstm)
+                    bwd = tf.reverse(_projected_lstm(tf.reverse(h, [0]), shape.units, f"{name}/backward", lstm), [0])
                     out = tf.concat([fwd, bwd], axis=2)
                 else:
-                    out = _projected_lstm(tf, h, shape.units, name, lstm)
+                    out = _projected_lstm(h, shape.units, name, lstm)
                 total = out if total is None else total + out
-            h = _normalise(tf, total, "norm", shape.norm) if shape.residual > 1 else total
+            h = _normalise(total, "norm", shape.norm) if shape.residual > 1 else total
     last = tf.nn.dropout(h[-1], rate=1.0 - keep_prob)
     if shape.window_stats:
         mean, variance = tf.nn.moments(x, axes=[1])
         last = tf.concat([last, mean, tf.sqrt(variance + 1e-6)], axis=1)
     with tf.compat.v1.variable_scope("output"):
         # Thesis: ReLU on the logits too; a linear output layer lets a class score go negative.
-        w, b = _fc(tf, last, shape.head_inputs, shape.classes, "fc")
+        w, b = _fc(last, shape.head_inputs, shape.classes, "fc")
     out = tf.matmul(last, w) + b
     return tf.nn.relu(out) if shape.relu_logits else out
 
 
 def channel_moments(x_train):
     """Per-channel mean and standard deviation over every training window and step (float32)."""
-    import numpy as np
-
     x = np.asarray(x_train, np.float64).reshape(-1, x_train.shape[-1])
     return x.mean(0).astype(np.float32), np.maximum(x.std(0), 1e-6).astype(np.float32)
 
 
-def standardise(tf, x, mean, std):
+def standardise(x, mean, std):
     """x [B, T, C] -> (x - mean) / std per channel.  The moments are non-trainable variables
     (on the ps under a device setter), so a checkpoint carries the scaling it was trained with."""
     with tf.compat.v1.variable_scope("input"):
@@ -212,5 +211,5 @@ def standardise(tf, x, mean, std):
     return (x - m) / s
 
 
-def l2_penalty(tf, variables):
+def l2_penalty(variables):
     return tf.add_n([tf.nn.l2_loss(v) for v in variables if NOREG not in v.name])

@@ -25,7 +25,7 @@ class Printer:
     def epoch(self, r: dict) -> None:
         if self.quiet:
             return
-        f = lambda k: float(r[k]) if r.get(k) not in (None, "") else float("nan")  # noqa: E731
+        f = lambda k: float(r[k]) if r.get(k) not in (None, "") else float("nan")
         stale = f" stale {f('staleness_mean'):.2f}/{r['staleness_max']}" if r.get("staleness_mean") else ""
         self.console.print(
             f"epoch {int(r['epoch']):3d}  train {f('train_loss'):.3f} {f('train_acc'):.1%}  "
@@ -62,7 +62,8 @@ class Follower:
     def __init__(self, config, display) -> None:
         self.config = config
         self.display = display
-        self.last_val = self.best_val = None
+        self.last_val: float | None = None
+        self.best_val: float | None = None
         self.epochs_done = 0
 
     def epoch(self, row: dict) -> None:

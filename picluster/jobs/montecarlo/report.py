@@ -1,7 +1,6 @@
 """How one Monte-Carlo estimate is shown: text for people, a dict for --json."""
 
 from rich.console import Console
-from rich.table import Table
 
 from picluster.jobs.montecarlo.estimate import Estimate
 

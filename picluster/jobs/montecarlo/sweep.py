@@ -15,7 +15,7 @@ CSV_COLUMNS = ("samples", "nodes", "seconds", "samples_per_s", "estimate", "abs_
 
 def run_sweep(layout: Layout, sizes: list[int], node_counts: list[int], seed: int) -> list[Estimate]:
     """One graph per node count (building it is not timed), then every size on it."""
-    rows = []
+    rows: list[Estimate] = []
     for nodes in node_counts:
         with MonteCarlo(layout, nodes) as job:
             rows.extend(job.estimate(size, seed) for size in sizes)

@@ -5,9 +5,9 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from picluster.cluster.ssh import Remote
 from picluster.inventory import Inventory, Node
 from picluster.provision.facts import Facts
-from picluster.cluster.ssh import Remote
 from picluster.provision.result import Item, Status
 
 NO_NFS = "no NFS support in this kernel"

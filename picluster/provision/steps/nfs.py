@@ -62,7 +62,7 @@ def server(ctx: Context):
         file_item(
             ctx, "defaults", "/etc/default/nfs-kernel-server",
             templates.render("nfs-kernel-server.j2", nfsd_threads=nfsd_threads(len(inv.nodes)), mountd_port=MOUNTD_PORT),
-        ),  # fmt: skip
+        ),
         file_item(ctx, "sunrpc", "/etc/modprobe.d/sunrpc.conf", templates.render("sunrpc.conf.j2")),
     ):
         if item.status is Status.CHANGED:

@@ -1,0 +1,128 @@
+"""Worker 0's extra duties: evaluate every epoch, select the model on validation, save, report.
+
+The chief evaluates on the validation and the test volunteers after each of its epochs, appends
+the row to metrics.csv, keeps the best model *by validation accuracy* in best/ (test accuracy is
+only reported), checkpoints, and at the end writes result.json.  On a resumed run it first drops
+the rows of epochs the restored checkpoint does not contain: they are trained again.
+"""
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from picluster import atomic
+from picluster.jobs.har import metrics
+from picluster.jobs.har.config import TrainConfig
+from picluster.jobs.har.graph import Graph
+
+
+class Chief:
+    """Evaluation, selection on validation, checkpoints and summaries: worker 0's extra duties."""
+
+    def __init__(self, run_dir: Path, cfg: TrainConfig, g: Graph, data, with_raw, start_epoch: int, start_step: int) -> None:
+        self.run_dir, self.cfg, self.g, self.data, self.with_raw = run_dir, cfg, g, data, with_raw
+        self.raw = lambda fetches, feed=None: with_raw(lambda s: s.run(fetches, feed))
+        self.csv = run_dir / "metrics.csv"
+        self.state_path = run_dir / "state.json"
+        self.state = json.loads(self.state_path.read_text()) if self.state_path.exists() else {}
+        # Rows past the restored checkpoint are redone: drop them.
+        kept = [r for r in metrics.read_rows(self.csv) if int(r["epoch"]) <= start_epoch]
+        self.csv.unlink(missing_ok=True)
+        for r in kept:
+            metrics.append_row(self.csv, r)
+        if self.state.get("best", {}).get("epoch", 0) > start_epoch:
+            del self.state["best"]
+        self.state.setdefault("resumes", [])
+        if start_step:
+            self.state["resumes"].append({"epoch": start_epoch, "global_step": start_step, "time": time.time()})
+        self.state.setdefault("started", time.time())
+        self.writer = tf.compat.v1.summary.FileWriter(str(run_dir / "tensorboard"), g.graph if not start_step else None)
+        self.last_epoch = start_epoch
+        self.stopped_early = False
+
+    def evaluate(self, split: str) -> dict:
+        x, y = getattr(self.data, f"x_{split}"), getattr(self.data, f"y_{split}")
+        preds, loss = [], 0.0
+        for i in range(0, len(x), self.cfg.eval_batch):
+            p, batch_loss = self.raw([self.g.pred, self.g.xent_sum], {self.g.x: x[i:i + self.cfg.eval_batch], self.g.y: y[i:i + self.cfg.eval_batch]})
+            preds.append(p)
+            loss += float(batch_loss)
+        pred = np.concatenate(preds) if preds else np.zeros(0, np.int64)
+        m = metrics.confusion(y, pred, self.g.shape.classes)
+        return {"loss": loss / max(len(x), 1), "acc": float((pred == y).mean()) if len(y) else 0.0,
+                "f1": metrics.weighted_f1(m), "confusion": m.tolist(),
+                "by_volunteer": metrics.accuracy_by(getattr(self.data, f"subject_{split}"), y, pred)}
+
+    def end_epoch(self, epoch: int, stats: dict) -> bool:
+        """Record the epoch; True when training should stop."""
+        val, test = self.evaluate("val"), self.evaluate("test")
+        step = int(self.raw(self.g.global_step))
+        row = {"epoch": epoch, **stats, "global_step": step,
+               "val_loss": val["loss"], "val_acc": val["acc"], "val_f1": val["f1"],
+               "test_loss": test["loss"], "test_acc": test["acc"], "test_f1": test["f1"],
+               "wall_s": time.time() - self.state["started"], "time": time.time()}
+        metrics.append_row(self.csv, row)
+        self._summaries(row, step)
+        best = self.state.get("best")
+        if best is None or val["acc"] > best["val_acc"] or (val["acc"] == best["val_acc"] and val["loss"] < best["val_loss"]):
+            self.state["best"] = {"epoch": epoch, "global_step": step, "val_acc": val["acc"], "val_loss": val["loss"],
+                                  "val_f1": val["f1"], "test_acc": test["acc"], "test_f1": test["f1"],
+                                  "test_loss": test["loss"], "confusion": test["confusion"],
+                                  "test_by_volunteer": test["by_volunteer"]}
+            self.raw_save(self.g.best_saver, self.run_dir / "best" / "model", step)
+        if epoch % self.cfg.checkpoint_epochs == 0 or epoch == self.cfg.epochs:
+            self.raw_save(self.g.saver, self.run_dir / "checkpoints" / "model.ckpt", step)
+        self.last_epoch = epoch
+        atomic.write_json(self.state_path, self.state)
+        atomic.write_json(self.run_dir / "progress.json", {k: v for k, v in row.items()} | {"best_epoch": self.state["best"]["epoch"]})
+        if self.cfg.target_val_accuracy and val["acc"] >= self.cfg.target_val_accuracy:
+            self.stopped_early = True
+            return True
+        return False
+
+    def raw_save(self, saver, path: Path, step: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.with_raw(lambda s: saver.save(s, str(path), global_step=step, write_meta_graph=False))
+
+    def _summaries(self, row: dict, step: int) -> None:
+        values = [tf.compat.v1.Summary.Value(tag=k, simple_value=float(row[k]))
+                  for k in ("train_loss", "train_acc", "val_loss", "val_acc", "val_f1", "test_loss", "test_acc", "test_f1",
+                            "epoch_s", "input_s", "compute_s", "exchange_s")]
+        self.writer.add_summary(tf.compat.v1.Summary(value=values), step)
+        self.writer.flush()
+
+    def _per_ps(self) -> dict[str, int]:
+        """Where the weights live: parameters per ps task (replica_device_setter spreads them)."""
+        placed: dict[str, int] = {}
+        for v in self.g.variables:
+            spec = tf.DeviceSpec.from_string(v.device or "")
+            if spec.job == "ps":
+                key = f"ps:{spec.task}"
+                placed[key] = placed.get(key, 0) + int(np.prod(v.shape))
+        return dict(sorted(placed.items()))
+
+    def finish(self) -> None:
+        best = self.state.get("best", {})
+        rows = metrics.read_rows(self.csv)
+        result = {
+            "selected_on": "validation",
+            "best_epoch": best.get("epoch"),
+            "test_accuracy": best.get("test_acc"),
+            "test_f1": best.get("test_f1"),
+            "val_accuracy": best.get("val_acc"),
+            "confusion": best.get("confusion"),
+            "test_accuracy_by_volunteer": best.get("test_by_volunteer"),  # volunteers differ in posture more than models do
+            "epochs_run": self.last_epoch,
+            "stopped_at_target": self.stopped_early,
+            "parameters": self.g.parameters,
+            "parameters_per_ps": self._per_ps(),
+            "resumes": self.state.get("resumes", []),
+            "wall_s": time.time() - self.state["started"],
+            "epoch_s_mean": float(np.mean([float(r["epoch_s"]) for r in rows])) if rows else None,
+            "config": json.loads(self.cfg.to_json()),
+        }
+        atomic.write_json(self.run_dir / "result.json", result)
+        self.writer.close()

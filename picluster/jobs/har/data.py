@@ -1,0 +1,36 @@
+"""The prepared HAR windows as training reads them: checked once, and dealt out to the workers."""
+
+from pathlib import Path
+
+import numpy as np
+
+from picluster.data.har import HarData, har_dir
+from picluster.data.har.dataset import cache_path, load
+from picluster.data.har.spec import CHANNELS, CLASSES, WINDOW
+from picluster.errors import UsageError
+from picluster.jobs.har.config import TrainConfig
+
+
+def load_data(config: TrainConfig) -> HarData:
+    """What `picluster data har` prepared, checked for the shapes training needs.
+
+    Only that: building the set here would hide a wrong --data-dir.  The coordinator calls this
+    before any server starts, so a bad data set is one line, not a failed worker.
+    """
+    folder = Path(config.data_dir) if config.data_dir else har_dir()
+    data = load(cache_path(folder))
+    for split in ("train", "val", "test"):
+        x, y = getattr(data, f"x_{split}"), getattr(data, f"y_{split}")
+        if x.ndim != 3 or x.shape[1:] != (WINDOW, len(CHANNELS)) or y.shape != (len(x),):
+            raise UsageError(f"{folder}: {split} windows have shape {x.shape}, expected (n, {WINDOW}, {len(CHANNELS)}); run `picluster data har` again")
+        if len(x) and (y.min() < 0 or y.max() >= len(CLASSES)):
+            raise UsageError(f"{folder}: {split} labels outside 0..{len(CLASSES) - 1}")
+    if len(data.x_train) < config.batch * max(1, config.workers):
+        raise UsageError(f"{folder}: {len(data.x_train)} training windows are fewer than --batch x workers")
+    return data
+
+
+def shard(n: int, task: int, workers: int, seed: int) -> np.ndarray:
+    """This worker's window indices: a fixed shuffle of all of them, dealt round-robin."""
+    order = np.random.default_rng(seed).permutation(n)
+    return order[task::workers]

@@ -1,0 +1,140 @@
+"""The training graph one replica builds: the model, its loss and optimiser, the update step.
+
+Between-graph replication: every worker builds this same graph, with the variables placed on the
+ps tasks by ``replica_device_setter`` and its own ops on its worker task.  Sync mode adds the
+gradient queues of ``_sync_step``; ``--ema`` a moving average that evaluation reads; every
+replica also gets a probe that times moving the weights, for the epoch's exchange figure.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from picluster.jobs.har.config import TrainConfig
+from picluster.jobs.har.model import STEPS, Shape, channel_moments, l2_penalty, logits, standardise
+
+
+class Graph:
+    def __init__(self, config: TrainConfig, task: int, data, cluster: dict | None = None, launch: str = "") -> None:
+        self.graph = tf.Graph()
+        self.shape = Shape(config.layers, config.residual, config.hidden, config.bidir,
+                           norm=config.norm, relu_logits=config.relu_logits, window_stats=config.window_stats)
+        workers = 1 if config.standalone else config.workers
+        # A container per launch: a persistent cluster's ps keeps variables between sessions, and
+        # a new run must not start from the last one's weights (a resumed one restores its checkpoint).
+        with self.graph.as_default(), tf.compat.v1.container(f"picluster-{launch}" if launch else ""):  # [A-Za-z0-9.-/] only
+            if cluster is None:
+                setter = None
+                here = None
+            else:
+                here = f"/job:worker/task:{task}"
+                setter = tf.compat.v1.train.replica_device_setter(
+                    cluster=tf.train.ClusterSpec(cluster), worker_device=here
+                )  # round-robin: variables spread across every ps task
+            with tf.compat.v1.device(setter):
+                self.global_step = tf.compat.v1.train.get_or_create_global_step()
+                # Start barrier: each launch of the run adds one per worker; kept in checkpoints.
+                self.joined = tf.compat.v1.get_variable("workers_joined", [], tf.int64, trainable=False,
+                                                        initializer=tf.compat.v1.zeros_initializer())
+                self.join = self.joined.assign_add(1)
+                self.x = tf.compat.v1.placeholder(tf.float32, [None, STEPS, self.shape.inputs], name="x")
+                self.y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
+                self.keep = tf.compat.v1.placeholder_with_default(1.0, [], name="keep_prob")
+                # Read the step before the forward pass reads the weights: the staleness baseline.
+                self.step_before = self.global_step.read_value()
+                with tf.control_dependencies([self.step_before]):
+                    x = tf.identity(self.x)
+                if config.standardise:
+                    x = standardise(x, *channel_moments(data.x_train))
+                out = logits(x, self.shape, self.keep)
+                xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=self.y, logits=out)
+                self.xent = tf.reduce_mean(xent)
+                self.loss = self.xent + config.l2 * l2_penalty(tf.compat.v1.trainable_variables())
+                self.correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(out, 1), self.y), tf.int64))
+                lr = config.learning_rate
+                if config.lr_schedule == "cosine":
+                    _, per_epoch = config.steps_per_epoch(len(data.x_train), workers)
+                    lr = tf.compat.v1.train.cosine_decay(lr, self.global_step, max(1, per_epoch * config.epochs))
+                opt = tf.compat.v1.train.AdamOptimizer(lr)
+                grads, variables = zip(*opt.compute_gradients(self.loss))
+                self.sync = config.mode == "sync" and workers > 1
+                if self.sync:
+                    self.train = _sync_step(opt, grads, variables, self.global_step, config, task, workers, launch)
+                else:
+                    grads, _ = tf.clip_by_global_norm(grads, config.clip_norm)
+                    self.train = opt.apply_gradients(zip(grads, variables), global_step=self.global_step)
+                if config.ema:
+                    # Shadow weights beside the weights (on the ps); only a step that applies an
+                    # update moves them: every worker's in async mode, the chief's in sync mode.
+                    ema = tf.compat.v1.train.ExponentialMovingAverage(config.ema, num_updates=self.global_step)
+                    if self.sync and task != 0:
+                        ema.apply(variables)
+                    else:
+                        with tf.control_dependencies([self.train]):
+                            self.train = ema.apply(variables)
+                    out = _averaged_logits(ema, x, self.shape)
+                    xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=self.y, logits=out)
+                self.pred = tf.argmax(out, 1)  # evaluation: the averaged weights when --ema
+                self.xent_sum = tf.reduce_sum(xent)
+                with tf.control_dependencies([self.train]):
+                    self.step_after = self.global_step.read_value()
+            self.uninitialised = tf.compat.v1.report_uninitialized_variables()
+            self.uninitialised.mark_used()  # only non-chief workers run it; unused, TF warns at exit
+            self.variables = tf.compat.v1.trainable_variables()
+            self.parameters = int(sum(np.prod(v.shape) for v in self.variables))
+            self.saver = tf.compat.v1.train.Saver(max_to_keep=2)
+            self.best_saver = tf.compat.v1.train.Saver(max_to_keep=1)
+            self._exchange_probe(here)
+
+    def _exchange_probe(self, here) -> None:
+        """Pull every weight to this worker and push a same-sized zero update back."""
+        if here is None:
+            self.pull = self.push = self.noop = None
+            self.zeros = {}
+            return
+        with tf.device(here):
+            self.noop = tf.constant(0.0) + tf.compat.v1.placeholder_with_default(0.0, [])
+            self.pull = tf.add_n([tf.reduce_sum(v) for v in self.variables])
+            self.zeros = {v: tf.compat.v1.placeholder(v.dtype.base_dtype, v.shape) for v in self.variables}
+        self.push = tf.group(*[v.assign_add(z, read_value=False) for v, z in self.zeros.items()])
+        self.zero_values = {z: np.zeros(v.shape, np.float32) for v, z in self.zeros.items()}
+
+
+def _averaged_logits(ema, x, shape):
+    """The same network reading each weight's moving average: the model that is evaluated."""
+    def averaged(getter, name, *args, **kwargs):
+        var = getter(name, *args, **kwargs)
+        average = ema.average(var)
+        return var if average is None else average  # the input moments have none: they never move
+
+    with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True, custom_getter=averaged):
+        return logits(x, shape, 1.0)
+
+
+def _sync_step(opt, grads, variables, global_step, config, task, workers, launch):
+    """One synchronous step: every worker's gradient, averaged, applied once by the chief.
+
+    Each worker puts its gradients in its own one-slot queue on ps 0 and waits for a token;
+    the chief takes one gradient from every queue, averages and clips them, applies Adam and
+    hands each worker a token.  Unlike SyncReplicasOptimizer, which accepts any
+    ``replicas_to_aggregate`` gradients (a fast worker may supply two), every step holds
+    exactly one gradient per worker.  Queue names carry the launch id, so a persistent
+    cluster's leftovers from an earlier launch are never read.
+    """
+    shapes = [v.shape for v in variables]
+    with tf.compat.v1.device("/job:ps/task:0"):
+        queues = [tf.queue.FIFOQueue(1, [tf.float32] * len(grads), shapes=shapes,
+                                     shared_name=f"grads_{w}_{launch}", name=f"grads_{w}") for w in range(workers)]
+        tokens = [tf.queue.FIFOQueue(1, [tf.int64], shapes=[[]], shared_name=f"token_{w}_{launch}", name=f"token_{w}")
+                  for w in range(workers)]
+    push = queues[task].enqueue(list(grads))
+    if task != 0:
+        with tf.control_dependencies([push]):
+            return tokens[task].dequeue()
+    with tf.control_dependencies([push]), tf.compat.v1.device("/job:ps/task:0"):
+        taken = [q.dequeue() for q in queues]
+        mean = [tf.add_n(list(gs)) / float(workers) for gs in zip(*taken)]
+    clipped, _ = tf.clip_by_global_norm(mean, config.clip_norm)
+    apply = opt.apply_gradients(zip(clipped, variables), global_step=global_step)
+    with tf.control_dependencies([apply]):
+        step = global_step.read_value()
+        return tf.group(*[tokens[w].enqueue([step]) for w in range(1, workers)])

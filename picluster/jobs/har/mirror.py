@@ -1,0 +1,145 @@
+"""The chief's files, mirrored between its node's run directory and the coordinator's, over SFTP.
+
+No shared file system is needed: before a start the coordinator pushes what the run needs (and,
+to resume on a node that lost its copy, the records and checkpoints); while the run goes on it
+copies the chief's progress back, and its records and checkpoints after every epoch, so a
+resume hint always names a checkpoint the coordinator holds too.
+"""
+
+import errno
+import os
+import stat
+from pathlib import Path, PurePosixPath
+
+import paramiko
+
+from picluster import atomic
+
+# The chief's files the coordinator mirrors while the run goes on, and at the end.
+PROGRESS = ("progress.json", "live.json")
+RECORDS = ("metrics.csv", "state.json")
+TREES = ("checkpoints", "best", "tensorboard")
+FINAL = ("result.json",)
+# What a relaunched chief needs to resume (its records and these trees), pushed to its node.
+RESUME_TREES = ("checkpoints", "best")
+ALWAYS_COPY_BYTES = 4096  # smaller files are copied on every mirror (see stale)
+COPY_ERRORS = (OSError, EOFError, paramiko.SSHException)
+
+
+def stale(local: tuple[int, int] | None, remote: tuple[int, int]) -> bool:
+    """Whether a file must be copied again: (size, whole-second mtime) here (None: missing) and there.
+
+    SFTP times are whole seconds, and a checkpoint's state file is rewritten in place at the
+    same size ("model.ckpt-26" -> "-39"): within one second it would look unchanged, so small
+    files are always copied.  Large ones (the checkpoint data) only when size or time moved.
+    """
+    size, _ = remote
+    if size <= ALWAYS_COPY_BYTES or local is None:
+        return True
+    return local != remote
+
+
+class Mirror:
+    """One run directory on a node (``remote_dir``, relative to the user's home) and its local copy."""
+
+    def __init__(self, sftp: paramiko.SFTPClient, remote_dir: PurePosixPath, local_dir: Path) -> None:
+        self.sftp = sftp
+        self.remote_dir = remote_dir
+        self.local_dir = local_dir
+        self._seen_progress: bytes | None = None
+        self.complete = False  # the final mirror is done
+
+    # -- what the coordinator does with it -------------------------------------------------------
+
+    def push_for_start(self, chief: bool, resume: bool) -> None:
+        self.put(self.local_dir / "config.json")
+        if chief and resume and not self.exists("checkpoints/checkpoint"):
+            # The node's own records are the newest; ours are pushed only when it has none.
+            for name in RECORDS:
+                self.put(self.local_dir / name)
+            for tree in RESUME_TREES:
+                self.put_tree(self.local_dir / tree)
+
+    def follow(self, final: bool = False) -> None:
+        """Copy the chief's progress back, and its records when an epoch ended (or at the end)."""
+        moved = False
+        for name in PROGRESS:
+            data = self.get(name)
+            if name == "progress.json" and data != self._seen_progress:
+                self._seen_progress, moved = data, True
+        # The chief appends to metrics.csv before it replaces progress.json: a new
+        # progress.json means a complete row.
+        if moved or final:
+            self.records()  # each epoch: a resume hint must find the checkpoint here
+        if final:
+            for name in FINAL:
+                self.get(name)
+            self.complete = True
+
+    def records(self) -> None:
+        for name in RECORDS:
+            self.get(name)
+        for tree in TREES:
+            self.get_tree(PurePosixPath(tree))
+
+    # -- files -----------------------------------------------------------------------------------
+
+    def exists(self, relative: str) -> bool:
+        try:
+            self.sftp.stat(str(self.remote_dir / relative))
+            return True
+        except FileNotFoundError:
+            return False
+
+    def put(self, local: Path) -> None:
+        if local.is_file():
+            remote = str(self.remote_dir / local.relative_to(self.local_dir))
+            self.sftp.put(str(local), remote + ".new")
+            self.sftp.posix_rename(remote + ".new", remote)
+
+    def put_tree(self, local: Path) -> None:
+        if not local.is_dir():
+            return
+        try:
+            self.sftp.mkdir(str(self.remote_dir / local.relative_to(self.local_dir)), 0o700)
+        except OSError:
+            pass  # it exists
+        for item in sorted(local.iterdir()):
+            self.put_tree(item) if item.is_dir() else self.put(item)
+
+    def get(self, name: str) -> bytes | None:
+        """Copy one file back (atomically); its bytes, or None when the node has none."""
+        try:
+            with self.sftp.open(str(self.remote_dir / name), "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            if getattr(exc, "errno", None) == errno.ENOENT or isinstance(exc, FileNotFoundError):
+                return None
+            raise
+        target = self.local_dir / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_bytes(target, data)
+        return data
+
+    def get_tree(self, relative: PurePosixPath) -> None:
+        try:
+            entries = self.sftp.listdir_attr(str(self.remote_dir / relative))
+        except FileNotFoundError:
+            return
+        for entry in entries:
+            child = relative / entry.filename
+            if stat.S_ISDIR(entry.st_mode or 0):
+                self.get_tree(child)
+                continue
+            remote = (entry.st_size or 0, int(entry.st_mtime or 0))
+            if stale(_size_and_second(self.local_dir / child), remote):  # each epoch: only new checkpoint files
+                self.get(str(child))
+                os.utime(self.local_dir / child, (entry.st_atime or 0, entry.st_mtime or 0))
+
+
+def _size_and_second(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_size, int(st.st_mtime)

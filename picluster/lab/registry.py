@@ -1,0 +1,150 @@
+"""The labs on this machine: which exist (state dirs and kernel objects named after them), and
+ending them, including labs whose owning process died before it could clean up."""
+
+import contextlib
+import fcntl
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+
+import psutil
+
+from picluster import paths
+from picluster.errors import ClusterError, UsageError
+from picluster.lab import commands, links, naming, netns, procs
+
+_LOCK = Path("/run/lock/picluster-lab.lock")
+
+
+def state_root() -> Path:
+    return paths.state_dir() / "lab"
+
+
+def known_ids(root: Path | None = None) -> list[str]:
+    """Labs with a state dir under `root`, plus any whose kernel objects exist on this machine."""
+    root = Path(root) if root else state_root()
+    ids = set()
+    if root.is_dir():
+        ids |= {p.name for p in root.iterdir() if naming.ID_PATTERN.match(p.name) and p.is_dir()}
+    ids |= {i for i in map(naming.lab_of_netns, netns.netns_names()) if i}
+    ids |= {i for i in map(naming.lab_of_link, netns.link_names()) if i}
+    if shutil.which("nft"):
+        ids |= {i for i in map(naming.lab_of_link, links.tables()) if i}
+    return sorted(ids)
+
+
+def open_lab(lab_id: str, root: Path | None = None):
+    """The lab from its state file, or a bare one that can only sweep away what is named after it."""
+    from picluster.lab.lab import Lab
+
+    try:
+        return Lab.load(lab_id, root)
+    except (UsageError, ClusterError, KeyError):
+        return Lab.remains(lab_id, root)
+
+
+def teardown(lab_id: str, root: Path | None = None) -> bool:
+    """Tear lab `lab_id` down; False when nothing of it existed."""
+    if lab_id not in known_ids(root):
+        return False
+    open_lab(lab_id, root).down()
+    return True
+
+
+def down_all(root: Path | None = None) -> list[str]:
+    done, problems = [], []
+    for lab_id in known_ids(root):
+        try:
+            open_lab(lab_id, root).down()
+            done.append(lab_id)
+        except ClusterError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ClusterError("; ".join(problems))
+    return done
+
+
+def reap_orphans(root: Path | None = None) -> list[str]:
+    """Tear down labs whose owning process is gone (killed before it could clean up)."""
+    from picluster.lab.lab import Lab
+
+    reaped = []
+    for lab_id in known_ids(root):
+        try:
+            lab = Lab.load(lab_id, root)
+        except (UsageError, ClusterError, KeyError):
+            continue
+        if lab.owner and not owner_alive(lab.owner):
+            lab.down()
+            reaped.append(lab_id)
+    return reaped
+
+
+def this_owner() -> dict:
+    """This process, as a lab's state file names its owner (the start time tells a reused pid)."""
+    return {"pid": os.getpid(), "started": psutil.Process().create_time()}
+
+
+def owner_alive(owner: dict) -> bool:
+    try:
+        return abs(psutil.Process(owner["pid"]).create_time() - owner["started"]) < 0.01
+    except psutil.NoSuchProcess:
+        return False
+
+
+@contextlib.contextmanager
+def lock() -> Iterator[None]:
+    """Two labs starting at once must not pick the same id or subnet."""
+    _LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(_LOCK, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+
+
+def sweep(lab_id: str, run_dir: Path, hosts: list, children: list) -> list[str]:
+    """End everything of lab ``lab_id``: the hosts' processes, then every kernel object named
+    after it, mounts into its run dir and the run dir.  What could not be removed, as messages."""
+    problems = []
+    namespaces = {host.netns for host in hosts} | {
+        name for name in netns.netns_names() if naming.lab_of_netns(name) == lab_id
+    }
+    net = {procs.netns_inode(name) for name in namespaces} | {h.net_inode for h in hosts}
+    mnt = {h.mnt_inode for h in hosts}
+    pids = set(procs.in_namespaces(net, mnt))
+    pids |= {h.pid for h in hosts if h.alive()}
+    left = procs.kill_all(sorted(pids))
+    if left:
+        problems.append(f"processes {left} would not die")
+    for child in children:
+        with contextlib.suppress(Exception):
+            child.wait(timeout=5)
+
+    steps: list[Callable[[], object]] = [lambda: links.delete_table(naming.nft_table(lab_id))]
+    steps += [partial(netns.delete_netns, name) for name in sorted(namespaces)]
+    lab_links = {h.veth for h in hosts} | {naming.bridge(lab_id)}
+    lab_links |= {name for name in netns.link_names() if naming.lab_of_link(name) == lab_id}
+    steps += [partial(netns.delete_link, name) for name in sorted(lab_links, reverse=True)]
+    steps.append(lambda: _unmount_under(run_dir))
+    steps.append(lambda: shutil.rmtree(run_dir) if run_dir.exists() else None)
+    for step in steps:
+        try:
+            step()
+        except (ClusterError, OSError) as exc:
+            problems.append(str(exc))
+    return problems
+
+
+def _unmount_under(run_dir: Path) -> None:
+    # The hosts' mounts live in their own mount namespaces and vanish with their processes;
+    # this only catches someone having mounted something into the run dir by hand.
+    real = os.path.realpath(run_dir)
+    with open("/proc/self/mountinfo") as f:
+        targets = [line.split()[4].encode().decode("unicode_escape") for line in f]
+    for target in reversed(targets):
+        if target == real or target.startswith(real + "/"):
+            commands.run(["umount", "-l", target])
