@@ -33,7 +33,7 @@ def test_montecarlo_on_real_cluster(state, monkeypatch):
             a = job.estimate(3_000_001, seed=11)
             seen = []
             with monkeypatch.context() as patch:
-                patch.setattr("picluster.montecarlo.CHUNKS_PER_ROUND", 1)
+                patch.setattr("picluster.jobs.montecarlo.estimate.CHUNKS_PER_ROUND", 1)
                 a_rounds = job.estimate(3_000_001, seed=11, progress=lambda done, total: seen.append(done))
             b = job.estimate(3_000_001, seed=11)
             c = job.estimate(3_000_001, seed=12)

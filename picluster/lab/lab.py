@@ -9,6 +9,10 @@
 State lives in ``registry.state_root() / <id>``: the run's key, known_hosts, the hosts' layers
 and logs, and state.json, which `Lab.load(id)` (and `picluster lab down`) read.  registry.py
 knows which labs exist on this machine; plan.py decides what a new one will be.
+
+At about 400 lines this module is over the project's ~350: ``Lab`` is the one handle tests and
+``picluster lab`` hold for a lab's whole life (up, faults, status, down), so its methods stay
+together; every part that stands alone lives beside it (plan, registry, ssh, inventory, host).
 """
 
 import atexit
