@@ -556,3 +556,21 @@ def test_a_lab_can_keep_its_state_under_tmp(lab_factory, tmp_path):
     with pytest.raises(UsageError, match="lies under /var"):  # the hosts' /var overlay would hide it
         Lab(1, root=refused).up()
     assert not refused.exists()
+
+
+def test_a_state_file_of_another_shape_is_skipped_not_a_crash(tmp_path):
+    # Another picluster version on this machine may write fields this one does not know; reaping
+    # at the start of every test session (and `lab down --all`) must not die on them.
+    lab_id = "z" + os.urandom(2).hex()
+    (tmp_path / lab_id).mkdir()
+    state = {
+        "user": {"name": "pi", "uid": 1000, "gid": 1000},
+        "subnet": "10.213.1.0/24",
+        "owner": {"pid": 2**22 + 1, "started": 0.0},  # beyond pid_max: never alive
+        "hosts": [{"name": "node01", "index": 1, "address": "10.213.1.11", "prefix": 24, "dir": "/nonexistent"}],
+    }
+    (tmp_path / lab_id / "state.json").write_text(json.dumps(state))
+    with pytest.raises(ClusterError, match=f"state of lab {lab_id} has a shape"):
+        Lab.load(lab_id, tmp_path)
+    assert lab_id not in reap_orphans(tmp_path)
+    assert (tmp_path / lab_id / "state.json").exists()  # not this version's to remove

@@ -179,11 +179,19 @@ class Lab:
             raise UsageError(f"no lab named {lab_id} (no {root / lab_id / 'state.json'})") from None
         except json.JSONDecodeError as exc:
             raise ClusterError(f"state of lab {lab_id} is unreadable: {exc}") from None
-        hosts = [Host.from_dict(h) for h in state.get("hosts", [])]
-        lab = cls(max(len(hosts), 1), lab_id=lab_id, user=state["user"]["name"], owned=False, root=root)
+        try:
+            hosts = [Host.from_dict(h) for h in state.get("hosts", [])]
+            user = state["user"]
+            plan = None
+            if state.get("subnet") and "uid" in user:
+                plan = Plan(lab_id, len(hosts), ipaddress.IPv4Network(state["subnet"]), User(**user))
+        except (TypeError, KeyError, ValueError, AttributeError) as exc:
+            # Another picluster version on this machine may have written it (other fields): such a
+            # lab is not this version's to judge, and a reader must not crash on it.
+            raise ClusterError(f"state of lab {lab_id} has a shape this version does not know: {exc!r}") from None
+        lab = cls(max(len(hosts), 1), lab_id=lab_id, user=user["name"], owned=False, root=root)
         lab.hosts = hosts
-        if state.get("subnet") and "uid" in state["user"]:
-            lab.plan = Plan(lab_id, len(hosts), ipaddress.IPv4Network(state["subnet"]), User(**state["user"]))
+        lab.plan = plan
         lab.phase = state.get("phase", "unknown")
         lab.owner = state.get("owner")
         lab._created = True
