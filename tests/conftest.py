@@ -5,6 +5,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+from hypothesis import settings
+
+# Property tests stay inside CI's budget: a few hundred examples per property, no deadline (the
+# machine is shared and slow).  HYPOTHESIS_PROFILE=thorough runs many more while working on one.
+settings.register_profile("ci", max_examples=150, deadline=None, print_blob=True)
+settings.register_profile("thorough", max_examples=5000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -42,6 +42,7 @@ def provision(inventory, only, dry_run, venv, fanout, timeout, known_hosts) -> N
     from rich.console import Console
 
     from picluster import nodeset
+    from picluster.inventory import venv_path
     from picluster.provision.report import show
     from picluster.provision.runner import parse_only, run_order
     from picluster.provision.runner import provision as run
@@ -50,7 +51,7 @@ def provision(inventory, only, dry_run, venv, fanout, timeout, known_hosts) -> N
     inv = _load(inventory)
     steps = parse_only(only)
     options = Options(
-        dry_run=dry_run, only=steps, venv=venv or inv.venv, fanout=fanout, timeout=timeout, known_hosts=known_hosts,
+        dry_run=dry_run, only=steps, venv=inv.venv if venv is None else venv_path(venv, "--venv"), fanout=fanout, timeout=timeout, known_hosts=known_hosts,
         connect_timeout=min(10.0, timeout),
     )  # fmt: skip
     reports = run(inv, options)
