@@ -4,7 +4,7 @@ from pathlib import Path
 
 import click
 
-from picluster.cli.options import node_inventory_option
+from picluster.cli.options import Real, node_inventory_option
 from picluster.errors import ClusterError, UsageError
 
 _known_hosts_option = click.option(
@@ -31,7 +31,7 @@ def _load(inventory: Path | None):
 @click.option("--venv", default=None,
               help="The virtualenv on each node (relative: under the user's home) [the inventory's cluster.venv].")
 @click.option("--fanout", type=click.IntRange(1, 64), default=8, show_default=True, help="Nodes worked on at once.")
-@click.option("--timeout", type=click.FloatRange(1, 3600), default=120.0, show_default=True,
+@click.option("--timeout", type=Real(1, 3600), default=120.0, show_default=True,
               help="Seconds one command may take before its node counts as unreachable (installs get longer).")
 @_known_hosts_option
 def provision(inventory, only, dry_run, venv, fanout, timeout, known_hosts) -> None:
