@@ -3,10 +3,14 @@
 import signal
 import sys
 
-import click
+try:
+    import click
 
-from picluster import __version__
-from picluster.errors import PiclusterError
+    from picluster import __version__
+    from picluster.errors import PiclusterError
+except KeyboardInterrupt:  # Ctrl-C while Python still loads click: one line too, no traceback
+    print("picluster: error: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -44,8 +48,8 @@ def _terminate(signum, frame) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _terminate)
-    _register()
     try:
+        _register()
         app.main(args=argv, prog_name="picluster", standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
@@ -59,6 +63,14 @@ def main(argv: list[str] | None = None) -> None:
         _fail("interrupted", 130)
     except BrokenPipeError:
         sys.exit(1)
+    except OSError as exc:
+        # Storage the library did not wrap in a StorageError (full, read-only, not ours): still one
+        # line with the path and the cause.  Other OSErrors are bugs: their traceback is wanted.
+        from picluster.atomic import STORAGE_ERRNOS
+
+        if exc.errno not in STORAGE_ERRNOS:
+            raise
+        _fail(f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc.strerror), 1)
 
 
 def _usage_hint(exc: click.ClickException) -> str:

@@ -82,7 +82,6 @@ def inventory(inventory, as_ansible, out, known_hosts) -> None:
     if out is None:
         click.echo(text, nl=False)
     else:
-        try:
-            out.write_text(text)
-        except OSError as exc:
-            raise UsageError(f"--out {out}: cannot write: {exc.strerror}") from None
+        from picluster import atomic
+
+        atomic.write_text(out, text)  # whole or not at all; a failure is one StorageError line
