@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,32 @@ def test_cluster_state_on_a_read_only_file_system_starts_nothing(small_disk, mon
     monkeypatch.setenv("PICLUSTER_STATE_DIR", str(state))
     one_line(picluster("cluster", "up", timeout=120), 1, str(state), "Read-only file system")
     assert not server_processes(state) and not server_processes(state, "picluster.monitor.agent")
+
+
+@pytest.mark.slow
+def test_a_sweep_table_onto_a_full_disk_is_one_line_and_no_file(small_disk, state):
+    out = small_disk.path / "t5.csv"
+    # Full only once the sweep has begun: the check before it must pass, the write after it fail.
+    proc = subprocess.Popen([sys.executable, "-m", "picluster", "run", "montecarlo", "--sweep", "1e6,2e6", "--nodes-list", "1",
+                             "--csv", str(out), "--no-live"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 120
+        while not (state / "tmp").exists() or not any((state / "tmp").iterdir()):  # the temporary cluster is starting
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        small_disk.fill()
+        stdout, stderr = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    one_line(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), 1,
+             f"cannot write {out}: No space left on device")
+    assert leftovers(small_disk.path) == []
+    assert not server_processes(state) and not server_processes(state, "picluster.monitor.agent")
+
+
+@pytest.mark.slow
+def test_har_data_onto_a_full_disk_leaves_no_cache(small_disk):
+    small_disk.fill()
+    out = small_disk.path / "har"
+    one_line(picluster("data", "har", "--out", out, timeout=300), 1, f"cannot write {out / 'har.npz'}: No space left on device")
+    assert not out.exists() or list(out.iterdir()) == []

@@ -50,8 +50,9 @@ def prepare(directory: Path, has_records: bool) -> Restore:
         if restore.damaged:
             tf.compat.v1.train.update_checkpoint_state(str(directory), restore.checkpoint, [restore.checkpoint])
     elif has_records:
-        found = "; ".join(f"{name}: {why}" for name, why in restore.damaged) or "there is none"
-        raise UsageError(f"no intact checkpoint in {directory} ({found}); resuming would start over and overwrite the "
+        found = f"{restore.damaged[0][0]}: {restore.damaged[0][1]}" if restore.damaged else "there is none"
+        more = f", {len(restore.damaged) - 1} more damaged" if len(restore.damaged) > 1 else ""
+        raise UsageError(f"no intact checkpoint to resume from ({found}{more}); starting over would overwrite the "
                          "run's records: start a new run instead")
     return restore
 
@@ -64,7 +65,7 @@ def damage(prefix: Path) -> str | None:
             reader.get_tensor(name)
     except Exception as exc:  # DataLossError, NotFoundError, OutOfRangeError, ...: all mean "cannot restore"
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return f"{type(exc).__name__}: {text[:160]}"
+        return f"{type(exc).__name__}: {text[:80]}"
     return None
 
 
