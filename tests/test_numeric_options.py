@@ -121,3 +121,15 @@ def test_the_click_number_types_accept_only_plain_finite_numbers(text):
             assert value == int(text)
         else:
             assert value == float(text)
+
+
+def test_the_documented_ranges_are_the_declared_ones():
+    from conftest import ROOT
+
+    text = (ROOT / "docs" / "untrusted-input.md").read_text()
+    for f in NUMERIC:
+        low, high, low_open, high_open = f.metadata["range"]
+        flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+        shown = (f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}" if f.type is float
+                 else f"{low:,} to {high:,}")
+        assert f"| `{flag}` | {shown} | {f.default} |" in text, flag
