@@ -60,3 +60,17 @@ def test_ctrl_c_during_a_run_stops_its_servers(state, after):
     assert_interrupted(code, err)
     time.sleep(1.0)
     assert not server_processes(state) and not server_processes(state, "picluster.monitor.agent")
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_training_stops_clients_and_servers(state, tmp_path):
+    from train_fixtures import TINY_MODEL, write_tiny_har
+
+    tiny = write_tiny_har(tmp_path / "har")
+    run = tmp_path / "run"
+    code, err = interrupted(["train", "har", "--data-dir", tiny, "--run-dir", run, *TINY_MODEL, "--epochs", "400", "--no-live"],
+                            after=12.0)
+    assert_interrupted(code, err)
+    time.sleep(1.0)
+    assert not server_processes(state) and not server_processes(state, "picluster.monitor.agent")
+    assert not server_processes(run, "picluster.jobs.har.replica")

@@ -88,6 +88,30 @@ def test_records_without_any_checkpoint_are_never_started_over(state, tmp_path, 
     assert (run / "metrics.csv").read_bytes() == before and not (run / "worker-0.log").exists()
 
 
+@pytest.mark.parametrize("name,text,needle", [
+    ("layout.json", "[1, 2]", "layout.json is not a run's layout"),
+    ("layout.json", '{"inventory": 7}', "layout.json is not a run's layout"),
+    ("metrics.csv", "epoch,global_step\n1,abc\n", "line 2 is not a complete row"),
+])
+def test_other_records_of_the_wrong_shape_are_refused_in_one_line(state, tmp_path, tiny, name, text, needle):
+    run = _run_with(tmp_path, tiny, _good(tiny))
+    (run / name).write_text(text)
+    one_line(picluster("train", "har", "--resume", run, timeout=60), 2, needle)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("[]", "not a run's state"), ('{"best": []}', "field 'best'"), ('{"best": {"epoch": "3"}}', "not a run's state"),
+    ('{"started": "yesterday"}', "field 'started'"), ("{", "cannot read the run's state"),
+])
+def test_a_damaged_state_json_is_refused_by_the_chief(tmp_path, text, needle):
+    from picluster.jobs.har.chief import _load_state
+
+    (tmp_path / "state.json").write_text(text)
+    with pytest.raises(UsageError, match=needle):
+        _load_state(tmp_path / "state.json")
+    assert _load_state(tmp_path / "missing.json") == {}
+
+
 # -- real runs ----------------------------------------------------------------------------------
 
 def _train(run, tiny, *extra, epochs: int, timeout: float = 300):

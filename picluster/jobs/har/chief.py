@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from picluster import atomic
-from picluster.errors import StorageError
+from picluster.errors import StorageError, UsageError
 from picluster.jobs.har import metrics
 from picluster.jobs.har.checkpoints import Restore
 from picluster.jobs.har.config import TrainConfig
@@ -34,7 +34,7 @@ class Chief:
         self.raw = lambda fetches, feed=None: with_raw(lambda s: s.run(fetches, feed))
         self.csv = run_dir / "metrics.csv"
         self.state_path = run_dir / "state.json"
-        self.state = json.loads(self.state_path.read_text()) if self.state_path.exists() else {}
+        self.state = _load_state(self.state_path)
         # Rows past the restored checkpoint are redone: drop them.
         rows = metrics.read_rows(self.csv)
         kept = [r for r in rows if int(r["epoch"]) <= start_epoch]
@@ -141,3 +141,19 @@ class Chief:
         }
         atomic.write_json(self.run_dir / "result.json", result)
         self.writer.close()
+
+
+def _load_state(path: Path) -> dict:
+    """state.json of a resumed run (the chief wrote it; a damaged or edited one is refused in one line)."""
+    if not path.exists():
+        return {}
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise UsageError(f"{path}: cannot read the run's state ({type(exc).__name__}); the run cannot be resumed") from None
+    shapes: dict[str, type | tuple[type, ...]] = {"best": dict, "resumes": list, "started": (int, float)}
+    wrong = [k for k, kind in shapes.items() if isinstance(state, dict) and k in state and not isinstance(state[k], kind)]
+    best = state.get("best", {}) if isinstance(state, dict) else None
+    if not isinstance(state, dict) or wrong or not isinstance(best, dict) or not isinstance(best.get("epoch", 0), int):
+        raise UsageError(f"{path}: not a run's state{f' (field {wrong[0]!r})' if wrong else ''}; the run cannot be resumed")
+    return state

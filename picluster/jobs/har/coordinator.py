@@ -232,6 +232,8 @@ def resume_config(run_dir: Path) -> TrainConfig:
 def run_inventory(run_dir: Path) -> Path | None:
     """The inventory a run trained on (a resumed run goes back to the same nodes), else None."""
     placed = _read_json(run_dir / "layout.json") or {}
+    if not isinstance(placed, dict) or not isinstance(placed.get("inventory", ""), (str, type(None))):
+        raise UsageError(f"--resume {run_dir}: layout.json is not a run's layout; give --inventory or start a new run")
     if not placed.get("inventory"):
         return None
     path = Path(placed["inventory"])

@@ -81,9 +81,19 @@ def read_rows(path: Path) -> list[dict]:
         text = text[:text.rfind("\n") + 1]
     rows = list(csv.DictReader(io.StringIO(text, newline="")))
     for number, row in enumerate(rows, start=2):
-        if None in row or None in row.values() or not str(row.get("epoch", "")).isdigit():
-            raise UsageError(f"{path}: line {number} is not a complete row of {len(COLUMNS)} columns; the file was damaged")
+        if None in row or None in row.values() or not str(row.get("epoch", "")).isdigit() or not all(map(_number, row.values())):
+            raise UsageError(f"{path}: line {number} is not a complete row of {len(COLUMNS)} numbers; the file was damaged")
     return rows
+
+
+def _number(text: str) -> bool:
+    if text == "":
+        return True  # a column this row has no value for (staleness in sync mode)
+    try:
+        float(text)  # nan too: a diverged run's loss is a record, not damage
+    except ValueError:
+        return False
+    return True
 
 
 def _render(rows: list[dict], header: bool) -> str:
