@@ -32,10 +32,10 @@ def assert_interrupted(code, err):
 
 def test_ctrl_c_while_python_loads_the_command_line(tmp_path):
     """Issue 12's traceback: Ctrl-C while click was still being imported.  MOCK of the timing only:
-    a stand-in click package raises KeyboardInterrupt on import, exactly where the real signal landed."""
+    a stand-in click package sends its process a real SIGINT while it loads, where the user's landed."""
     fake = tmp_path / "click"
     fake.mkdir()
-    (fake / "__init__.py").write_text("raise KeyboardInterrupt\n")
+    (fake / "__init__.py").write_text("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(30)\n")
     env = dict(__import__("os").environ, PYTHONPATH=str(tmp_path))
     result = subprocess.run([sys.executable, "-m", "picluster", "data", "har"], capture_output=True, text=True, env=env,
                             cwd=ROOT, timeout=60)
