@@ -8,7 +8,7 @@ exported the share to every host with root squashing off.  Rather than escape fo
 (and miss one), a value is accepted only in a form that is one plain token in all of them:
 
 - paths on the nodes (``share_dir``, ``data_dir``, ``venv``): POSIX portable file names (letters,
-  digits, '.', '_', '-') between '/'s, no '.' or '..' component;
+  digits, '.', '_', '-'; not starting with '-') between '/'s, no '.' or '..' component;
 - names: RFC 1123 host names and labels, user names as ``useradd`` takes them;
 - every value substituted into a configuration template (``config_word``): letters, digits and
   '._/:-' only; a list is joined by ", " by the renderer, its items checked one by one.
@@ -61,6 +61,8 @@ def node_path(value: object, key: str, relative: bool = False) -> str:
                              "(the value is written into /etc/exports, /etc/fstab and shell commands)")
         if part in (".", ".."):
             raise UsageError(f"{key} {show(value)} may not contain '.' or '..' components")
+        if part.startswith("-"):  # POSIX's advice for portable names; a command would read it as an option
+            raise UsageError(f"{key} {show(value)} has a component starting with '-'")
         if len(part) > NAME_MAX:
             raise UsageError(f"{key} {show(value)} has a component longer than {NAME_MAX} characters")
     if len(value) > PATH_MAX:

@@ -48,6 +48,8 @@ def parse(**cluster):
     ("share_dir", "/"),
     ("venv", "venv;reboot"),
     ("venv", "../../etc"),
+    ("venv", "-rf"),
+    ("data_dir", "/mnt/--bind"),
     ("ssh_key", "/home/me/.ssh/id\tx"),
     ("ssh_key", "/home/me/.ssh/\"id"),
 ])
@@ -177,7 +179,7 @@ def test_a_node_path_is_accepted_only_as_portable_characters(text):
         return
     assert path.startswith("/") and not DANGEROUS & set(path)
     assert all(c in string.ascii_letters + string.digits + "._-/" for c in path)
-    assert ".." not in path.split("/")
+    assert ".." not in path.split("/") and not any(part.startswith("-") for part in path.split("/"))
     assert tokens.config_word(path, "k") == path  # an accepted path is always a word of every template
 
 
