@@ -3,16 +3,24 @@
 Readers are often other processes, and sometimes other machines (the coordinator mirrors a
 node's files over SFTP; every node reads the share over NFS), so every file picluster rewrites
 goes through here: written beside its target, flushed to disk, then renamed over it.  An
-interrupted or failed write leaves the old file and no temporary one.
+interrupted or failed write leaves the old file and no temporary one; a full disk, a read-only
+file system or a permission denied becomes one StorageError naming the target and the cause.
 """
 
+import errno
 import json
 import os
 import secrets
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
+
+from picluster.errors import StorageError
+
+# What the storage under a path can refuse: full, over quota, read-only, not ours, failing.
+STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG}
 
 
 @contextmanager
@@ -24,15 +32,27 @@ def replacing(path: Path, binary: bool = False, mode: int = 0o666, newline: str 
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.part")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    except OSError as exc:
+        raise StorageError(path, exc) from None
     try:
         with os.fdopen(fd, "wb" if binary else "w", newline=newline) as out:
-            yield out
-            out.flush()
-            os.fsync(out.fileno())
+            try:
+                yield out
+                out.flush()
+                os.fsync(out.fileno())
+            except StorageError:
+                raise
+            except OSError as exc:  # ENOSPC shows at write, flush or fsync; the caller's own OSErrors too
+                if exc.errno not in STORAGE_ERRNOS:
+                    raise
+                raise StorageError(path, exc) from None
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and not isinstance(exc, StorageError) and exc.errno in STORAGE_ERRNOS:
+            raise StorageError(path, exc) from None  # the close after a failed flush, or the rename
         raise
 
 
@@ -48,3 +68,13 @@ def write_text(path: Path, text: str, mode: int = 0o666) -> None:
 
 def write_json(path: Path, data: Any, mode: int = 0o666) -> None:
     write_text(path, json.dumps(data, indent=1), mode)
+
+
+def check_writable(directory: Path) -> None:
+    """Raise StorageError unless a file can be created in ``directory`` (checked before work that
+    would be lost: an unnamed temporary file, so nothing appears there)."""
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        raise StorageError(directory, exc) from None

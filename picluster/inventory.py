@@ -20,16 +20,17 @@ Example::
     worker = "node[02-16]"              # default: every node that is not ps
     nfs_master = "node01"               # default: the first ps node
 
-The file is untrusted input: every key is checked and errors name the key and the fix.
+The file is untrusted input: every key is checked and errors name the key and the fix.  Strings
+are checked by what they become (picluster.tokens): paths and names end up in /etc/exports,
+/etc/fstab, /etc/hosts, firewall rules and shell commands on every node.
 """
 
 import ipaddress
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from picluster import nodeset
+from picluster import nodeset, tokens
 from picluster.errors import UsageError
 
 _CLUSTER_KEYS = {
@@ -39,8 +40,6 @@ _CLUSTER_KEYS = {
 _ROLE_KEYS = {"ps", "worker", "nfs_master"}
 _NODE_KEYS = {"name", "address"}
 _TOP_KEYS = {"cluster", "roles", "node"}
-_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.IGNORECASE)
-_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 
 
 @dataclass(frozen=True)
@@ -130,12 +129,8 @@ def parse_inventory(data: dict, where: str = "inventory", source: Path | None = 
         raise fail("[roles] must be a table")
     _check_keys(roles, _ROLE_KEYS, "[roles]", fail)
 
-    name = _string(cluster, "name", fail, "cluster")
-    if not _LABEL.match(name):
-        raise fail(f"cluster.name {name!r} must be letters, digits and '-' (max 63)")
-    user = _string(cluster, "user", fail, "cluster")
-    if not _USER.match(user):
-        raise fail(f"cluster.user {user!r} is not a valid user name")
+    name = _checked(tokens.label, _string(cluster, "name", fail, "cluster"), "cluster.name", fail)
+    user = _checked(tokens.user_name, _string(cluster, "user", fail, "cluster"), "cluster.user", fail)
 
     nodes = _nodes(data, cluster, fail)
     names = [n.name for n in nodes]
@@ -191,11 +186,11 @@ def parse_inventory(data: dict, where: str = "inventory", source: Path | None = 
         nfs_master=masters[0],
         tf_port=tf_port,
         agent_port=agent_port,
-        share_dir=_abs_path(cluster, "share_dir", "/srv/picluster", fail),
-        data_dir=_abs_path(cluster, "data_dir", "/mnt/picluster", fail),
+        share_dir=Path(_checked(tokens.node_path, cluster.get("share_dir", "/srv/picluster"), "cluster.share_dir", fail)),
+        data_dir=Path(_checked(tokens.node_path, cluster.get("data_dir", "/mnt/picluster"), "cluster.data_dir", fail)),
         subnet=subnet,
-        ssh_key=Path(_string(cluster, "ssh_key", fail, "cluster")).expanduser() if "ssh_key" in cluster else None,
-        venv=_venv(cluster, fail),
+        ssh_key=Path(_checked(tokens.local_path, cluster["ssh_key"], "cluster.ssh_key", fail)).expanduser() if "ssh_key" in cluster else None,
+        venv=_checked(venv_path, cluster.get("venv", "picluster-venv"), "cluster.venv", fail),
         source=source,
     )
 
@@ -234,12 +229,11 @@ def _nodes(data, cluster, fail) -> list[Node]:
     seen_names: dict[str, bool] = {}
     seen_addrs: dict[str, str] = {}
     for name, address in pairs:
-        if len(name) > 253 or not all(_LABEL.match(label) for label in name.split(".")):
-            raise fail(f"node name {name!r} is not a valid hostname (RFC 1123: letters, digits, '-', not at the ends)")
+        _checked(tokens.hostname, name, "node name", fail)
         try:
             addr = ipaddress.IPv4Address(address)
         except ValueError:
-            raise fail(f"node {name}: address {address!r} is not an IPv4 address") from None
+            raise fail(f"node {name}: address {tokens.show(address)} is not an IPv4 address") from None
         if addr.is_unspecified or addr.is_multicast:
             raise fail(f"node {name}: address {address} cannot be a node address")
         key = name.lower()
@@ -253,11 +247,17 @@ def _nodes(data, cluster, fail) -> list[Node]:
     return nodes
 
 
-def _venv(table: dict, fail) -> str:
-    value = table.get("venv", "picluster-venv")
-    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_./~-]+", value) or ".." in value.split("/"):
-        raise fail(f"cluster.venv must be a plain path (letters, digits, '._-/~'), got {value!r}")
-    return value
+def venv_path(value: object, key: str = "venv") -> str:
+    """picluster's virtualenv on the nodes: absolute, or under the user's home (``x`` or ``~/x``)."""
+    return tokens.node_path(value, key, relative=True)
+
+
+def _checked(check, value, key: str, fail):
+    """``check(value, key)``, its UsageError prefixed with the inventory's name."""
+    try:
+        return check(value, key)
+    except UsageError as exc:
+        raise fail(str(exc)) from None
 
 
 def _check_keys(table: dict, known: set[str], where: str, fail) -> None:
@@ -280,13 +280,3 @@ def _port(table: dict, key: str, default: int, fail) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65534:
         raise fail(f"cluster.{key} must be a port number 1-65534, got {value!r}")
     return value
-
-
-def _abs_path(table: dict, key: str, default: str, fail) -> Path:
-    value = table.get(key, default)
-    if not isinstance(value, str) or not value.startswith("/") or "\n" in value or " " in value:
-        raise fail(f"cluster.{key} must be an absolute path without spaces, got {value!r}")
-    path = Path(value)
-    if ".." in path.parts or path == Path("/"):
-        raise fail(f"cluster.{key} {value!r} may not be / or contain '..'")
-    return path

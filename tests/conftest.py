@@ -5,6 +5,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+from hypothesis import settings
+
+# Property tests stay inside CI's budget: a few hundred examples per property, no deadline (the
+# machine is shared and slow).  HYPOTHESIS_PROFILE=thorough runs many more while working on one.
+settings.register_profile("ci", max_examples=150, deadline=None, print_blob=True)
+settings.register_profile("thorough", max_examples=5000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,4 +52,16 @@ def picluster(*args, env=None, timeout=300, input=None):
     )
 
 
+def one_line(result, code: int, *needles: str) -> str:
+    """The single "picluster: error:" line of a failed command (progress lines may precede it),
+    after checking the exit code, that no traceback was printed and that it says each needle."""
+    assert result.returncode == code, (result.returncode, result.stdout[-2000:], result.stderr[-2000:])
+    errors = [ln for ln in result.stderr.strip().splitlines() if ln.startswith("picluster: error: ")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+    return errors[0]
+
+
 from lab_fixtures import lab4, lab_factory, lab_support  # noqa: E402,F401  (test hosts, picluster.lab)
+from storage_fixtures import small_disk  # noqa: E402,F401  (a tmpfs to fill or make read-only)

@@ -8,6 +8,7 @@ import jinja2
 import pytest
 import yaml
 
+from picluster import tokens
 from picluster.errors import ClusterError, UsageError
 from picluster.inventory import parse_inventory
 from picluster.lab import keys
@@ -43,7 +44,7 @@ TEMPLATE_VARS = {
     "nfs-kernel-server.j2": {"nfsd_threads": 16, "mountd_port": 20048},
     "sunrpc.conf.j2": {},
     "fstab.j2": {"nfs_server": "192.168.1.16", "share_dir": "/srv/picluster", "data_dir": "/mnt/picluster"},
-    "picluster.nft.j2": {"subnet": "192.168.1.0/26", "tcp_ports": "111, 2049", "udp_ports": "111, 2049"},
+    "picluster.nft.j2": {"subnet": "192.168.1.0/26", "tcp_ports": [111, 2049], "udp_ports": [111, 2049]},
 }
 
 
@@ -53,7 +54,9 @@ def test_every_template_is_covered_and_renders_like_jinja2():
     env = jinja2.Environment(keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     for name, variables in TEMPLATE_VARS.items():
         ours = templates.render(name, **variables)
-        theirs = env.from_string(templates.template_path(name).read_text()).render(**variables)
+        # Ansible's inventory carries each value as the word the renderer substitutes (lists joined).
+        words = {k: tokens.config_word(v, k) for k, v in variables.items()}
+        theirs = env.from_string(templates.template_path(name).read_text()).render(**words)
         assert ours == theirs, name
         assert "{{" not in ours
 
@@ -214,8 +217,19 @@ def test_public_key_from_pub_file_or_private_key(tmp_path):
     assert public_key(None) is None
 
 
+class _AnsibleLoader(yaml.SafeLoader):
+    """YAML as Ansible reads it: ``!unsafe`` marks a string that is never templated."""
+
+
+_AnsibleLoader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
+
+
+def load_ansible_yaml(text: str):
+    return yaml.load(text, Loader=_AnsibleLoader)  # a SafeLoader with one more tag
+
+
 def test_ansible_inventory_is_yaml_with_the_groups_and_template_variables(tmp_path):
-    data = yaml.safe_load(ansible_inventory(inv(), known_hosts=tmp_path / "kh", public_key="ssh-ed25519 AAAA x"))
+    data = load_ansible_yaml(ansible_inventory(inv(), known_hosts=tmp_path / "kh", public_key="ssh-ed25519 AAAA x"))
     hosts = data["all"]["hosts"]
     assert list(hosts) == ["node01", "node02", "node03", "node04"]
     assert hosts["node03"]["ansible_host"] == "192.168.1.18"

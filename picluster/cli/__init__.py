@@ -1,12 +1,29 @@
 """Command line: parse, call the library, display.  Errors become exit codes here and only here."""
 
-import signal
+import os
 import sys
 
-import click
 
-from picluster import __version__
-from picluster.errors import PiclusterError
+def _quit_while_loading(signum=None, frame=None) -> None:
+    # Ctrl-C while Python still loads the command line: nothing has started, so say so and leave,
+    # rather than let a KeyboardInterrupt print a traceback from whichever library was loading.
+    os.write(2, b"picluster: error: interrupted\n")
+    os._exit(130)
+
+
+try:
+    import signal
+
+    _loading_sigint = signal.signal(signal.SIGINT, _quit_while_loading)
+except ValueError:  # imported outside the main thread (a library use): leave signals alone
+    _loading_sigint = None
+except KeyboardInterrupt:
+    _quit_while_loading()
+
+import click  # noqa: E402  (after the handler above: it covers the seconds these imports take)
+
+from picluster import __version__  # noqa: E402
+from picluster.errors import PiclusterError  # noqa: E402
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -37,28 +54,44 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _interrupted() -> None:
+    # CPython (3.8 to 3.12) marks a KeyboardInterrupt that ends a string exec (namedtuple and
+    # dataclass creation run one while modules load) as unhandled even when it is caught, and
+    # `python -m picluster` then dies by SIGINT instead of exiting 130.  A string eval clears it.
+    eval("None")
+    _fail("interrupted", 130)
+
+
 def _terminate(signum, frame) -> None:
     # SIGTERM unwinds like Ctrl-C, so every `finally` stops the servers it started.
     raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> None:
-    signal.signal(signal.SIGTERM, _terminate)
-    _register()
     try:
+        signal.signal(signal.SIGTERM, _terminate)
+        _register()
         app.main(args=argv, prog_name="picluster", standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
-        _fail("interrupted", 130)
+        _interrupted()
     except click.ClickException as exc:
         _fail(exc.format_message() + _usage_hint(exc), exc.exit_code)
     except PiclusterError as exc:
         _fail(str(exc), exc.exit_code)
     except KeyboardInterrupt:
-        _fail("interrupted", 130)
+        _interrupted()
     except BrokenPipeError:
         sys.exit(1)
+    except OSError as exc:
+        # Storage the library did not wrap in a StorageError (full, read-only, not ours): still one
+        # line with the path and the cause.  Other OSErrors are bugs: their traceback is wanted.
+        from picluster.atomic import STORAGE_ERRNOS
+
+        if exc.errno not in STORAGE_ERRNOS:
+            raise
+        _fail(f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc.strerror), 1)
 
 
 def _usage_hint(exc: click.ClickException) -> str:
@@ -66,3 +99,7 @@ def _usage_hint(exc: click.ClickException) -> str:
     if ctx is None:
         return ""
     return f" (see '{ctx.command_path} --help')"
+
+
+if _loading_sigint is not None:  # loaded: Ctrl-C raises KeyboardInterrupt again, so `finally` blocks run
+    signal.signal(signal.SIGINT, _loading_sigint)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from picluster.cli.options import Real
 from picluster.errors import ClusterError, UsageError
 
 
@@ -28,7 +29,7 @@ def lab() -> None:
     help="Also write the lab's picluster.toml here (it is always written in the lab's state dir).",
 )
 @click.option(
-    "--timeout", type=click.FloatRange(1, 600), default=60.0, show_default=True, help="Seconds to wait for SSH."
+    "--timeout", type=Real(1, 600), default=60.0, show_default=True, help="Seconds to wait for SSH."
 )
 def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: float) -> None:
     """Create the hosts and wait until each answers SSH with the run's key."""

@@ -1,6 +1,14 @@
-"""Options and parameter types shared by several commands."""
+"""Options and parameter types shared by several commands.
 
-from decimal import Decimal, InvalidOperation
+Numbers from the command line go through these types: written plainly (no spaces, no inf or
+nan), finite, and within the option's range where the range belongs to the option.  Options
+that become a TrainConfig field are only parsed here: their ranges live beside the field
+(jobs/har/config.py), so the command line and a resumed run's config.json are held to the same.
+"""
+
+import math
+import re
+from decimal import Decimal
 from pathlib import Path
 
 import click
@@ -17,6 +25,13 @@ inventory_option = _inventory(
 # Commands that act on real nodes only: they say so in one line when it is missing.
 node_inventory_option = _inventory("Inventory file (picluster.toml); env PICLUSTER_INVENTORY.  Required.")
 
+# What a number on the command line may look like: digits, a decimal point, an exponent; no
+# spaces, no "inf" or "nan", nothing after it ("1e8 " is refused, not trimmed).
+_COUNT = re.compile(r"[+-]?\d+(_\d+)*(\.\d+)?([eE][+-]?\d+)?", re.ASCII)
+_REAL = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", re.ASCII)
+_WHOLE = re.compile(r"[+-]?\d{1,30}", re.ASCII)  # int() refuses more than 4300 digits with a ValueError
+
+
 class Count(click.ParamType):
     """A positive whole number that fits int64; accepts 1e8, 100000000 and 100_000_000."""
 
@@ -27,16 +42,15 @@ class Count(click.ParamType):
         self.maximum = maximum
 
     def convert(self, value, param, ctx):
+        if isinstance(value, bool):
+            self.fail(f"{value!r} is not a number", param, ctx)
         if isinstance(value, int):
             number = Decimal(value)
         else:
-            text = str(value).strip().replace("_", "")
-            try:
-                number = Decimal(text)
-            except InvalidOperation:
-                self.fail(f"{value!r} is not a number (write e.g. 1e8 or 100000000)", param, ctx)
-            if not number.is_finite():
-                self.fail(f"{value!r} is not a finite number", param, ctx)
+            text = str(value)
+            if not _COUNT.fullmatch(text):
+                self.fail(f"{text!r} is not a number (write e.g. 1e8 or 100000000)", param, ctx)
+            number = Decimal(text.replace("_", ""))
         if number != number.to_integral_value():
             self.fail(f"{value!r} is not a whole number", param, ctx)
         if number < self.minimum:
@@ -44,6 +58,52 @@ class Count(click.ParamType):
         if number > self.maximum:
             self.fail(f"{value!r} is above the maximum {self.maximum:,}", param, ctx)
         return int(number)
+
+
+class Whole(click.ParamType):
+    """A whole number written as digits; ``minimum``/``maximum`` bound it when given (else the
+    command's own validation does, e.g. TrainConfig for the training options)."""
+
+    name = "INTEGER"
+
+    def __init__(self, minimum: int | None = None, maximum: int | None = None) -> None:
+        self.minimum, self.maximum = minimum, maximum
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        elif isinstance(value, str) and _WHOLE.fullmatch(value):
+            number = int(value)
+        else:
+            self.fail(f"{value!r} is not a whole number", param, ctx)
+        _bounded(self, number, param, ctx)
+        return number
+
+
+class Real(click.ParamType):
+    """A finite decimal number (1, 0.001, 1e-3); ``minimum``/``maximum`` bound it when given."""
+
+    name = "NUMBER"
+
+    def __init__(self, minimum: float | None = None, maximum: float | None = None) -> None:
+        self.minimum, self.maximum = minimum, maximum
+
+    def convert(self, value, param, ctx):
+        if (isinstance(value, (int, float)) and not isinstance(value, bool)) or (isinstance(value, str) and _REAL.fullmatch(value)):
+            number = float(value)
+        else:
+            self.fail(f"{value!r} is not a finite decimal number (write e.g. 0.001 or 1e-3)", param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        _bounded(self, number, param, ctx)
+        return number
+
+
+def _bounded(kind, number, param, ctx) -> None:
+    if kind.minimum is not None and number < kind.minimum:
+        kind.fail(f"{number} is below the minimum {kind.minimum}", param, ctx)
+    if kind.maximum is not None and number > kind.maximum:
+        kind.fail(f"{number} is above the maximum {kind.maximum}", param, ctx)
 
 
 class CountList(click.ParamType):

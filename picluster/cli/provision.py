@@ -4,7 +4,7 @@ from pathlib import Path
 
 import click
 
-from picluster.cli.options import node_inventory_option
+from picluster.cli.options import Real, node_inventory_option
 from picluster.errors import ClusterError, UsageError
 
 _known_hosts_option = click.option(
@@ -31,7 +31,7 @@ def _load(inventory: Path | None):
 @click.option("--venv", default=None,
               help="The virtualenv on each node (relative: under the user's home) [the inventory's cluster.venv].")
 @click.option("--fanout", type=click.IntRange(1, 64), default=8, show_default=True, help="Nodes worked on at once.")
-@click.option("--timeout", type=click.FloatRange(1, 3600), default=120.0, show_default=True,
+@click.option("--timeout", type=Real(1, 3600), default=120.0, show_default=True,
               help="Seconds one command may take before its node counts as unreachable (installs get longer).")
 @_known_hosts_option
 def provision(inventory, only, dry_run, venv, fanout, timeout, known_hosts) -> None:
@@ -42,6 +42,7 @@ def provision(inventory, only, dry_run, venv, fanout, timeout, known_hosts) -> N
     from rich.console import Console
 
     from picluster import nodeset
+    from picluster.inventory import venv_path
     from picluster.provision.report import show
     from picluster.provision.runner import parse_only, run_order
     from picluster.provision.runner import provision as run
@@ -50,7 +51,7 @@ def provision(inventory, only, dry_run, venv, fanout, timeout, known_hosts) -> N
     inv = _load(inventory)
     steps = parse_only(only)
     options = Options(
-        dry_run=dry_run, only=steps, venv=venv or inv.venv, fanout=fanout, timeout=timeout, known_hosts=known_hosts,
+        dry_run=dry_run, only=steps, venv=inv.venv if venv is None else venv_path(venv, "--venv"), fanout=fanout, timeout=timeout, known_hosts=known_hosts,
         connect_timeout=min(10.0, timeout),
     )  # fmt: skip
     reports = run(inv, options)
@@ -81,7 +82,6 @@ def inventory(inventory, as_ansible, out, known_hosts) -> None:
     if out is None:
         click.echo(text, nl=False)
     else:
-        try:
-            out.write_text(text)
-        except OSError as exc:
-            raise UsageError(f"--out {out}: cannot write: {exc.strerror}") from None
+        from picluster import atomic
+
+        atomic.write_text(out, text)  # whole or not at all; a failure is one StorageError line

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import click
 
+from picluster import atomic
 from picluster.cli.options import Count, CountList, inventory_option
-from picluster.errors import UsageError
+from picluster.errors import StorageError, UsageError
 
 MAX_NODES = 64
 
@@ -44,6 +45,10 @@ def montecarlo(inventory, samples, nodes, seed, as_json, live, sweep, nodes_list
         parent = csv_path.parent if str(csv_path.parent) else Path(".")
         if not parent.is_dir():
             raise UsageError(f"--csv {csv_path}: directory {parent} does not exist")
+        try:
+            atomic.check_writable(parent)  # before the sweep, not after it
+        except StorageError as exc:
+            raise UsageError(f"--csv {csv_path}: {exc}") from None
     seed = secrets.randbits(62) if seed is None else seed
 
     if sweep is None:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import click
 
-from picluster.cli.options import inventory_option
+from picluster.cli.options import Real, Whole, inventory_option
 from picluster.errors import UsageError
 
 
@@ -15,28 +15,28 @@ def train() -> None:
 
 @train.command()
 @inventory_option
-@click.option("--layers", type=int, default=None, help="stacked blocks [3]")
-@click.option("--residual", type=int, default=None, help="residual LSTMs summed per block; 1 = none [2]")
-@click.option("--hidden", type=int, default=None, help="hidden units per block, split over directions [32]")
+@click.option("--layers", type=Whole(), default=None, help="stacked blocks [3]")
+@click.option("--residual", type=Whole(), default=None, help="residual LSTMs summed per block; 1 = none [2]")
+@click.option("--hidden", type=Whole(), default=None, help="hidden units per block, split over directions [32]")
 @click.option("--bidir/--no-bidir", default=None, help="bidirectional LSTMs [bidir]")
-@click.option("--epochs", type=int, default=None, help="epochs [40]")
-@click.option("--batch", type=int, default=None, help="windows per update; split across workers in sync mode [100]")
-@click.option("--lr", "learning_rate", type=float, default=None, help="Adam learning rate [0.001]")
+@click.option("--epochs", type=Whole(), default=None, help="epochs [40]")
+@click.option("--batch", type=Whole(), default=None, help="windows per update; split across workers in sync mode [100]")
+@click.option("--lr", "learning_rate", type=Real(), default=None, help="Adam learning rate [0.001]")
 @click.option("--lr-schedule", type=click.Choice(["constant", "cosine"]), default=None, help="learning rate over the epochs [constant]")
-@click.option("--l2", type=float, default=None, help="L2 weight on the weights [0.005]")
-@click.option("--ema", type=float, default=None, help="evaluate a moving average of the weights with this decay; 0 = off [0]")
-@click.option("--keep-prob", type=float, default=None, help="dropout keep probability [0.85]")
+@click.option("--l2", type=Real(), default=None, help="L2 weight on the weights [0.005]")
+@click.option("--ema", type=Real(), default=None, help="evaluate a moving average of the weights with this decay; 0 = off [0]")
+@click.option("--keep-prob", type=Real(), default=None, help="dropout keep probability [0.85]")
 @click.option("--norm", type=click.Choice(["window", "step", "batch", "none"]), default=None, help="normalisation of residual block outputs [window]")
 @click.option("--standardise/--raw-inputs", default=None, help="scale inputs per channel by training-set moments [raw-inputs]")
 @click.option("--relu-logits/--linear-logits", default=None, help="ReLU on the output layer, as in the thesis [linear-logits]")
 @click.option("--window-stats/--no-window-stats", default=None, help="feed each input channel's window mean and deviation to the output layer [no-window-stats]")
 @click.option("--mode", type=click.Choice(["sync", "async"]), default=None, help="gradient aggregation [sync]")
-@click.option("--workers", type=int, default=None, help="worker tasks, one client each [2; with --inventory all of its workers]")
-@click.option("--ps", type=int, default=None, help="parameter-server tasks [1; with --inventory all of its ps tasks]")
+@click.option("--workers", type=Whole(), default=None, help="worker tasks, one client each [2; with --inventory all of its workers]")
+@click.option("--ps", type=Whole(), default=None, help="parameter-server tasks [1; with --inventory all of its ps tasks]")
 @click.option("--standalone", is_flag=True, default=None, help="one process, no ps (the baseline for benchmarks)")
-@click.option("--seed", type=int, default=None, help="shuffling and initialisation seed [1]")
-@click.option("--target-val-accuracy", type=float, default=None, help="stop once validation accuracy reaches this")
-@click.option("--checkpoint-epochs", type=int, default=None, help="epochs between checkpoints [1]")
+@click.option("--seed", type=Whole(), default=None, help="shuffling and initialisation seed [1]")
+@click.option("--target-val-accuracy", type=Real(), default=None, help="stop once validation accuracy reaches this")
+@click.option("--checkpoint-epochs", type=Whole(), default=None, help="epochs between checkpoints [1]")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="prepared HAR folder [picluster data har's]")
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="where the run keeps its files [<state>/runs/<time>]")
 @click.option("--resume", type=click.Path(file_okay=False, path_type=Path), default=None, help="continue the run in this directory from its last checkpoint")

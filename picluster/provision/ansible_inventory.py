@@ -1,20 +1,28 @@
 """`picluster inventory --ansible`: the inventory as Ansible's YAML inventory.
 
 The variables carry the names the shared nfs/ templates use, so both paths render them alike.
-Scalars are written as JSON, which is valid YAML, so no YAML library is needed.
+Ansible evaluates Jinja in inventory values (a ``{{ lookup('pipe', ...) }}`` in one runs on the
+controller), so every string is written as ``!unsafe`` and a JSON-quoted scalar (valid YAML):
+Ansible then uses it as data, never as a template.  The values the templates substitute are
+checked as configuration words (picluster.tokens), as the Fabric path's renderer does.
 """
 
 import json
+import shlex
 from pathlib import Path
 
+from picluster import tokens
 from picluster.inventory import Inventory
 from picluster.provision.steps.firewall import template_vars
 from picluster.provision.steps.nfs import MOUNTD_PORT, nfsd_threads
 
+# Ansible's own settings and free text: not substituted into a node's configuration file.
+_NOT_CONFIG = {"ansible_user", "ansible_ssh_private_key_file", "ansible_ssh_common_args", "coordinator_public_key"}
+
 
 def ansible_inventory(inv: Inventory, known_hosts: Path | None = None, public_key: str | None = None) -> str:
     master = inv.node(inv.nfs_master)
-    variables = {
+    variables: dict[str, object] = {
         "ansible_user": inv.user,
         "cluster_name": inv.name,
         "cluster_user": inv.user,
@@ -33,19 +41,47 @@ def ansible_inventory(inv: Inventory, known_hosts: Path | None = None, public_ke
     if public_key is not None:
         variables["coordinator_public_key"] = public_key
     if known_hosts is not None:
-        variables["ansible_ssh_common_args"] = f"-o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes"
-    j = json.dumps
+        # Ansible splits this with shlex: a quoted path stays one argument of ssh.
+        variables["ansible_ssh_common_args"] = f"-o UserKnownHostsFile={shlex.quote(str(known_hosts))} -o StrictHostKeyChecking=yes"
+    for key, value in variables.items():
+        if key not in _NOT_CONFIG:
+            variables[key] = _config(key, value)
+    for n in inv.nodes:  # host names are YAML keys: checked, not tagged
+        tokens.hostname(n.name, "node name")
     lines = [
         f"# Ansible inventory of cluster {inv.name}, written by `picluster inventory --ansible`",
-        f"# from {inv.source or 'picluster.toml'}: edit that file and write this one again.",
+        f"# from {json.dumps(str(inv.source or 'picluster.toml'))}: edit that file and write this one again.",
         "all:",
         "  vars:",
     ]
-    lines += [f"    {key}: {j(value)}" for key, value in variables.items()]
+    lines += [f"    {key}: {scalar(value)}" for key, value in variables.items()]
     lines += ["  hosts:"]
-    lines += [f"    {j(n.name)}:\n      ansible_host: {j(n.address)}" for n in inv.nodes]
+    lines += [f"    {json.dumps(n.name)}:\n      ansible_host: {scalar(n.address)}" for n in inv.nodes]
     lines += ["  children:"]
     for group, members in (("nfs_server", [inv.nfs_master]), ("ps", inv.ps), ("worker", inv.workers)):
         lines += [f"    {group}:", "      hosts:"]
-        lines += [f"        {j(name)}: {{}}" for name in members]
+        lines += [f"        {json.dumps(name)}: {{}}" for name in members]
     return "\n".join(lines) + "\n"
+
+
+def scalar(value: object) -> str:
+    """``value`` in YAML flow style, every string tagged ``!unsafe`` (data, never a Jinja template)."""
+    if isinstance(value, str):
+        return f"!unsafe {json.dumps(value)}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))}: {scalar(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(scalar(v) for v in value) + "]"
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int):
+        return str(value)
+    raise TypeError(f"no YAML form for {type(value).__name__}")
+
+
+def _config(key: str, value: object) -> object:
+    """A template variable as the templates see it: checked like the Fabric renderer's, lists of words joined."""
+    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+        return [{k: _config(f"{key}.{k}", v) for k, v in item.items()} for item in value]
+    text = tokens.config_word(value, key)
+    return value if isinstance(value, int) else text

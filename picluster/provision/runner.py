@@ -11,6 +11,7 @@ from pathlib import Path
 
 import paramiko
 
+from picluster import tokens
 from picluster.cluster.ssh import AuthFailed, Remote, SudoPasswordRequired, Unreachable, connect
 from picluster.errors import ClusterError, UsageError
 from picluster.fanout import fan_out
@@ -53,16 +54,19 @@ def public_key(key: Path | None) -> str | None:
         return None
     pub = Path(f"{key}.pub")
     if pub.is_file():
-        text = pub.read_text().strip()
-        if len(text.split()) >= 2:
-            return text
+        try:
+            text = pub.read_text(errors="replace").strip()
+        except OSError as exc:
+            raise UsageError(f"{pub}: cannot read: {exc.strerror}") from None
+        if len(text.split()) >= 2:  # written into every node's authorized_keys: one plain key line
+            return tokens.public_key_line(text, str(pub))
     try:
         pkey = paramiko.PKey.from_path(str(key))
     except FileNotFoundError:
         raise UsageError(f"cluster.ssh_key {key}: no such file") from None
     except (paramiko.SSHException, OSError, ValueError) as exc:
         raise UsageError(f"cluster.ssh_key {key}: not a usable private key ({exc})") from None
-    return f"{pkey.get_name()} {pkey.get_base64()} picluster@{socket.gethostname()}"
+    return tokens.public_key_line(f"{pkey.get_name()} {pkey.get_base64()} picluster@{socket.gethostname()}", str(key))
 
 
 class _Node:

@@ -3,11 +3,15 @@
 They are written in Jinja2 syntax restricted to ``{{ name }}`` so that Ansible's template module
 and this tiny renderer give byte-identical files.  Anything else in a template (blocks,
 filters, a missing variable) is an error here, so the two paths cannot drift apart silently.
+Every value is checked as one plain word of any configuration grammar (``tokens.config_word``:
+no whitespace, comment, quote, escape, separator or specifier can reach a file through a
+template); a list renders as "a, b".
 """
 
 import re
 from pathlib import Path
 
+from picluster import tokens
 from picluster.errors import ClusterError
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "files"  # nfs/ at the top links here
@@ -25,7 +29,7 @@ def render_text(text: str, variables: dict[str, object], name: str = "template")
         key = match.group(1)
         if key not in variables:
             raise ClusterError(f"template {name}: no value for {{{{ {key} }}}}")
-        return str(variables[key])
+        return tokens.config_word(variables[key], f"{{{{ {key} }}}} in {name}")
 
     rendered = _VAR.sub(substitute, text)
     leftover = _OTHER_JINJA.search(_VAR.sub("", text))

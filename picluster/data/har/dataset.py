@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from picluster import atomic
+from picluster.atomic import STORAGE_ERRNOS
 from picluster.data.har.spec import CHANNELS, CLASSES, SUBJECTS, TEST_SUBJECTS, VALIDATION_SUBJECTS, WINDOW
 from picluster.data.har.windows import Windows
-from picluster.errors import UsageError
+from picluster.errors import StorageError, UsageError
 
 HAR_SUBDIR = "har"
 CACHE_NAME = "har.npz"
@@ -195,6 +196,10 @@ def ensure_cache(folder: Path, source: str | Path | None = None, force: bool = F
     data = prepare(HAPT if source is None else source)
     try:
         save(data, path)
-    except OSError as exc:
+    except StorageError:
+        raise  # "cannot write PATH: cause", and no half-written cache
+    except OSError as exc:  # the folder could not be made: a file in the way, or the storage refused
+        if exc.errno in STORAGE_ERRNOS:
+            raise StorageError(path.parent, exc) from None
         raise UsageError(f"{path}: cannot write the HAR cache ({exc.strerror or exc})") from None
     return data, True

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from picluster import tokens
 from picluster.data.har.reconstruct import Recording
 from picluster.data.har.unpickle import Frame, PickleRefused, restricted_loads
 from picluster.errors import UsageError
@@ -65,7 +66,7 @@ def read_recordings(path: Path | None = None) -> list[Recording]:
     for user in sorted(users, key=lambda u: (type(u) is not int, u if type(u) is int else 0)):
         frames = users[user]
         if type(user) is not int or not 1 <= user <= 30 or not isinstance(frames, list):
-            raise UsageError(f"{path}: unexpected entry for user {user!r}")
+            raise UsageError(f"{path}: unexpected entry for user {tokens.show(user)}")
         for number, frame in enumerate(frames, start=1):
             recordings.append(_recording(path, user, number, frame))
     return recordings

@@ -4,6 +4,8 @@ The file (pickle protocol 2) names twelve globals.  Each maps to a harmless stan
 pandas classes become plain holders of their pickled state, and the numpy and builtin
 callables are wrapped so they accept only the arguments such a file contains.  Any other
 global, or a permitted one called with other arguments, stops the load with PickleRefused.
+Before anything is built, ``prescan.check`` bounds the stream's work and its objects' nesting
+depth and unfolded size (a deep or shared-reference structure crashed or stalled CPython).
 """
 
 import codecs
@@ -13,14 +15,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from picluster import tokens
+from picluster.data.har import prescan
+from picluster.data.har.prescan import PickleRefused
+
 try:  # numpy >= 2
     from numpy._core.multiarray import _reconstruct as _np_reconstruct
 except ImportError:  # pragma: no cover - numpy 1.x
     from numpy.core.multiarray import _reconstruct as _np_reconstruct  # type: ignore[no-redef]
 
 
-class PickleRefused(pickle.UnpicklingError):
-    """The stream needs something this unpickler does not allow."""
 
 
 class _Sealed:
@@ -176,9 +180,9 @@ def _dtype(code, align=0, copy=1):
     try:
         dtype = np.dtype(code)
     except TypeError as exc:
-        raise PickleRefused(f"unknown dtype {code!r}") from exc
+        raise PickleRefused(f"unknown dtype {tokens.show(code)}") from exc
     if dtype.kind not in _DTYPE_KINDS:
-        raise PickleRefused(f"dtype {code!r} is not allowed")
+        raise PickleRefused(f"dtype {tokens.show(code)} is not allowed")
     return dtype
 
 
@@ -225,21 +229,22 @@ class RestrictedUnpickler(pickle.Unpickler):
         try:
             return ALLOWED[(module, name)]
         except KeyError:
-            raise PickleRefused(f"global {module}.{name} is not allowed") from None
+            raise PickleRefused(f"global {tokens.show(module)[1:-1]}.{tokens.show(name)[1:-1]} is not allowed") from None
 
     def persistent_load(self, pid):
         raise PickleRefused("persistent ids are not allowed")
 
 
-def restricted_load(stream):
-    """Unpickle from a binary stream allowing only the stand-ins above; any failure is PickleRefused."""
+def restricted_loads(data: bytes):
+    """Unpickle ``data`` allowing only the stand-ins above, within prescan's bounds; any failure is PickleRefused."""
+    prescan.check(data)
     try:
-        return RestrictedUnpickler(stream).load()
+        return RestrictedUnpickler(io.BytesIO(data)).load()
     except PickleRefused:
         raise
     except Exception as exc:  # a malformed stream fails in many ways; the caller needs one
-        raise PickleRefused(f"malformed pickle ({type(exc).__name__}: {exc})") from exc
+        raise PickleRefused(f"malformed pickle ({type(exc).__name__}: {tokens.show(str(exc))})") from exc
 
 
-def restricted_loads(data: bytes):
-    return restricted_load(io.BytesIO(data))
+def restricted_load(stream):
+    return restricted_loads(stream.read())

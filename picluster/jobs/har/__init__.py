@@ -6,5 +6,6 @@ On the coordinator:  config.py (TrainConfig, validated once), coordinator.py (at
                      progress.py (epoch lines and the live panel), data.py (the windows, checked).
 In each replica:     replica.py (the training loop), graph.py (the graph it builds), model.py
                      (the network), chief.py (worker 0: evaluate, select on validation, save),
-                     metrics.py (scores and metrics.csv).
+                     checkpoints.py (the newest intact checkpoint to resume from), metrics.py
+                     (scores and metrics.csv).
 """

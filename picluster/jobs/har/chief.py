@@ -3,7 +3,8 @@
 The chief evaluates on the validation and the test volunteers after each of its epochs, appends
 the row to metrics.csv, keeps the best model *by validation accuracy* in best/ (test accuracy is
 only reported), checkpoints, and at the end writes result.json.  On a resumed run it first drops
-the rows of epochs the restored checkpoint does not contain: they are trained again.
+the rows of epochs the restored checkpoint does not contain: they are trained again (the
+checkpoint is the newest intact one, checkpoints.prepare; a run without one is refused).
 """
 
 import json
@@ -14,30 +15,38 @@ import numpy as np
 import tensorflow as tf
 
 from picluster import atomic
+from picluster.errors import StorageError, UsageError
 from picluster.jobs.har import metrics
+from picluster.jobs.har.checkpoints import Restore
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.graph import Graph
+
+# How TensorFlow's file errors name the storage's refusal (strerror texts).
+STORAGE_CAUSES = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied")
 
 
 class Chief:
     """Evaluation, selection on validation, checkpoints and summaries: worker 0's extra duties."""
 
-    def __init__(self, run_dir: Path, cfg: TrainConfig, g: Graph, data, with_raw, start_epoch: int, start_step: int) -> None:
+    def __init__(self, run_dir: Path, cfg: TrainConfig, g: Graph, data, with_raw, start_epoch: int, start_step: int,
+                 restore: Restore | None = None) -> None:
         self.run_dir, self.cfg, self.g, self.data, self.with_raw = run_dir, cfg, g, data, with_raw
         self.raw = lambda fetches, feed=None: with_raw(lambda s: s.run(fetches, feed))
         self.csv = run_dir / "metrics.csv"
         self.state_path = run_dir / "state.json"
-        self.state = json.loads(self.state_path.read_text()) if self.state_path.exists() else {}
+        self.state = _load_state(self.state_path)
         # Rows past the restored checkpoint are redone: drop them.
-        kept = [r for r in metrics.read_rows(self.csv) if int(r["epoch"]) <= start_epoch]
-        self.csv.unlink(missing_ok=True)
-        for r in kept:
-            metrics.append_row(self.csv, r)
+        rows = metrics.read_rows(self.csv)
+        kept = [r for r in rows if int(r["epoch"]) <= start_epoch]
+        if len(kept) < len(rows):
+            metrics.write_rows(self.csv, kept)  # replaced whole: a failure leaves the old rows
         if self.state.get("best", {}).get("epoch", 0) > start_epoch:
             del self.state["best"]
         self.state.setdefault("resumes", [])
         if start_step:
-            self.state["resumes"].append({"epoch": start_epoch, "global_step": start_step, "time": time.time()})
+            self.state["resumes"].append({"epoch": start_epoch, "global_step": start_step, "time": time.time(),
+                                          "checkpoint": restore.checkpoint if restore else None,
+                                          "damaged": restore.damaged if restore else []})
         self.state.setdefault("started", time.time())
         self.writer = tf.compat.v1.summary.FileWriter(str(run_dir / "tensorboard"), g.graph if not start_step else None)
         self.last_epoch = start_epoch
@@ -85,7 +94,13 @@ class Chief:
 
     def raw_save(self, saver, path: Path, step: int) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.with_raw(lambda s: saver.save(s, str(path), global_step=step, write_meta_graph=False))
+        try:
+            self.with_raw(lambda s: saver.save(s, str(path), global_step=step, write_meta_graph=False))
+        except tf.errors.OpError as exc:  # a full disk is ResourceExhaustedError "...; No space left on device"
+            cause = next((c for c in STORAGE_CAUSES if c in str(exc)), None)
+            if cause is None:
+                raise
+            raise StorageError(f"{path}-{step}", cause) from None
 
     def _summaries(self, row: dict, step: int) -> None:
         values = [tf.compat.v1.Summary.Value(tag=k, simple_value=float(row[k]))
@@ -126,3 +141,19 @@ class Chief:
         }
         atomic.write_json(self.run_dir / "result.json", result)
         self.writer.close()
+
+
+def _load_state(path: Path) -> dict:
+    """state.json of a resumed run (the chief wrote it; a damaged or edited one is refused in one line)."""
+    if not path.exists():
+        return {}
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise UsageError(f"{path}: cannot read the run's state ({type(exc).__name__}); the run cannot be resumed") from None
+    shapes: dict[str, type | tuple[type, ...]] = {"best": dict, "resumes": list, "started": (int, float)}
+    wrong = [k for k, kind in shapes.items() if isinstance(state, dict) and k in state and not isinstance(state[k], kind)]
+    best = state.get("best", {}) if isinstance(state, dict) else None
+    if not isinstance(state, dict) or wrong or not isinstance(best, dict) or not isinstance(best.get("epoch", 0), int):
+        raise UsageError(f"{path}: not a run's state{f' (field {wrong[0]!r})' if wrong else ''}; the run cannot be resumed")
+    return state

@@ -1,83 +1,74 @@
-"""Training configuration: one dataclass, its defaults in one commented block, validated once."""
+"""Training configuration: one dataclass, its defaults and ranges in one commented block, validated once.
+
+Each field declares its range beside its default (``within``) or its choices (``one_of``); the
+checks below run on every TrainConfig, whether it comes from the command line or from a run's
+config.json (``load``, which also refuses unknown, missing and mistyped fields).  A new option
+needs one line here: ``name: float = within(default, low, high)``.
+"""
 
 import json
-from dataclasses import asdict, dataclass, fields
+import math
+from dataclasses import Field, asdict, dataclass, field, fields
 from pathlib import Path
 
+from picluster import tokens
 from picluster.errors import UsageError
 
 MODES = ("sync", "async")
 NORMS = ("window", "step", "batch", "none")  # see model._normalise
 SCHEDULES = ("constant", "cosine")
+MAX_CONFIG_BYTES = 64 * 1024  # config.json is about 1 KB
+
+
+def within(default, low, high, *, low_open: bool = False, high_open: bool = False, flag: str | None = None):
+    """A numeric field: its default and the range every value must fall in ((low, high] with low_open)."""
+    return field(default=default, metadata={"range": (low, high, low_open, high_open), "flag": flag})
+
+
+def one_of(default: str, choices: tuple[str, ...], flag: str | None = None):
+    return field(default=default, metadata={"choices": choices, "flag": flag})
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     # -- model (thesis ch. 4.3.5 and its appendix code) ---------------------------------------
-    layers: int = 3  # stacked blocks (the thesis' n_stacked_layers)
-    residual: int = 2  # LSTMs summed inside a block (n_layers_in_highway); 1 = plain stack
-    hidden: int = 32  # units per block output; hidden/2 per direction when bidirectional
+    layers: int = within(3, 1, 16)  # stacked blocks (the thesis' n_stacked_layers)
+    residual: int = within(2, 1, 8)  # LSTMs summed inside a block (n_layers_in_highway); 1 = plain stack
+    hidden: int = within(32, 1, 1024)  # units per block output; hidden/2 per direction when bidirectional
     bidir: bool = True
-    keep_prob: float = 0.85  # dropout keep probability on inputs and before the output layer
-    norm: str = "window"  # moments for the residual blocks' outputs (model._normalise); thesis: "batch"
+    keep_prob: float = within(0.85, 0.0, 1.0, low_open=True)  # dropout keep probability on inputs and before the output layer
+    norm: str = one_of("window", NORMS)  # moments for the residual blocks' outputs (model._normalise); thesis: "batch"
     standardise: bool = False  # inputs scaled per channel by training-set moments; thesis: raw
     relu_logits: bool = False  # thesis: ReLU on the logits
     window_stats: bool = False  # per-channel window mean and deviation beside the last state; thesis: none
     # -- optimisation (thesis values) --------------------------------------------------------
-    learning_rate: float = 0.001  # Adam; 0.01 diverged in the thesis
-    lr_schedule: str = "constant"  # "cosine": decays to 0 over --epochs; thesis: constant
-    l2: float = 0.005  # on weights; biases and normalisation parameters are left out
-    clip_norm: float = 15.0  # global gradient norm
-    ema: float = 0.0  # decay of the weights' moving average that is evaluated (0: the raw weights); thesis: none
-    batch: int = 100  # windows per update: split across the workers in sync mode, per worker in async
-    epochs: int = 40  # the thesis ran 250; here accuracy stops improving after about 30
-    seed: int = 1
+    learning_rate: float = within(0.001, 0.0, 1.0, low_open=True, flag="--lr")  # Adam; 0.01 diverged in the thesis
+    lr_schedule: str = one_of("constant", SCHEDULES)  # "cosine": decays to 0 over --epochs; thesis: constant
+    l2: float = within(0.005, 0.0, 1.0)  # on weights; biases and normalisation parameters are left out
+    clip_norm: float = within(15.0, 0.0, 1e6, low_open=True, flag="--clip")  # global gradient norm
+    ema: float = within(0.0, 0.0, 1.0, high_open=True)  # decay of the evaluated weights' moving average (0: raw weights); thesis: none
+    batch: int = within(100, 1, 100_000)  # windows per update: split across the workers in sync mode, per worker in async
+    epochs: int = within(40, 1, 100_000)  # the thesis ran 250; here accuracy stops improving after about 30
+    seed: int = within(1, 0, 2**31 - 1)
     # -- distribution ------------------------------------------------------------------------
-    mode: str = "sync"  # "sync": gradients of all workers aggregated per step; "async": each applies its own
-    workers: int = 2
-    ps: int = 1
+    mode: str = one_of("sync", MODES)  # "sync": gradients of all workers aggregated per step; "async": each applies its own
+    workers: int = within(2, 1, 64)
+    ps: int = within(1, 1, 16)
     standalone: bool = False  # one process, no ps: the benchmark's baseline
     # -- bookkeeping -------------------------------------------------------------------------
-    checkpoint_epochs: int = 1  # the chief saves every this many epochs (at most this much is lost)
-    target_val_accuracy: float = 0.0  # stop once validation accuracy reaches this (0: never)
-    eval_batch: int = 1000
+    checkpoint_epochs: int = within(1, 1, 100_000)  # the chief saves every this many epochs (at most this much is lost)
+    target_val_accuracy: float = within(0.0, 0.0, 1.0)  # stop once validation accuracy reaches this (0: never)
+    eval_batch: int = within(1000, 1, 100_000)
     data_dir: str = ""  # prepared HAR folder ("" = har_dir() of the inventory or this machine)
 
     def __post_init__(self) -> None:
-        _positive("layers", self.layers)
-        _positive("residual", self.residual)
-        _positive("hidden", self.hidden)
-        _positive("batch", self.batch)
-        _positive("epochs", self.epochs)
-        _positive("checkpoint-epochs", self.checkpoint_epochs)
-        _positive("eval-batch", self.eval_batch)
+        for f in fields(self):
+            value = _checked(f, getattr(self, f.name), _flag(f))
+            object.__setattr__(self, f.name, value)  # floats given as ints become floats
         if self.bidir and self.hidden % 2:
             raise UsageError(f"--hidden {self.hidden} must be even with --bidir (hidden/2 units per direction)")
-        if self.bidir and self.hidden < 2:
-            raise UsageError("--hidden must be at least 2 with --bidir")
-        if not 0.0 < self.keep_prob <= 1.0:
-            raise UsageError(f"--keep-prob {self.keep_prob} must be in (0, 1]")
-        if not self.learning_rate > 0:
-            raise UsageError(f"--lr {self.learning_rate} must be positive")
-        if not 0.0 <= self.ema < 1.0:
-            raise UsageError(f"--ema {self.ema} must be in [0, 1) (0 turns the average off)")
-        if self.l2 < 0 or self.clip_norm <= 0:
-            raise UsageError("--l2 must be >= 0 and --clip positive")
-        if self.norm not in NORMS:
-            raise UsageError(f"--norm {self.norm!r} must be one of {', '.join(NORMS)}")
-        if self.lr_schedule not in SCHEDULES:
-            raise UsageError(f"--lr-schedule {self.lr_schedule!r} must be one of {', '.join(SCHEDULES)}")
-        if self.mode not in MODES:
-            raise UsageError(f"--mode {self.mode!r} must be one of {', '.join(MODES)}")
-        if self.seed < 0:
-            raise UsageError(f"--seed {self.seed} must not be negative")
-        if not self.standalone:
-            _positive("workers", self.workers)
-            _positive("ps", self.ps)
         if self.mode == "sync" and not self.standalone and self.batch < self.workers:
             raise UsageError(f"--batch {self.batch} is smaller than --workers {self.workers}: sync splits a batch across workers")
-        if not 0.0 <= self.target_val_accuracy <= 1.0:
-            raise UsageError("--target-val-accuracy must be between 0 and 1")
 
     def worker_batch(self, workers: int) -> int:
         """Windows one worker feeds per step.  Sync averages one gradient per worker per update,
@@ -95,14 +86,66 @@ class TrainConfig:
 
     @classmethod
     def load(cls, path: Path) -> "TrainConfig":
+        """A run's config.json, held to the same schema as the command line; errors name the field."""
+        where = f"{path}"
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"{path}: cannot read the run's config ({exc})") from None
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+            with open(path, "rb") as f:
+                raw = f.read(MAX_CONFIG_BYTES + 1)
+        except OSError as exc:
+            raise UsageError(f"{where}: cannot read the run's config ({exc.strerror})") from None
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise UsageError(f"{where}: larger than {MAX_CONFIG_BYTES // 1024} KiB; not a run's config")
+        try:
+            data = json.loads(raw.decode("utf-8"))  # NaN and Infinity load as floats: the field check names them
+        except RecursionError:
+            raise UsageError(f"{where}: nested too deeply; not a run's config") from None
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise UsageError(f"{where}: not valid JSON ({tokens.show(str(exc))})") from None
+        if not isinstance(data, dict):
+            raise UsageError(f"{where}: must be a JSON object of training options, found a {type(data).__name__}")
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise UsageError(f"{where}: unknown field {tokens.show(unknown[0])} (written by another picluster version?)")
+        missing = [name for name in known if name not in data]
+        if missing:
+            raise UsageError(f"{where}: field {missing[0]!r} is missing (written by another picluster version?)")
+        try:
+            for name, value in data.items():
+                _checked(known[name], value, f"field {name!r}")
+            return cls(**data)
+        except UsageError as exc:
+            raise UsageError(f"{where}: {exc}") from None
 
 
-def _positive(name: str, value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise UsageError(f"--{name} {value} must be a whole number of at least 1")
+def _flag(f: Field) -> str:
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def _checked(f: Field, value, name: str):
+    """``value`` for field ``f`` if it has the field's type and lies in its range; UsageError naming ``name``."""
+    kind = f.type
+    shown = tokens.show(value)
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise UsageError(f"{name} must be true or false, got {shown}")
+        return value
+    if kind is str:
+        choices = f.metadata.get("choices")
+        if not isinstance(value, str) or (choices and value not in choices):
+            raise UsageError(f"{name} {shown} must be {'one of ' + ', '.join(choices) if choices else 'a string'}")
+        if len(value) > tokens.PATH_MAX or not value.isprintable():
+            raise UsageError(f"{name} {shown} must be printable and at most {tokens.PATH_MAX} characters")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+        raise UsageError(f"{name} {shown} must be {'a whole number' if kind is int else 'a number'}")
+    if kind is float:
+        value = float(value)
+        if not math.isfinite(value):
+            raise UsageError(f"{name} {shown} must be a finite number")
+    low, high, low_open, high_open = f.metadata["range"]
+    if value < low or value > high or (low_open and value == low) or (high_open and value == high):
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        what = f"a whole number from {low:,} to {high:,}" if kind is int else f"in {interval}"
+        raise UsageError(f"{name} {shown} must be {what}")
+    return value

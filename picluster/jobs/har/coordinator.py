@@ -8,6 +8,7 @@ servers; no client outlives the coordinator (PDEATHSIG locally, a closed stdin o
 """
 
 import json
+import os
 import secrets
 import time
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from picluster import atomic
 from picluster.cluster.lifetime import last_line
 from picluster.cluster.probe import unanswered
 from picluster.clusterspec import Layout
-from picluster.errors import ClusterError, UsageError
+from picluster.errors import STORAGE_EXIT, ClusterError, StorageError, UsageError
 from picluster.jobs.har import clients, metrics
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import load_data
@@ -59,13 +60,14 @@ def train(config: TrainConfig, run_dir: Path, inventory: Path | None = None,
     caller has checked the data set first (``check_data``: before any run directory exists).
     """
     resume = (run_dir / "config.json").exists()
-    (run_dir / "config.json").write_text(config.to_json())
-    (run_dir / "result.json").unlink(missing_ok=True)
+    atomic.write_text(run_dir / "config.json", config.to_json())
+    for name in ("result.json", "resume.json"):
+        (run_dir / name).unlink(missing_ok=True)
     if config.standalone:
         running = []
         try:
             running = clients.start(run_dir, None)
-            return _follow(run_dir, config, running, on_epoch, on_event, on_progress)
+            return _follow(run_dir, config, running, on_epoch, on_event, on_progress, launch="")
         finally:
             clients.stop(running)
     from picluster.cluster.attach import attach
@@ -83,12 +85,12 @@ def train(config: TrainConfig, run_dir: Path, inventory: Path | None = None,
         running = []
         try:
             running = clients.start(run_dir, used, cluster.inventory, resume, launch)
-            return _follow(run_dir, config, running, on_epoch, on_event, on_progress, used.tasks)
+            return _follow(run_dir, config, running, on_epoch, on_event, on_progress, used.tasks, launch)
         finally:
             clients.stop(running)
 
 
-def _follow(run_dir: Path, config: TrainConfig, running: list, on_epoch, on_event, on_progress, tasks=()) -> dict:
+def _follow(run_dir: Path, config: TrainConfig, running: list, on_epoch, on_event, on_progress, tasks=(), launch: str = "") -> dict:
     csv_path = run_dir / "metrics.csv"
     # Keyed by write time: on --resume the chief drops rows it will redo, and only new ones show.
     shown = {r.get("time") for r in metrics.read_rows(csv_path)}
@@ -105,6 +107,10 @@ def _follow(run_dir: Path, config: TrainConfig, running: list, on_epoch, on_even
                 if row.get("time") not in shown:
                     shown.add(row.get("time"))
                     on_epoch(row)
+        if _changed(run_dir / "resume.json", stamps):
+            note = _read_json(run_dir / "resume.json")  # checkpoints.write_note
+            if isinstance(note, dict) and note.get("launch") == launch:  # this launch's chief restored a checkpoint
+                on_event(_resume_line(note))
         if _changed(run_dir / "live.json", stamps):
             live = _read_json(run_dir / "live.json")
             if live:
@@ -115,7 +121,9 @@ def _follow(run_dir: Path, config: TrainConfig, running: list, on_epoch, on_even
                 chief.fetch_log()
                 if code == UsageError.exit_code:  # e.g. a node's copy of the data set is missing
                     raise UsageError(f"{chief.label}: {_message(chief.log)}")
-                raise ClusterError(f"the chief ({chief.label}) failed: {last_line(chief.log)} (log: {chief.log})"
+                if code == STORAGE_EXIT:
+                    raise _storage_failure(chief, run_dir)
+                raise ClusterError(f"the chief ({chief.label}) failed: {_message(chief.log)} (log: {chief.log})"
                                    + _resume_hint(run_dir))
             break
         # Once the chief has finished, others may fail as it closes the queues: not a loss.
@@ -128,6 +136,8 @@ def _follow(run_dir: Path, config: TrainConfig, running: list, on_epoch, on_even
             client.fetch_log()
             if code == UsageError.exit_code:
                 raise UsageError(f"{client.label}: {_message(client.log)}")
+            if code == STORAGE_EXIT:
+                raise _storage_failure(client, run_dir)
             why = clients.describe(code)
             if config.mode == "sync":
                 raise ClusterError(f"{client.label} died ({why}: {last_line(client.log)}); sync training cannot go on without it"
@@ -148,6 +158,23 @@ def _follow(run_dir: Path, config: TrainConfig, running: list, on_epoch, on_even
 
 def _message(log: Path) -> str:
     return last_line(log).removeprefix("picluster.jobs.har.replica: error: ")
+
+
+def _storage_failure(client, run_dir: Path) -> StorageError:
+    """A client could not write a file: its own line names the path and cause, or (its log on the
+    same full disk) the run directory's free space does."""
+    hint = _resume_hint(run_dir).replace("; continue with", "; free it, then continue with")
+    said = _message(client.log) if client.log.exists() else ""
+    if said.startswith("cannot write ") and ": " in said:
+        path, why = said.removeprefix("cannot write ").rsplit(": ", 1)
+        return StorageError(path, why + hint)
+    try:
+        st = os.statvfs(run_dir)
+        full = st.f_bavail * st.f_frsize < 1024 * 1024
+    except OSError:
+        full = False
+    why = "No space left on device" if full else f"{client.label} could not write its files (log: {client.log})"
+    return StorageError(run_dir, why + hint)
 
 
 def _changed(path: Path, stamps: dict) -> bool:
@@ -182,16 +209,31 @@ def _resume_hint(run_dir: Path) -> str:
     return ""
 
 
+def _resume_line(note: dict) -> str:
+    damaged = "".join(f"checkpoint {name} is damaged ({why}); " for name, why in note.get("damaged") or [])
+    return f"{damaged}resumed from checkpoints/{note.get('checkpoint')} (epoch {note.get('epoch')}, step {note.get('global_step')})"
+
+
 def resume_config(run_dir: Path) -> TrainConfig:
+    """The run's config.json, checked as the command line is; refused before anything starts when
+    the run has records but no checkpoint to continue them from (starting over would overwrite them)."""
     if not (run_dir / "config.json").exists():
         raise UsageError(f"--resume {run_dir}: no run there (config.json missing)")
-    return TrainConfig.load(run_dir / "config.json")
+    config = TrainConfig.load(run_dir / "config.json")
+    placed = _read_json(run_dir / "layout.json") or {}
+    on_nodes = isinstance(placed, dict) and placed.get("inventory")  # the chief's node may hold checkpoints we lack
+    if not on_nodes and metrics.read_rows(run_dir / "metrics.csv") and not any((run_dir / "checkpoints").glob("*.index")):
+        raise UsageError(f"--resume {run_dir}: the run has records but no checkpoint to continue them from; "
+                         "resuming would start over and overwrite them: start a new run instead")
+    return config
 
 
 
 def run_inventory(run_dir: Path) -> Path | None:
     """The inventory a run trained on (a resumed run goes back to the same nodes), else None."""
     placed = _read_json(run_dir / "layout.json") or {}
+    if not isinstance(placed, dict) or not isinstance(placed.get("inventory", ""), (str, type(None))):
+        raise UsageError(f"--resume {run_dir}: layout.json is not a run's layout; give --inventory or start a new run")
     if not placed.get("inventory"):
         return None
     path = Path(placed["inventory"])

@@ -1,10 +1,14 @@
 """Scores from predictions, and the per-epoch metrics.csv the chief appends to."""
 
 import csv
+import io
 import os
 from pathlib import Path
 
 import numpy as np
+
+from picluster import atomic
+from picluster.errors import UsageError
 
 COLUMNS = (
     "epoch", "global_step", "train_loss", "train_acc", "val_loss", "val_acc", "val_f1",
@@ -37,21 +41,69 @@ def weighted_f1(m: np.ndarray) -> float:
 
 
 def append_row(path: Path, row: dict) -> None:
-    new = not path.exists()
-    with open(path, "a", newline="") as f:
-        writer = csv.DictWriter(f, COLUMNS, extrasaction="ignore")
-        if new:
-            writer.writeheader()
-        writer.writerow({k: _fmt(row.get(k, "")) for k in COLUMNS})
-        f.flush()
-        os.fsync(f.fileno())
+    """Add one row (and the header to a new file), flushed to disk.
+
+    metrics.csv is appended to, not replaced, so a failed write (a full disk) could leave half a
+    row; the file is cut back to its last complete row instead, and readers ignore an unfinished
+    last line in any case (read_rows)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        size = os.fstat(fd).st_size
+        data = _render([row], header=size == 0).encode()
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+            os.fsync(fd)
+        except OSError:
+            try:
+                os.ftruncate(fd, size)  # frees the blocks it took: possible on a full disk too
+            except OSError:
+                pass  # read_rows skips the unfinished line
+            raise
+    finally:
+        os.close(fd)
+
+
+def write_rows(path: Path, rows: list[dict]) -> None:
+    """Replace the file with these rows: whole, or (on any failure) not at all."""
+    atomic.write_text(path, _render(rows, header=True))
 
 
 def read_rows(path: Path) -> list[dict]:
-    if not path.exists():
+    """The complete rows.  A last line without its newline is a row still being written (or cut
+    short by a failed write): it is left out.  Any other malformed row is an error naming its line."""
+    try:
+        with open(path, newline="") as f:
+            text = f.read()
+    except FileNotFoundError:
         return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    if not text.endswith("\n"):
+        text = text[:text.rfind("\n") + 1]
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    for number, row in enumerate(rows, start=2):
+        if None in row or None in row.values() or not str(row.get("epoch", "")).isdigit() or not all(map(_number, row.values())):
+            raise UsageError(f"{path}: line {number} is not a complete row of {len(COLUMNS)} numbers; the file was damaged")
+    return rows
+
+
+def _number(text: str) -> bool:
+    if text == "":
+        return True  # a column this row has no value for (staleness in sync mode)
+    try:
+        float(text)  # nan too: a diverged run's loss is a record, not damage
+    except ValueError:
+        return False
+    return True
+
+
+def _render(rows: list[dict], header: bool) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, COLUMNS, extrasaction="ignore", lineterminator="\n")
+    if header:
+        writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _fmt(row.get(k, "")) for k in COLUMNS})
+    return out.getvalue()
 
 
 def _fmt(v):

@@ -16,7 +16,7 @@ import paramiko
 from picluster import atomic
 
 # The chief's files the coordinator mirrors while the run goes on, and at the end.
-PROGRESS = ("progress.json", "live.json")
+PROGRESS = ("progress.json", "live.json", "resume.json")
 RECORDS = ("metrics.csv", "state.json")
 TREES = ("checkpoints", "best", "tensorboard")
 FINAL = ("result.json",)

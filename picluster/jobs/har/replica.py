@@ -29,8 +29,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 
 from picluster import atomic
+from picluster.atomic import STORAGE_ERRNOS
 from picluster.cluster.lifetime import die_with_parent
-from picluster.errors import PiclusterError, UsageError
+from picluster.errors import STORAGE_EXIT, PiclusterError, StorageError, UsageError
+from picluster.jobs.har import checkpoints, metrics
 from picluster.jobs.har.chief import Chief
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import load_data, shard
@@ -56,6 +58,9 @@ def train(run_dir: Path, launch: str = "") -> None:
     batch = cfg.worker_batch(workers)
     steps, global_per_epoch = cfg.steps_per_epoch(len(data.x_train), workers)
 
+    restore = None
+    if chief:  # the newest intact checkpoint, or a refusal when the run has records but none is intact
+        restore = checkpoints.prepare(run_dir / "checkpoints", has_records=bool(metrics.read_rows(run_dir / "metrics.csv")))
     with g.graph.as_default():
         session = open_session(g, cluster, task, run_dir / "checkpoints")
         with_raw = session_fn(session)
@@ -70,7 +75,10 @@ def train(run_dir: Path, launch: str = "") -> None:
 
         start_step = int(raw(g.global_step))
         start_epoch = start_step // global_per_epoch
-        duties = Chief(run_dir, cfg, g, data, with_raw, start_epoch, start_step) if chief else None
+        if restore is not None and (restore.checkpoint or restore.damaged):
+            checkpoints.write_note(run_dir, restore, launch, start_epoch, start_step)
+            print(f"replica {task}: {restore.describe()}", flush=True)
+        duties = Chief(run_dir, cfg, g, data, with_raw, start_epoch, start_step, restore) if chief else None
         status_file, started = run_dir / f"worker-{task}.json", time.time()
         for epoch in range(start_epoch + 1, cfg.epochs + 1):
             if session.should_stop():
@@ -105,8 +113,9 @@ def cluster_and_task(cfg: TrainConfig) -> tuple[dict | None, int]:
         raise UsageError(f"TF_CONFIG is not a worker's cluster spec ({exc})") from None
 
 
-def open_session(g: Graph, cluster: dict | None, task: int, checkpoints: Path):
-    """A MonitoredTrainingSession: the chief restores the last checkpoint or initialises."""
+def open_session(g: Graph, cluster: dict | None, task: int, checkpoint_dir: Path):
+    """A MonitoredTrainingSession: the chief restores the checkpoint the state file names
+    (checkpoints.prepare made it the newest intact one) or initialises."""
     if cluster is None:
         target = ""
         cores = os.cpu_count() or 1
@@ -123,7 +132,7 @@ def open_session(g: Graph, cluster: dict | None, task: int, checkpoints: Path):
     session = tf.compat.v1.train.MonitoredTrainingSession(
         master=target,
         is_chief=task == 0,
-        checkpoint_dir=str(checkpoints) if task == 0 else None,
+        checkpoint_dir=str(checkpoint_dir) if task == 0 else None,
         scaffold=tf.compat.v1.train.Scaffold(saver=g.saver),
         config=config,
         save_checkpoint_secs=None,
@@ -234,10 +243,25 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         train(args.run_dir, args.launch)
+    except StorageError as exc:
+        _error(exc)
+        return STORAGE_EXIT
     except PiclusterError as exc:
-        print(f"picluster.jobs.har.replica: error: {exc}", file=sys.stderr)
+        _error(exc)
         return exc.exit_code
+    except OSError as exc:
+        if exc.errno not in STORAGE_ERRNOS:
+            raise
+        _error(StorageError(exc.filename or args.run_dir, exc))
+        return STORAGE_EXIT
     return 0
+
+
+def _error(exc: Exception) -> None:
+    try:  # the log may be on the full disk itself: the exit status still tells the coordinator
+        print(f"picluster.jobs.har.replica: error: {exc}", file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

@@ -22,13 +22,13 @@ def ports(tf_port: int, agent_port: int) -> tuple[list[int], list[int]]:
     return tcp, udp
 
 
-def template_vars(inv) -> dict[str, str]:
-    """picluster.nft.j2's variables (Ansible's inventory carries the same)."""
+def template_vars(inv) -> dict[str, object]:
+    """picluster.nft.j2's variables (Ansible's inventory carries the same); lists render as "a, b"."""
     tcp, udp = ports(inv.tf_port, inv.agent_port)
     return {
         "subnet": str(inv.cluster_subnet),
-        "tcp_ports": ", ".join(map(str, tcp)),
-        "udp_ports": ", ".join(map(str, udp)),
+        "tcp_ports": tcp,
+        "udp_ports": udp,
     }
 
 

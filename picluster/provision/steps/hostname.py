@@ -2,6 +2,7 @@
 
 import re
 
+from picluster import tokens
 from picluster.provision.result import Item, Status
 from picluster.provision.steps import Context, action_item, file_item, managed_line, q
 
@@ -11,13 +12,14 @@ _LOOPBACK_NAME = re.compile(r"^\s*127\.0\.1\.1\s")
 
 
 def hosts_text(current: str | None, name: str, nodes) -> str:
-    text = managed_line(current, f"127.0.1.1\t{name}", lambda line: bool(_LOOPBACK_NAME.match(line)))
+    text = managed_line(current, f"127.0.1.1\t{tokens.config_word(name, 'node name')}", lambda line: bool(_LOOPBACK_NAME.match(line)))
     lines = text.splitlines()
     if BEGIN in lines and END in lines[lines.index(BEGIN):]:
         start = lines.index(BEGIN)
         end = lines.index(END, start)
         del lines[start : end + 1]
-    block = [BEGIN] + [f"{n.address}\t{n.name}" for n in nodes] + [END]
+    word = tokens.config_word  # one field each, whatever built the Inventory
+    block = [BEGIN] + [f"{word(n.address, 'node address')}\t{word(n.name, 'node name')}" for n in nodes] + [END]
     return "\n".join(lines + block) + "\n"
 
 

@@ -1,0 +1,96 @@
+"""Which checkpoint a resumed chief restores: the newest intact one, never a damaged one, never none.
+
+The chief's Saver keeps the last two checkpoints (graph.py).  A disk that filled up, a copy cut
+short or a bad sector can damage the newest: TensorFlow would fail to restore it and the run
+would never resume.  So before the session opens, every checkpoint the state file lists is read
+whole (each tensor through its CRC), newest first; damaged ones are moved to
+``checkpoints/damaged/`` (kept for inspection) and named in one line; the state file is
+rewritten to the newest intact one, which MonitoredTrainingSession then restores.
+
+A run that has records (metrics.csv rows) but no intact checkpoint is refused: starting over
+would silently overwrite the finished epochs' rows.
+"""
+
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import tensorflow as tf
+
+from picluster import atomic
+from picluster.errors import UsageError
+
+_STEP = re.compile(r"-(\d+)$")
+
+
+@dataclass
+class Restore:
+    """What a resumed chief starts from: ``checkpoint`` (None: a fresh start) and the damaged ones skipped."""
+
+    checkpoint: str | None = None
+    damaged: list[tuple[str, str]] = field(default_factory=list)
+
+    def describe(self) -> str:
+        skipped = "; ".join(f"checkpoint {name} is damaged ({why})" for name, why in self.damaged)
+        return f"{skipped}; resuming from {self.checkpoint}" if skipped else f"resuming from {self.checkpoint}"
+
+
+def prepare(directory: Path, has_records: bool) -> Restore:
+    """Point the state file at the newest intact checkpoint; refuse when records exist and none is intact."""
+    restore = Restore()
+    for prefix in _listed(directory):
+        why = damage(prefix)
+        if why is None:
+            restore.checkpoint = prefix.name
+            break
+        restore.damaged.append((prefix.name, why))
+        _set_aside(prefix)
+    if restore.checkpoint is not None:
+        if restore.damaged:
+            tf.compat.v1.train.update_checkpoint_state(str(directory), restore.checkpoint, [restore.checkpoint])
+    elif has_records:
+        found = f"{restore.damaged[0][0]}: {restore.damaged[0][1]}" if restore.damaged else "there is none"
+        more = f", {len(restore.damaged) - 1} more damaged" if len(restore.damaged) > 1 else ""
+        raise UsageError(f"no intact checkpoint to resume from ({found}{more}); starting over would overwrite the "
+                         "run's records: start a new run instead")
+    return restore
+
+
+def damage(prefix: Path) -> str | None:
+    """Why the checkpoint at ``prefix`` cannot be restored, or None when every tensor reads back."""
+    try:
+        reader = tf.compat.v1.train.NewCheckpointReader(str(prefix))
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except Exception as exc:  # DataLossError, NotFoundError, OutOfRangeError, ...: all mean "cannot restore"
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return f"{type(exc).__name__}: {text[:80]}"
+    return None
+
+
+def _listed(directory: Path) -> list[Path]:
+    """The checkpoints the state file lists, newest first (what TensorFlow would restore)."""
+    try:
+        state = tf.compat.v1.train.get_checkpoint_state(str(directory))
+    except Exception:  # a damaged state file: fall back to the checkpoints present
+        state = None
+    if state is not None:
+        names = [Path(p).name for p in state.all_model_checkpoint_paths or [state.model_checkpoint_path]]
+    else:
+        names = [p.name.removesuffix(".index") for p in directory.glob("*.index")]
+    steps = {n: int(m[1]) for n in set(names) if (m := _STEP.search(n))}
+    return [directory / n for n in sorted(steps, key=steps.__getitem__, reverse=True)]
+
+
+def _set_aside(prefix: Path) -> None:
+    aside = prefix.parent / "damaged"
+    aside.mkdir(exist_ok=True)
+    for path in prefix.parent.glob(prefix.name + ".*"):
+        path.replace(aside / path.name)
+
+
+def write_note(run_dir: Path, restore: Restore, launch: str, epoch: int, step: int) -> None:
+    """resume.json: what this launch restored, for the coordinator to say (mirrored with the progress)."""
+    atomic.write_json(run_dir / "resume.json", {"launch": launch, "checkpoint": restore.checkpoint, "epoch": epoch,
+                                                "global_step": step, "damaged": restore.damaged, "time": time.time()})

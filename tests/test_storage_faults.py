@@ -1,0 +1,145 @@
+"""Disk full, read-only file systems and permission denied, for real (a tmpfs, a non-root user):
+one line naming the path and the cause, no half-written file a later command accepts, nothing left running."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from picluster import atomic
+from picluster.errors import StorageError
+from picluster.jobs.har import metrics
+
+from conftest import ROOT, one_line, picluster, server_processes
+
+ROW = {"epoch": 1, "global_step": 10, "train_loss": 1.5, "time": 1700000000.123}
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name != ".filler")
+
+
+# -- the write paths ------------------------------------------------------------------------------
+
+def test_atomic_write_on_a_full_disk_names_the_path_and_keeps_the_old_file(small_disk):
+    target = small_disk.path / "state.json"
+    atomic.write_json(target, {"old": True})
+    small_disk.fill()
+    with pytest.raises(StorageError) as err:
+        atomic.write_json(target, {"new": "x" * 100_000})
+    assert str(err.value) == f"cannot write {target}: No space left on device"
+    assert isinstance(err.value, OSError)  # callers that handle OSError still do
+    assert json.loads(target.read_text()) == {"old": True} and leftovers(small_disk.path) == ["state.json"]
+
+
+def test_atomic_write_on_a_read_only_file_system(small_disk):
+    target = small_disk.path / "state.json"
+    atomic.write_json(target, {"old": True})
+    small_disk.read_only()
+    with pytest.raises(StorageError, match=r"state\.json: Read-only file system"):
+        atomic.write_json(target, {"new": True})
+    with pytest.raises(StorageError, match="Read-only file system"):
+        atomic.check_writable(small_disk.path)
+    assert json.loads(target.read_text()) == {"old": True}
+
+
+def test_a_metrics_row_that_does_not_fit_leaves_the_complete_rows(small_disk):
+    csv_path = small_disk.path / "metrics.csv"
+    metrics.append_row(csv_path, ROW)
+    before = csv_path.read_bytes()
+    small_disk.fill()
+    with pytest.raises(OSError, match="No space left"):
+        metrics.append_row(csv_path, ROW | {"epoch": 2, "train_loss": "x" * 200_000})
+    assert csv_path.read_bytes() == before  # cut back to the last complete row
+    assert [r["epoch"] for r in metrics.read_rows(csv_path)] == ["1"]
+
+
+def test_readers_ignore_an_unfinished_last_row_and_refuse_a_damaged_one(tmp_path):
+    csv_path = tmp_path / "metrics.csv"
+    metrics.write_rows(csv_path, [ROW, ROW | {"epoch": 2}])
+    with open(csv_path, "a") as f:
+        f.write("3,30,0.5")  # a write cut short: no newline
+    assert [r["epoch"] for r in metrics.read_rows(csv_path)] == ["1", "2"]
+    lines = csv_path.read_text().splitlines()
+    csv_path.write_text("\n".join([lines[0], "1,10", lines[2]]) + "\n")
+    with pytest.raises(Exception, match=r"line 2 is not a complete row"):
+        metrics.read_rows(csv_path)
+
+
+# -- commands ------------------------------------------------------------------------------------
+
+def test_csv_on_a_read_only_or_unwritable_place_is_refused_before_any_server(small_disk, state):
+    small_disk.read_only()
+    result = picluster("run", "montecarlo", "--sweep", "1e6", "--nodes-list", "1", "--csv", small_disk.path / "t5.csv", timeout=60)
+    one_line(result, 2, f"--csv {small_disk.path / 't5.csv'}", "Read-only file system")
+    assert not state.exists() or not server_processes(state)
+
+
+def test_csv_where_the_user_may_not_write(tmp_path):
+    folder = Path(tempfile.mkdtemp(prefix="picluster-denied-"))  # root's, 0755: nobody may not write there
+    try:
+        folder.chmod(0o755)
+        env = dict(os.environ, HOME=str(folder), PICLUSTER_STATE_DIR=str(folder / "state"))
+        result = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m", "picluster",
+             "run", "montecarlo", "--sweep", "1e6", "--csv", str(folder / "t5.csv")],
+            capture_output=True, text=True, timeout=60, env=env, cwd=ROOT,
+        )  # fmt: skip
+        one_line(result, 2, "Permission denied", str(folder))
+        assert leftovers(folder) == []
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_ansible_inventory_onto_a_full_disk(small_disk, tmp_path):
+    inventory = tmp_path / "picluster.toml"
+    inventory.write_text('[cluster]\nname = "c"\nuser = "pi"\nnodes = "n[1-64]"\naddresses = "10.0.0.[1-64]"\n')
+    small_disk.fill()
+    out = small_disk.path / "inventory.yml"
+    one_line(picluster("inventory", "--ansible", "-i", inventory, "--out", out, timeout=60), 1,
+             f"cannot write {out}: No space left on device")
+    assert leftovers(small_disk.path) == []
+
+
+def test_cluster_state_on_a_read_only_file_system_starts_nothing(small_disk, monkeypatch):
+    state = small_disk.path / "state"
+    state.mkdir()
+    small_disk.read_only()
+    monkeypatch.setenv("PICLUSTER_STATE_DIR", str(state))
+    one_line(picluster("cluster", "up", timeout=120), 1, str(state), "Read-only file system")
+    assert not server_processes(state) and not server_processes(state, "picluster.monitor.agent")
+
+
+@pytest.mark.slow
+def test_a_sweep_table_onto_a_full_disk_is_one_line_and_no_file(small_disk, state):
+    out = small_disk.path / "t5.csv"
+    # Full only once the sweep has begun: the check before it must pass, the write after it fail.
+    proc = subprocess.Popen([sys.executable, "-m", "picluster", "run", "montecarlo", "--sweep", "1e6,2e6", "--nodes-list", "1",
+                             "--csv", str(out), "--no-live"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 120
+        while not (state / "tmp").exists() or not any((state / "tmp").iterdir()):  # the temporary cluster is starting
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        small_disk.fill()
+        stdout, stderr = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    one_line(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), 1,
+             f"cannot write {out}: No space left on device")
+    assert leftovers(small_disk.path) == []
+    assert not server_processes(state) and not server_processes(state, "picluster.monitor.agent")
+
+
+@pytest.mark.slow
+def test_har_data_onto_a_full_disk_leaves_no_cache(small_disk):
+    small_disk.fill()
+    out = small_disk.path / "har"
+    one_line(picluster("data", "har", "--out", out, timeout=300), 1, f"cannot write {out / 'har.npz'}: No space left on device")
+    assert not out.exists() or list(out.iterdir()) == []

@@ -1,0 +1,193 @@
+"""`train har --resume` on a run that was tampered with or damaged: a config.json of the wrong shape,
+a damaged latest checkpoint, no intact checkpoint, a disk that filled up under the run directory.
+
+The records (metrics.csv) are never silently overwritten: a run resumes from its newest intact
+checkpoint, saying which, or is refused.
+"""
+
+import json
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from picluster.errors import UsageError
+from picluster.jobs.har.config import TrainConfig
+from picluster.jobs.har.coordinator import resume_config
+
+from conftest import ROOT, one_line, picluster
+from train_fixtures import TINY_MODEL, write_tiny_har
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    return write_tiny_har(tmp_path / "har")
+
+
+def _run_with(tmp_path, tiny, config: object, rows: int = 0):
+    """A run directory as a run leaves it, with this config.json and ``rows`` epochs of records."""
+    from picluster.jobs.har import metrics
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text(config if isinstance(config, str) else json.dumps(config))
+    if rows:
+        metrics.write_rows(run / "metrics.csv", [{"epoch": e, "global_step": 12 * e, "time": 1.0 + e} for e in range(1, rows + 1)])
+    return run
+
+
+def _good(tiny) -> dict:
+    return json.loads(TrainConfig(standalone=True, data_dir=str(tiny)).to_json())
+
+
+@pytest.mark.parametrize("change,needle", [
+    (lambda c: [c], "must be a JSON object of training options, found a list"),
+    (lambda c: "[" * 30_000 + "]" * 30_000, "nested too deeply"),
+    (lambda c: c | {"layers": "3"}, "field 'layers' '3' must be a whole number"),
+    (lambda c: c | {"layers": 3.0}, "field 'layers' 3.0 must be a whole number"),
+    (lambda c: c | {"layers": True}, "field 'layers' True must be a whole number"),
+    (lambda c: c | {"layers": 1000}, "field 'layers' 1000 must be a whole number from 1 to 16"),
+    (lambda c: c | {"bidir": 1}, "field 'bidir' must be true or false"),
+    (lambda c: c | {"learning_rate": [0.1]}, "field 'learning_rate' [0.1] must be a number"),
+    (lambda c: c | {"l2": {"a": {"b": {}}}}, "field 'l2'"),
+    (lambda c: c | {"mode": "semi"}, "field 'mode' 'semi' must be one of sync, async"),
+    (lambda c: c | {"model": "gpt"}, "unknown field 'model'"),
+    (lambda c: {k: v for k, v in c.items() if k != "epochs"}, "field 'epochs' is missing"),
+    (lambda c: json.dumps(c).replace('"l2": 0.005', '"l2": NaN'), "field 'l2' nan must be a finite number"),
+    (lambda c: json.dumps(c).replace('"epochs": 40', '"epochs": -Infinity'), "field 'epochs' -inf must be a whole number"),
+    (lambda c: json.dumps(c).replace('"l2": 0.005', '"l2": 1e999'), "field 'l2' inf must be a finite number"),
+    (lambda c: json.dumps(c) + " " * 70_000, "larger than 64 KiB"),
+    (lambda c: b"\xff\xfe".decode("latin-1"), "not valid JSON"),
+])
+def test_a_config_json_of_the_wrong_shape_is_refused_naming_the_field(tmp_path, tiny, change, needle):
+    run = _run_with(tmp_path, tiny, change(_good(tiny)))
+    with pytest.raises(UsageError) as err:
+        resume_config(run)
+    assert str(err.value).startswith(f"{run / 'config.json'}: ") and needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("change,needle", [
+    (lambda c: [c], "found a list"),
+    (lambda c: "[" * 30_000 + "]" * 30_000, "nested too deeply"),
+    (lambda c: c | {"hidden": "32"}, "field 'hidden' '32' must be a whole number"),
+])
+def test_the_command_refuses_it_in_one_line_before_anything_starts(state, tmp_path, tiny, change, needle):
+    run = _run_with(tmp_path, tiny, change(_good(tiny)))
+    before = (run / "config.json").read_bytes()
+    one_line(picluster("train", "har", "--resume", run, timeout=60), 2, str(run / "config.json"), needle)
+    assert (run / "config.json").read_bytes() == before and not (run / "worker-0.log").exists()
+
+
+def test_records_without_any_checkpoint_are_never_started_over(state, tmp_path, tiny):
+    run = _run_with(tmp_path, tiny, _good(tiny), rows=3)
+    before = (run / "metrics.csv").read_bytes()
+    one_line(picluster("train", "har", "--resume", run, timeout=60), 2, "no checkpoint to continue them from")
+    assert (run / "metrics.csv").read_bytes() == before and not (run / "worker-0.log").exists()
+
+
+@pytest.mark.parametrize("name,text,needle", [
+    ("layout.json", "[1, 2]", "layout.json is not a run's layout"),
+    ("layout.json", '{"inventory": 7}', "layout.json is not a run's layout"),
+    ("metrics.csv", "epoch,global_step\n1,abc\n", "line 2 is not a complete row"),
+])
+def test_other_records_of_the_wrong_shape_are_refused_in_one_line(state, tmp_path, tiny, name, text, needle):
+    run = _run_with(tmp_path, tiny, _good(tiny))
+    (run / name).write_text(text)
+    one_line(picluster("train", "har", "--resume", run, timeout=60), 2, needle)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("[]", "not a run's state"), ('{"best": []}', "field 'best'"), ('{"best": {"epoch": "3"}}', "not a run's state"),
+    ('{"started": "yesterday"}', "field 'started'"), ("{", "cannot read the run's state"),
+])
+def test_a_damaged_state_json_is_refused_by_the_chief(tmp_path, text, needle):
+    from picluster.jobs.har.chief import _load_state
+
+    (tmp_path / "state.json").write_text(text)
+    with pytest.raises(UsageError, match=needle):
+        _load_state(tmp_path / "state.json")
+    assert _load_state(tmp_path / "missing.json") == {}
+
+
+# -- real runs ----------------------------------------------------------------------------------
+
+def _train(run, tiny, *extra, epochs: int, timeout: float = 300):
+    return picluster("train", "har", "--standalone", "--data-dir", tiny, "--run-dir", run, *TINY_MODEL,
+                     "--epochs", epochs, "--json", *extra, timeout=timeout)
+
+
+def _rows(run) -> list[tuple[str, str]]:
+    from picluster.jobs.har import metrics
+
+    return [(r["epoch"], r["time"]) for r in metrics.read_rows(run / "metrics.csv")]
+
+
+def _steps(run) -> list[int]:
+    return sorted(int(p.name.split("-")[-1].split(".")[0]) for p in (run / "checkpoints").glob("model.ckpt-*.index"))
+
+
+@pytest.mark.slow
+def test_a_damaged_latest_checkpoint_is_named_and_the_older_one_restored(state, tmp_path, tiny):
+    run = tmp_path / "run"
+    assert (result := _train(run, tiny, epochs=3)).returncode == 0, result.stderr
+    older, newest = _steps(run)[-2:]
+    data = run / "checkpoints" / f"model.ckpt-{newest}.data-00000-of-00001"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])  # a copy cut short
+    records = _rows(run)
+
+    result = picluster("train", "har", "--resume", run, "--epochs", "5", "--json", timeout=300)
+    assert result.returncode == 0, result.stderr
+    said = [ln for ln in result.stderr.splitlines() if "damaged" in ln]
+    assert len(said) == 1 and f"checkpoint model.ckpt-{newest} is damaged" in said[0], result.stderr
+    assert f"resumed from checkpoints/model.ckpt-{older} (epoch 2" in said[0], said
+    resume = json.loads(result.stdout)["resumes"][-1]
+    assert resume["checkpoint"] == f"model.ckpt-{older}" and resume["damaged"][0][0] == f"model.ckpt-{newest}"
+    rows = _rows(run)
+    assert [e for e, _ in rows] == ["1", "2", "3", "4", "5"]
+    assert rows[:2] == records[:2] and rows[2] != records[2]  # epochs 1-2 kept as written; 3 trained again
+    assert (run / "checkpoints" / "damaged" / data.name).exists()
+
+
+@pytest.mark.slow
+def test_no_intact_checkpoint_refuses_and_keeps_the_records(state, tmp_path, tiny):
+    run = tmp_path / "run"
+    assert (result := _train(run, tiny, epochs=2)).returncode == 0, result.stderr
+    for data in (run / "checkpoints").glob("*.data-*"):
+        data.write_bytes(b"\0" * 8)
+    before = (run / "metrics.csv").read_bytes()
+    one_line(picluster("train", "har", "--resume", run, "--epochs", "4", timeout=300), 2, "no intact checkpoint",
+             "model.ckpt-24: ", "1 more damaged", "start a new run")
+    assert (run / "metrics.csv").read_bytes() == before
+
+
+@pytest.mark.slow
+def test_a_disk_that_fills_during_training_stops_it_in_one_line_and_resume_continues(state, tmp_path, tiny, small_disk):
+    run = small_disk.path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "picluster", "train", "har", "--standalone", "--data-dir", str(tiny),
+                             "--run-dir", str(run), *TINY_MODEL, "--epochs", "30", "--no-live"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 240
+        while len(_rows(run)) < 2 if (run / "metrics.csv").exists() else True:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        small_disk.fill()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    line = one_line(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), 1, "No space left on device",
+                    str(run))
+    assert "free it, then continue with 'picluster train har --resume" in line, line
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(run) in " ".join(p.info["cmdline"] or [])]
+    kept = _rows(run)  # complete rows only: read_rows refuses a damaged one
+    assert len(kept) >= 2
+
+    small_disk.free()
+    result = picluster("train", "har", "--resume", run, "--epochs", str(len(kept) + 2), "--json", timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = _rows(run)
+    assert [int(e) for e, _ in rows] == list(range(1, len(kept) + 3))
+    assert rows[:len(kept) - 1] == kept[:len(kept) - 1]  # at most the last epoch is trained again
