@@ -207,6 +207,11 @@ class JobStore:
             db.execute("UPDATE tasks SET state = ? WHERE job_id = ? AND state IN ('PENDING', 'RUNNING')",
                        ("CANCELLED" if state == "CANCELLED" else "FAILED" if state == "FAILED" else "COMPLETED", job_id))
 
+    def forget(self, job_id: int) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM tasks WHERE job_id = ?", (job_id,))
+            db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+
     def request_cancel(self, job_id: int) -> JobRecord:
         with self._tx() as db:
             db.execute("UPDATE jobs SET cancel_requested = ? WHERE id = ? AND cancel_requested IS NULL", (time.time(), job_id))
@@ -272,9 +277,11 @@ class Recorder:
         self.store = store
         self.id = job_id
         self.ended = False
+        self.ran = False  # it got as far as RUNNING
 
     def running(self, nodes: str, tasks: Sequence[tuple[str, str, str]] = ()) -> None:
         self.store.running(self.id, nodes, list(tasks))
+        self.ran = True
 
     def end(self, state: str, reason: str = "") -> None:
         """Record how the job ended (the first call counts: a later one changes nothing)."""
@@ -288,13 +295,23 @@ class Recorder:
 
 @contextmanager
 def recorded(name: str, kind: str, mode: str = "", cluster: str = "", command: list[str] | None = None,
-             log_dir: str = "", store: JobStore | None = None) -> Iterator[Recorder]:
+             log_dir: str = "", store: JobStore | None = None, keep_rejected: bool = False) -> Iterator[Recorder]:
     """Record the job run inside: COMPLETED when the block ends, FAILED with the error's line when it
-    raises, CANCELLED on Ctrl-C or SIGTERM (``picluster cancel`` sends SIGTERM)."""
+    raises, CANCELLED on Ctrl-C or SIGTERM (``picluster cancel`` sends SIGTERM).
+
+    Bad input found before the job ran (a UsageError while it is PENDING, e.g. more nodes than
+    the cluster has) leaves no record, unless ``keep_rejected`` (the user was shown the job's id).
+    """
     store = store or JobStore()
     job = Recorder(store, store.create(name, kind, mode, cluster, command, log_dir))
     try:
         yield job
+    except UsageError as exc:
+        if not keep_rejected and not job.ended and not job.ran:
+            store.forget(job.id)
+        else:
+            job.end("FAILED", str(exc))
+        raise
     except KeyboardInterrupt:
         job.end("CANCELLED", "interrupted (Ctrl-C)")
         raise

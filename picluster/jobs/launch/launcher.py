@@ -61,36 +61,37 @@ class Launch:
         self.codes: dict[str, list[int | None]] = {}
         self.remotes: dict = {}
         self.job_id: int | None = None
+        self.budget = policy.Budget(config.restart_limit)
 
     def run(self) -> Outcome:
         from picluster.cluster.attach import attach, default_workers
 
         c = self.config
         start = time.perf_counter()
-        with records.recorded(c.name, "launch", c.mode, str(self.inventory.resolve()) if self.inventory else "local",
-                              ["picluster", "launch", *c.command_line()]) as job:
+        ps = 1 if c.mode == "coordinator" else 0
+        # The cluster first: with none running, or a node not answering, no job was ever started.
+        with attach(self.inventory, default_workers(self.inventory), ps=ps, temporary=False) as cluster, \
+                records.recorded(c.name, "launch", c.mode, str(self.inventory.resolve()) if self.inventory else "local",
+                                 ["picluster", "launch", *c.command_line()], keep_rejected=True) as job:
+            self.cluster = cluster
             self.job, self.store, self.job_id = job, job.store, job.id
             self.job_dir = state_dir() / "jobs" / str(job.id)
             self.job_dir.mkdir(parents=True, exist_ok=True)
             self.store.set_log_dir(job.id, str(self.job_dir))
             self.output = Output(self.job_dir, self.emit)
             self.on_event(f"job {job.id}: {c.name}, {c.mode} mode (logs: {self.job_dir})")
-            ps = 1 if c.mode == "coordinator" else 0
+            self.on_cluster(cluster)
             try:
-                with attach(self.inventory, default_workers(self.inventory), ps=ps, temporary=False) as cluster:
-                    self.cluster = cluster
-                    self.on_cluster(cluster)
-                    self._start_all(cluster)
-                    failure = self._watch()
+                self._start_all(cluster)
+                failure = self._watch()
             finally:
                 self._stop_all()
                 for remote in self.remotes.values():
                     remote.close()
                 self.output.close()
-            budget_used = self.budget.used
             state = "FAILED" if failure else "COMPLETED"
             job.end(state, str(failure) if failure else "")
-            return Outcome(job.id, state, str(failure or ""), time.perf_counter() - start, budget_used, self.codes,
+            return Outcome(job.id, state, str(failure or ""), time.perf_counter() - start, self.budget.used, self.codes,
                            self.output.summary(), self.job_dir, failure)
 
     # -- starting -------------------------------------------------------------------------
@@ -112,7 +113,6 @@ class Launch:
                 folders = staging.stage(inv, self.remotes, c.files(), staging.node_job_name(self.job.id, state_dir()))
             specs = plan.worker_tasks(c, layout, self.job.id, folders)
         self.specs = {s.label: s for s in specs}
-        self.budget = policy.Budget(c.restart_limit)
         self.servers = [t for t in layout.tasks if c.mode == "coordinator" or t.job == "ps"]
         for spec in specs:
             self.output.add(spec.label, spec.prefix)
