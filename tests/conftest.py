@@ -46,3 +46,4 @@ def picluster(*args, env=None, timeout=300, input=None):
 
 
 from lab_fixtures import lab4, lab_factory, lab_support  # noqa: E402,F401  (test hosts, picluster.lab)
+from launch_fixtures import launch  # noqa: E402,F401  (picluster launch in the background, stopped after the test)

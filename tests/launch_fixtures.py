@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from conftest import ROOT
 
@@ -56,6 +57,15 @@ class Launched:
             reader.join(5)
         return code
 
+    def stop(self) -> None:
+        """As Ctrl-C would: the launch stops its tasks; killed if it has not ended within a minute."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
     def text(self) -> str:
         return "\n".join(self.out[-40:] + ["--- stderr ---"] + self.err[-20:])
 
@@ -67,6 +77,20 @@ class Launched:
             if line.startswith("job ") and ":" in line:
                 return int(line.split()[1].rstrip(":"))
         raise AssertionError("no job id announced:\n" + self.text())
+
+
+@pytest.fixture
+def launch():
+    """``launch(*args)`` starts a Launched; whatever a failed test leaves running is stopped after it."""
+    made: list[Launched] = []
+
+    def start(*args, **kwargs) -> Launched:
+        made.append(Launched(*args, **kwargs))
+        return made[-1]
+
+    yield start
+    for run in made:
+        run.stop()
 
 
 def script_processes(script: str) -> list[psutil.Process]:

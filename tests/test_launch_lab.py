@@ -20,7 +20,7 @@ from picluster.jobs.launch.staging import node_job_name
 from picluster.paths import state_dir
 
 from conftest import picluster
-from launch_fixtures import EXAMPLES, Launched, job_record, kill_worker_script, wait_gone, write_script
+from launch_fixtures import EXAMPLES, job_record, kill_worker_script, wait_gone, write_script
 
 pytestmark = pytest.mark.slow
 
@@ -45,31 +45,30 @@ def lab_cluster(lab4, tmp_path_factory):
                 assert picluster_processes(host) == []
 
 
-def _scripts(host) -> list[str]:
-    """Command lines of the test scripts running in ``host``."""
-    pids = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout.split()
+def _left(lab) -> list[str]:
+    """The job's processes still in the hosts: tethers and the scripts they run (servers are not the job's)."""
     found = []
-    for pid in pids:
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if any(name in cmd for name in ("between_graph.py", "ps_coordinator.py", "stubborn.py", "where.py")):
-            found.append(cmd)
+    for host in lab.hosts:
+        for pid in subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout.split():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "picluster.cluster.tether" in cmd or any(name in cmd for name in SCRIPTS):
+                found.append(cmd)
     return found
 
 
-def _left(lab) -> list[str]:
-    return [cmd for host in lab.hosts for cmd in _scripts(host) + [c for c in picluster_processes(host) if "tether" in c]]
+SCRIPTS = ("between_graph.py", "ps_coordinator.py", "stubborn.py", "where.py")
 
 
 def _server_pid(host, name: str) -> int:
     return int(host.read_file(f"/home/pi/{RUN_DIR}/{name}.pid"))
 
 
-def test_coordinator_example_survives_a_killed_worker_server(lab_cluster):
+def test_coordinator_example_survives_a_killed_worker_server(launch, lab_cluster):
     lab, inventory = lab_cluster
-    run = Launched("-i", inventory, "--restart-limit", "1", EXAMPLES / "ps_coordinator.py", "--steps", "3000", "--log-every", "500")
+    run = launch("-i", inventory, "--restart-limit", "1", EXAMPLES / "ps_coordinator.py", "--steps", "3000", "--log-every", "500")
     run.wait_for("chief: step 1/3000", 180)
     # The chief listens on this machine's address on the cluster network, and only there.
     chief = next(p for p in psutil.process_iter(["cmdline"]) if any(a.endswith("ps_coordinator.py") for a in p.info["cmdline"] or [])
@@ -85,9 +84,9 @@ def test_coordinator_example_survives_a_killed_worker_server(lab_cluster):
     assert wait_gone(lambda: _left(lab)) == []
 
 
-def test_each_worker_example_survives_a_killed_worker(lab_cluster):
+def test_each_worker_example_survives_a_killed_worker(launch, lab_cluster):
     lab, inventory = lab_cluster
-    run = Launched("-i", inventory, "--mode", "each-worker", "--restart-limit", "1", EXAMPLES / "between_graph.py",
+    run = launch("-i", inventory, "--mode", "each-worker", "--restart-limit", "1", EXAMPLES / "between_graph.py",
                    "--steps", "2000", "--log-every", "500")
     run.wait_for("node03: worker 1: step 1 ", 180)
     kill_worker_script("between_graph.py", 1)  # the hosts share this machine's pid namespace
@@ -106,9 +105,9 @@ def test_each_worker_example_survives_a_killed_worker(lab_cluster):
     ("coordinator", "ps_coordinator.py", "chief: step 1/"),
     ("each-worker", "between_graph.py", "node04: worker 2: step 1 "),
 ])
-def test_a_killed_ps_fails_the_job_and_leaves_nothing_on_the_nodes(lab_cluster, mode, script, first):
+def test_a_killed_ps_fails_the_job_and_leaves_nothing_on_the_nodes(launch, lab_cluster, mode, script, first):
     lab, inventory = lab_cluster
-    run = Launched("-i", inventory, "--mode", mode, "--restart-limit", "3", EXAMPLES / script, "--steps", "1000000", "--log-every", "100000")
+    run = launch("-i", inventory, "--mode", mode, "--restart-limit", "3", EXAMPLES / script, "--steps", "1000000", "--log-every", "100000")
     try:
         run.wait_for(first, 180)
         killed = time.monotonic()
@@ -128,9 +127,9 @@ STUBBORN = ("import signal, time\n"
             "while True:\n    time.sleep(1)\n")
 
 
-def test_a_killed_coordinator_leaves_nothing_on_the_nodes(lab_cluster, tmp_path):
+def test_a_killed_coordinator_leaves_nothing_on_the_nodes(launch, lab_cluster, tmp_path):
     lab, inventory = lab_cluster
-    run = Launched("-i", inventory, "--mode", "each-worker", "--grace", "1", write_script(tmp_path / "stubborn.py", STUBBORN))
+    run = launch("-i", inventory, "--mode", "each-worker", "--grace", "1", write_script(tmp_path / "stubborn.py", STUBBORN))
     run.wait_for("node04: ready", 60)
     assert len(_left(lab)) == 6  # a tether and its script on each worker
     run.proc.send_signal(signal.SIGKILL)
@@ -141,22 +140,27 @@ def test_a_killed_coordinator_leaves_nothing_on_the_nodes(lab_cluster, tmp_path)
     assert job.state == "FAILED" and "coordinator" in job.reason
 
 
-def test_a_node_without_the_staged_files_is_named_before_anything_starts(lab_cluster, tmp_path):
+def test_a_node_without_the_staged_files_is_named_before_anything_starts(launch, lab_cluster, tmp_path):
     lab, inventory = lab_cluster
-    node03 = lab.host("node03")
-    # Something else is mounted where the share belongs: picluster stages on the share, node03 cannot see it.
+    node01, node03 = lab.host("node01"), lab.host("node03")
+    # Something else is mounted where the share belongs: picluster stages on the share (node01's
+    # export, owned by the cluster user as provision leaves it), which node03 cannot see.
     node03.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", "/mnt/picluster"])
+    node01.run(["chown", lab.user.name, "/srv/picluster"])
     try:
-        run = Launched("-i", inventory, "--mode", "each-worker", write_script(tmp_path / "where.py", "print('started')\n"))
+        run = launch("-i", inventory, "--mode", "each-worker", write_script(tmp_path / "where.py", "print('started')\n"))
         assert run.finish(120) == 2, run.text()
     finally:
         node03.run(["umount", "/mnt/picluster"])
-    (line,) = run.error_lines()
-    assert "node03: staged files missing or different in the share (where.py)" in line and "node01" in line, run.text()
+        node01.run(["rm", "-rf", "/srv/picluster/jobs"])
+        node01.run(["chown", "root", "/srv/picluster"])
+    (line,) = [ln for ln in run.err if ln.strip()]  # one line, nothing before it
+    assert line.startswith("picluster: error: node03: staged files missing or different in the share (where.py)"), run.text()
+    assert "is /mnt/picluster the share of node01?" in line
     assert not any("started" in ln for ln in run.out) and _left(lab) == []
 
 
-def test_a_mounted_share_is_staged_once_for_every_node(lab_cluster, tmp_path):
+def test_a_mounted_share_is_staged_once_for_every_node(launch, lab_cluster, tmp_path):
     """MOCK NFS: this kernel has no NFS, so one directory bind-mounted into every host stands in for
     node01's export (at /srv/picluster) and the workers' mounts of it (at /mnt/picluster)."""
     lab, inventory = lab_cluster
@@ -168,7 +172,7 @@ def test_a_mounted_share_is_staged_once_for_every_node(lab_cluster, tmp_path):
             host.run(["mount", "--bind", share, target])
             mounted.append((host, target))
         where = write_script(tmp_path / "where.py", "import os\nprint('cwd', os.getcwd())\n")
-        run = Launched("-i", inventory, "--mode", "each-worker", where)
+        run = launch("-i", inventory, "--mode", "each-worker", where)
         assert run.finish(120) == 0, run.text()
         folder = f"/mnt/picluster/jobs/{node_job_name(run.job_id(), state_dir())}"
         assert "  node[02-04]: cwd " + folder in run.out, run.text()

@@ -9,7 +9,7 @@ import psutil
 import pytest
 
 from conftest import picluster, server_processes
-from launch_fixtures import EXAMPLES, Launched, job_record, kill_worker_script, script_processes, tethers, wait_gone, write_script
+from launch_fixtures import EXAMPLES, job_record, kill_worker_script, script_processes, tethers, wait_gone, write_script
 from train_fixtures import TINY_MODEL, write_tiny_har
 
 pytestmark = pytest.mark.slow
@@ -43,8 +43,8 @@ def _nothing_left(script: str) -> None:
     assert wait_gone(tethers, 15) == []
 
 
-def test_coordinator_example_restarts_a_killed_worker_server_and_completes(cluster):
-    run = Launched("--restart-limit", "1", EXAMPLES / "ps_coordinator.py", "--steps", "3000", "--log-every", "500")
+def test_coordinator_example_restarts_a_killed_worker_server_and_completes(launch, cluster):
+    run = launch("--restart-limit", "1", EXAMPLES / "ps_coordinator.py", "--steps", "3000", "--log-every", "500")
     run.wait_for("chief: step 1/3000")
     # The chief (TF 2's coordinator) serves on its cluster address only, as every server does.
     chief = next(p for p in script_processes("ps_coordinator.py"))
@@ -64,8 +64,8 @@ def test_coordinator_example_restarts_a_killed_worker_server_and_completes(clust
     _nothing_left("ps_coordinator.py")
 
 
-def test_each_worker_example_restarts_a_killed_worker_and_completes(cluster):
-    run = Launched("--mode", "each-worker", "--restart-limit", "1", EXAMPLES / "between_graph.py", "--steps", "2000", "--log-every", "500")
+def test_each_worker_example_restarts_a_killed_worker_and_completes(launch, cluster):
+    run = launch("--mode", "each-worker", "--restart-limit", "1", EXAMPLES / "between_graph.py", "--steps", "2000", "--log-every", "500")
     run.wait_for("worker 1: step 1 ")
     kill_worker_script("between_graph.py", 1)
     assert run.finish() == 0, run.text()
@@ -84,8 +84,8 @@ def test_each_worker_example_restarts_a_killed_worker_and_completes(cluster):
     ("coordinator", "ps_coordinator.py", "chief: step 1/"),
     ("each-worker", "between_graph.py", "worker 1: step 1 "),
 ])
-def test_a_killed_ps_fails_the_job_at_once_and_leaves_nothing(cluster, mode, script, first):
-    run = Launched("--mode", mode, "--restart-limit", "3", EXAMPLES / script, "--steps", "1000000", "--log-every", "100000")
+def test_a_killed_ps_fails_the_job_at_once_and_leaves_nothing(launch, cluster, mode, script, first):
+    run = launch("--mode", mode, "--restart-limit", "3", EXAMPLES / script, "--steps", "1000000", "--log-every", "100000")
     try:
         run.wait_for(first)
         killed = time.monotonic()
@@ -101,13 +101,13 @@ def test_a_killed_ps_fails_the_job_at_once_and_leaves_nothing(cluster, mode, scr
         assert picluster("cluster", "up", "--ps", "1", "--workers", "2").returncode == 0  # the ps back, for the next test
 
 
-def test_ctrl_c_and_cancel_stop_every_task_even_one_that_ignores_sigterm(cluster, tmp_path):
+def test_ctrl_c_and_cancel_stop_every_task_even_one_that_ignores_sigterm(launch, cluster, tmp_path):
     stubborn = write_script(tmp_path / "stubborn.py", (
         "import signal, sys, time\n"
         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
         "print('ready', flush=True)\n"
         "while True:\n    time.sleep(1)\n"))
-    run = Launched("--mode", "each-worker", "--grace", "1", stubborn)
+    run = launch("--mode", "each-worker", "--grace", "1", stubborn)
     run.wait_for("worker:1: ready", 60)
     run.proc.send_signal(signal.SIGINT)
     assert run.finish(60) == 130, run.text()
@@ -116,7 +116,7 @@ def test_ctrl_c_and_cancel_stop_every_task_even_one_that_ignores_sigterm(cluster
     assert {t.label: t.exit_codes for t in job.tasks} == {"worker:0": [137], "worker:1": [137]}  # SIGKILL after the grace
     _nothing_left("stubborn.py")
 
-    run = Launched("--mode", "each-worker", "--grace", "1", stubborn)
+    run = launch("--mode", "each-worker", "--grace", "1", stubborn)
     run.wait_for("worker:1: ready", 60)
     cancel = picluster("cancel", run.job_id(), timeout=60)
     assert cancel.returncode == 0 and f"job {run.job_id()} CANCELLED: cancelled with 'picluster cancel'" in cancel.stdout, cancel.stderr
@@ -126,9 +126,9 @@ def test_ctrl_c_and_cancel_stop_every_task_even_one_that_ignores_sigterm(cluster
     assert again.returncode == 0 and "already CANCELLED" in again.stdout
 
 
-def test_tasks_that_die_at_start_are_named_together_in_one_line(cluster, tmp_path):
+def test_tasks_that_die_at_start_are_named_together_in_one_line(launch, cluster, tmp_path):
     broken = write_script(tmp_path / "broken.py", "import no_such_module_here\n")
-    run = Launched("--mode", "each-worker", "--restart-limit", "2", broken)
+    run = launch("--mode", "each-worker", "--restart-limit", "2", broken)
     assert run.finish(60) == 1, run.text()
     assert time.monotonic() - run.start < 30
     (line,) = run.error_lines()

@@ -79,7 +79,6 @@ class Launch:
             self.job_dir.mkdir(parents=True, exist_ok=True)
             self.store.set_log_dir(job.id, str(self.job_dir))
             self.output = Output(self.job_dir, self.emit)
-            self.on_event(f"job {job.id}: {c.name}, {c.mode} mode (logs: {self.job_dir})")
             self.on_cluster(cluster)
             try:
                 self._start_all(cluster)
@@ -124,7 +123,8 @@ class Launch:
         server_rows = [(t.label, t.node, "") for t in layout.workers] if c.mode == "coordinator" else []
         self.job.running(nodeset.fold(sorted({t.node for t in layout.tasks})),
                          [(s.label, s.node, str(self.job_dir / f"{s.label.replace(':', '-')}.log")) for s in specs] + server_rows)
-        self.on_event(f"job {self.job.id}: {len(specs)} task(s) started on {nodeset.fold(sorted({s.node for s in specs}))}")
+        self.on_event(f"job {self.job.id}: {c.name}, {c.mode} mode, {len(specs)} task(s) on {nodeset.fold(sorted({s.node for s in specs}))}"
+                      f" (logs: {self.job_dir})")
 
     def _start(self, spec: TaskSpec) -> LocalTask | NodeTask:
         on_line = lambda text, label=spec.label: self.output.line(label, text)
