@@ -65,40 +65,19 @@ def test_coordinator_example_restarts_a_killed_worker_server_and_completes(launc
 
 
 def test_each_worker_example_restarts_a_killed_worker_and_completes(launch, cluster):
-    run = launch("--mode", "each-worker", "--restart-limit", "1", EXAMPLES / "between_graph.py", "--steps", "2000", "--log-every", "500")
+    run = launch("--mode", "each-worker", "--restart-limit", "1", EXAMPLES / "between_graph.py", "--steps", "1200", "--log-every", "400")
     run.wait_for("worker 1: step 1 ")
     kill_worker_script("between_graph.py", 1)
     assert run.finish() == 0, run.text()
     # The summary folds what both workers printed alike; each keeps its own log.
-    assert "  worker:[0-1]: done: global step 2000 reached" in run.out, run.text()
+    assert "  worker:[0-1]: done: global step 1200 reached" in run.out, run.text()
     job = job_record(run.job_id())
     assert job.state == "COMPLETED" and job.restarts == 1
     assert {t.label: t.exit_codes for t in job.tasks} == {"worker:0": [0], "worker:1": [137, 0]}
     streamed = picluster("logs", job.id).stdout
     assert "worker:1: picluster: exit code 137 (SIGKILL): restarting (restart 1 of 1)" in streamed
-    assert "worker:0: done: global step 2000 reached" in streamed
+    assert "worker:0: done: global step 1200 reached" in streamed
     _nothing_left("between_graph.py")
-
-
-@pytest.mark.parametrize("mode, script, first", [
-    ("coordinator", "ps_coordinator.py", "chief: step 1/"),
-    ("each-worker", "between_graph.py", "worker 1: step 1 "),
-])
-def test_a_killed_ps_fails_the_job_at_once_and_leaves_nothing(launch, cluster, mode, script, first):
-    run = launch("--mode", mode, "--restart-limit", "3", EXAMPLES / script, "--steps", "1000000", "--log-every", "100000")
-    try:
-        run.wait_for(first)
-        killed = time.monotonic()
-        psutil.Process(_pid(cluster, "ps:0")).kill()
-        assert run.finish(60) == 1, run.text()
-        took = time.monotonic() - killed
-        lines = run.error_lines()
-        assert len(lines) == 1 and "localhost: ps:0 stopped answering; the job cannot go on without its parameter server" in lines[0], run.text()
-        assert took < 20, took  # a probe a second; the tasks' grace is not waited for a dead ps's job
-        assert job_record(run.job_id()).state == "FAILED"
-        _nothing_left(script)
-    finally:
-        assert picluster("cluster", "up", "--ps", "1", "--workers", "2").returncode == 0  # the ps back, for the next test
 
 
 def test_ctrl_c_and_cancel_stop_every_task_even_one_that_ignores_sigterm(launch, cluster, tmp_path):
@@ -153,3 +132,21 @@ def test_run_and_train_are_recorded_beside_launched_jobs(cluster, tmp_path):
     assert len(har) == 1 and "COMPLETED" in har[0] and "worker:[0-1]=0" in har[0] and "sync" in har[0], jobs.stdout
     logs = picluster("logs", har[0][0], "--task", "worker:0")
     assert logs.returncode == 0 and "replica 0:" in logs.stdout
+
+
+def test_a_killed_ps_fails_both_jobs_at_once_and_leaves_nothing(launch, cluster):
+    """Last in the module: its ps stays dead.  Two jobs at once, one of each mode, on one ps."""
+    coordinator = launch("--restart-limit", "3", EXAMPLES / "ps_coordinator.py", "--steps", "1000000", "--log-every", "100000")
+    each = launch("--mode", "each-worker", "--restart-limit", "3", EXAMPLES / "between_graph.py", "--steps", "1000000", "--log-every", "100000")
+    coordinator.wait_for("chief: step 1/")
+    each.wait_for("worker 1: step 1 ")
+    killed = time.monotonic()
+    psutil.Process(_pid(cluster, "ps:0")).kill()
+    for run in (coordinator, each):
+        assert run.finish(60) == 1, run.text()
+        lines = run.error_lines()
+        assert len(lines) == 1 and "localhost: ps:0 stopped answering; the job cannot go on without its parameter server" in lines[0], run.text()
+        assert job_record(run.job_id()).state == "FAILED"
+    assert time.monotonic() - killed < 20  # a probe a second; a dead ps's job does not wait for its tasks' grace
+    _nothing_left("ps_coordinator.py")
+    _nothing_left("between_graph.py")
