@@ -45,10 +45,10 @@ def lab_cluster(lab4, tmp_path_factory):
                 assert picluster_processes(host) == []
 
 
-def _left(lab) -> list[str]:
+def _left(lab, hosts=None) -> list[str]:
     """The job's processes still in the hosts: tethers and the scripts they run (servers are not the job's)."""
     found = []
-    for host in lab.hosts:
+    for host in hosts or lab.hosts:
         for pid in subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout.split():
             try:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -118,6 +118,25 @@ def test_a_killed_coordinator_leaves_nothing_on_the_nodes(launch, lab_cluster, t
     assert wait_gone(lambda: _left(lab), 30) == []
     job = job_record(run.job_id())
     assert job.state == "FAILED" and "coordinator" in job.reason
+
+
+def test_a_node_cut_off_mid_job_fails_it_and_its_task_stops_itself(launch, lab_cluster, tmp_path):
+    lab, inventory = lab_cluster
+    run = launch("-i", inventory, "--mode", "each-worker", "--grace", "1", write_script(tmp_path / "stubborn.py", STUBBORN))
+    run.wait_for("node04: ready", 60)
+    cut = time.monotonic()
+    lab.make_unreachable("node03")
+    try:
+        assert run.finish(60) == 1, run.text()
+        (line,) = run.error_lines()
+        assert "node03: worker:1 stopped answering; its task cannot go on without its server" in line, run.text()
+        assert time.monotonic() - cut < 20  # noticed by the next probes, not waited on
+        assert wait_gone(lambda: _left(lab, [lab.host("node02"), lab.host("node04")]), 15) == []
+        # node03 hears neither the end of its SSH channel nor any heartbeat: its tether stops the task.
+        assert wait_gone(lambda: _left(lab), 60) == []
+        assert time.monotonic() - cut < 60
+    finally:
+        lab.restore("node03")
 
 
 def test_a_node_without_the_staged_files_is_named_before_anything_starts(launch, lab_cluster, tmp_path):

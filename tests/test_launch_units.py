@@ -199,3 +199,21 @@ def test_sigterm_to_the_tether_is_a_graceful_stop():
         assert time.monotonic() - start < 4
     finally:
         proc.kill()
+
+
+def test_a_silent_lifeline_stops_the_task_after_the_heartbeat():
+    """A node cut off from its coordinator hears nothing, though its SSH channel looks open."""
+    proc = subprocess.Popen([*TETHER, "--grace", "0.5", "--heartbeat", "1", "--", "sleep", "60"], stdin=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        for _ in range(8):  # beats keep it alive
+            proc.stdin.write(b".")
+            proc.stdin.flush()
+            time.sleep(0.3)
+        assert proc.poll() is None
+        start = time.monotonic()
+        assert proc.wait(10) == 143  # then silence: sleep ends by SIGTERM
+        assert 0.5 < time.monotonic() - start < 5
+        assert b"no heartbeat from the coordinator for 1 s" in proc.stderr.read()
+    finally:
+        proc.kill()

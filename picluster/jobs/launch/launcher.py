@@ -9,21 +9,22 @@ However the job ends (done, failed, Ctrl-C, ``picluster cancel``'s SIGTERM), eve
 running is stopped (its lifeline closes: SIGTERM, grace, SIGKILL) before the record is closed.
 """
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from picluster import nodeset
+from picluster.cluster import probe
 from picluster.cluster.exits import Exit, Exited
-from picluster.cluster.probe import unanswered
 from picluster.errors import ClusterError
 from picluster.fanout import fan_out
 from picluster.jobs import records
 from picluster.jobs.launch import plan, policy, staging
 from picluster.jobs.launch.config import LaunchConfig
 from picluster.jobs.launch.output import Output
-from picluster.jobs.launch.tasks import LOST, UNKNOWN, LocalTask, NodeTask, TaskSpec
+from picluster.jobs.launch.tasks import HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, LOST, UNKNOWN, LocalTask, NodeTask, TaskSpec
 from picluster.paths import state_dir
 
 POLL_S = 0.1
@@ -62,6 +63,7 @@ class Launch:
         self.remotes: dict = {}
         self.job_id: int | None = None
         self.budget = policy.Budget(config.restart_limit)
+        self.cut_off: set[str] = set()  # nodes that stopped answering at all during the job
 
     def run(self) -> Outcome:
         from picluster.cluster.attach import attach, default_workers
@@ -80,10 +82,13 @@ class Launch:
             self.store.set_log_dir(job.id, str(self.job_dir))
             self.output = Output(self.job_dir, self.emit)
             self.on_cluster(cluster)
+            beating = threading.Event()
+            threading.Thread(target=self._heartbeat, args=(beating,), name="heartbeat", daemon=True).start()
             try:
                 self._start_all(cluster)
                 failure = self._watch()
             finally:
+                beating.set()
                 self._stop_all()
                 for remote in self.remotes.values():
                     remote.close()
@@ -92,6 +97,13 @@ class Launch:
             job.end(state, str(failure) if failure else "")
             return Outcome(job.id, state, str(failure or ""), time.perf_counter() - start, self.budget.used, self.codes,
                            self.output.summary(), self.job_dir, failure)
+
+    def _heartbeat(self, stop: threading.Event) -> None:
+        """A byte to every task's tether every few seconds, from a thread of its own: the watch
+        loop may be busy (restarting a server) longer than a tether waits."""
+        while not stop.wait(HEARTBEAT_S):
+            for task in list(self.tasks.values()):
+                task.beat()
 
     # -- starting -------------------------------------------------------------------------
 
@@ -112,7 +124,7 @@ class Launch:
                 folders = staging.stage(inv, self.remotes, c.files(), staging.node_job_name(self.job.id, state_dir()))
             specs = plan.worker_tasks(c, layout, self.job.id, folders)
         self.specs = {s.label: s for s in specs}
-        self.servers = [t for t in layout.tasks if c.mode == "coordinator" or t.job == "ps"]
+        self.servers = list(layout.tasks)  # probed once a second while the job runs
         for spec in specs:
             self.output.add(spec.label, spec.prefix)
             self.codes[spec.label] = []
@@ -171,7 +183,7 @@ class Launch:
                 return None
             if time.monotonic() - probed > PROBE_S:
                 probed = time.monotonic()
-                cause = self._probe_servers()
+                cause = self._probe_servers(done)
                 if cause:
                     return cause
             running = len(self.tasks) - len(done)
@@ -206,20 +218,24 @@ class Launch:
         self.tasks[label] = self._start(spec)
         self.store.restarted(self.job.id, label)
 
-    def _probe_servers(self) -> ClusterError | None:
-        """A dead ps fails the job; a dead worker server (coordinator mode) is restarted within the budget."""
-        silent = unanswered(self.servers, tries=2, timeout=1.0, pause=0.2)
+    def _probe_servers(self, done: set[str]) -> ClusterError | None:
+        """A dead ps fails the job; a dead worker server is restarted within the budget (coordinator
+        mode: the workers are its tasks) or fails the job (each-worker: its task cannot go on)."""
+        watched = [t for t in self.servers if t.job == "ps" or self.config.mode == "coordinator" or t.label not in done]
+        silent = probe.unanswered(watched, tries=2, timeout=1.0, pause=0.2)
         if not silent:
             return None
         gone_ps = [t for t in silent if t.job == "ps"]
         if gone_ps:
-            return _stopped_answering(gone_ps, "the job cannot go on without its parameter server", self.job.id)
-        for task in silent:  # coordinator mode: worker servers
+            return self._stopped_answering(gone_ps, "the job cannot go on without its parameter server")
+        if self.config.mode == "each-worker":
+            return self._stopped_answering(silent, "its task cannot go on without its server")
+        for task in silent:
             decision, why = self.budget.decide(None)
             self.codes.setdefault(task.label, []).append(None)
             if decision != policy.RESTART:
                 self.store.task_exited(self.job.id, task.label, None, "FAILED")
-                return _stopped_answering([task], why, self.job.id)
+                return self._stopped_answering([task], why)
             self.store.task_exited(self.job.id, task.label, None, "RUNNING")
             self.store.restarted(self.job.id, task.label)
             self.on_event(f"job {self.job.id}: {task.label} on {task.node} stopped answering; restarting its server ({why})")
@@ -242,17 +258,33 @@ class Launch:
     def _server_cause(self) -> ClusterError | None:
         """When tasks fail because a server died under them, the server is the news."""
         needed = [t for t in self.cluster.layout.tasks if t.job == "ps" or self.config.mode == "each-worker"]
-        silent = unanswered(needed, tries=2, timeout=1.0, pause=0.2)
-        return _stopped_answering(silent, "its tasks could not go on", self.job.id) if silent else None
+        silent = probe.unanswered(needed, tries=2, timeout=1.0, pause=0.2)
+        if not silent:
+            return None
+        gone_ps = [t for t in silent if t.job == "ps"]
+        if gone_ps:
+            return self._stopped_answering(gone_ps, "the job cannot go on without its parameter server")
+        return self._stopped_answering(silent, "its task cannot go on without its server")
+
+    def _stopped_answering(self, tasks, then: str) -> ClusterError:
+        """The error naming servers that went silent; their nodes, if the nodes went silent too (a
+        cut cable, a crash), are noted: their tasks are not waited for, they stop themselves."""
+        nodes = sorted({t.node for t in tasks})
+        self.cut_off |= {node for node in nodes if node in self.remotes and not probe.answers(_address(self.cluster, node), 22, 1.0)}
+        labels = nodeset.fold(t.label for t in tasks)
+        return ClusterError(f"job {self.job.id} failed: {nodeset.fold(nodes)}: {labels} stopped answering; {then}")
 
     # -- stopping -------------------------------------------------------------------------
 
     def _stop_all(self) -> None:
         """Every task still running: lifeline closed (SIGTERM, grace, SIGKILL on its node), then, if
         its tether is still there after that, its whole session killed."""
-        running = {label: t for label, t in self.tasks.items() if t.poll() is None}
+        running = {label: t for label, t in self.tasks.items() if t.poll() is None and t.spec.node not in self.cut_off}
         if running:
             self.on_event(f"job {self.job.id}: stopping {nodeset.fold(running)} (SIGTERM, SIGKILL after {self.config.grace_s:g} s)")
+        if self.cut_off:
+            self.on_event(f"job {self.job.id}: {nodeset.fold(sorted(self.cut_off))} cannot be reached; its task stops itself "
+                          f"{HEARTBEAT_TIMEOUT_S:g} s after the last heartbeat it heard")
         try:
             for task in running.values():
                 task.stop()
@@ -273,10 +305,12 @@ class Launch:
                 code = None if code in (UNKNOWN, LOST) else code
                 self.codes[label].append(code)
                 self.store.task_exited(self.job.id, label, code, "CANCELLED")
-            for task in self.tasks.values():
-                task.close()
+            for label, task in self.tasks.items():
+                if task.spec.node in self.cut_off and task.poll() is None:
+                    self.codes[label].append(None)
+                    self.store.task_exited(self.job.id, label, None, "FAILED")
+                task.close(wait=task.spec.node not in self.cut_off)
 
 
-def _stopped_answering(tasks, then: str, job_id: int) -> ClusterError:
-    labels = nodeset.fold(t.label for t in tasks)
-    return ClusterError(f"job {job_id} failed: {nodeset.fold(sorted({t.node for t in tasks}))}: {labels} stopped answering; {then}")
+def _address(cluster, node: str) -> str:
+    return cluster.inventory.node(node).address

@@ -1,9 +1,9 @@
 """A job's task as a process: on this machine, or on its node over SSH; both through the tether.
 
 Both look the same to the launcher: ``poll()`` (the exit status, as a shell reports it; None while
-it runs; LOST when the node's SSH connection is gone), ``stop()`` (its lifeline closes: the
-tether sends SIGTERM, waits the grace period, then SIGKILL), ``kill()`` (the whole session, at
-once), and their output, line by line, to ``on_line``.  If the coordinator dies, even by
+it runs; LOST when the node's SSH connection is gone), ``beat()`` (the heartbeat on the tether's
+stdin), ``stop()`` (its lifeline closes: the tether sends SIGTERM, waits the grace period, then
+SIGKILL), ``kill()`` (the whole session, at once), and their output, line by line, to ``on_line``.  If the coordinator dies, even by
 SIGKILL, the pipe or SSH channel that is the tether's stdin closes and the task stops itself.
 """
 
@@ -39,8 +39,12 @@ class TaskSpec:
     env: dict[str, str] = field(default_factory=dict)
 
 
+HEARTBEAT_S = 5.0  # the coordinator writes a byte to every tether this often
+HEARTBEAT_TIMEOUT_S = 30.0  # a tether that heard nothing for this long stops its task
+
+
 def _tether(python: str, grace: float) -> list[str]:
-    return [python, "-m", "picluster.cluster.tether", "--grace", f"{grace:g}", "--"]
+    return [python, "-m", "picluster.cluster.tether", "--grace", f"{grace:g}", "--heartbeat", f"{HEARTBEAT_TIMEOUT_S:g}", "--"]
 
 
 class LocalTask:
@@ -66,11 +70,19 @@ class LocalTask:
         code = self.proc.poll()
         return None if code is None else exit_status(code)
 
+    def beat(self) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(b".")
+            self.proc.stdin.flush()
+        except (OSError, ValueError):
+            pass  # it ended, or is being stopped
+
     def stop(self) -> None:
         try:
             assert self.proc.stdin is not None
             self.proc.stdin.close()
-        except OSError:
+        except (OSError, ValueError):
             pass
 
     def kill(self) -> None:
@@ -88,9 +100,9 @@ class LocalTask:
         except (ProcessLookupError, PermissionError):
             pass
 
-    def close(self) -> None:
-        self.reader.join(5.0)
-        if self.proc.stdout is not None:
+    def close(self, wait: bool = True) -> None:
+        self.reader.join(5.0 if wait else 0.0)
+        if self.proc.stdout is not None and wait:
             self.proc.stdout.close()
 
 
@@ -132,6 +144,13 @@ class NodeTask:
             return LOST
         return None
 
+    def beat(self) -> None:
+        try:
+            if not self.channel.closed and not self.channel.eof_sent:
+                self.channel.send(b".")
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+
     def stop(self) -> None:
         try:
             self.channel.shutdown_write()  # the tether's stdin closes: its lifeline
@@ -147,8 +166,9 @@ class NodeTask:
         except ClusterError:
             pass  # the node is gone, and the task with it
 
-    def close(self) -> None:
-        self.reader.join(5.0)
+    def close(self, wait: bool = True) -> None:
+        """After its last output has arrived (``wait``), or at once (its node is cut off)."""
+        self.reader.join(5.0 if wait else 0.0)
         try:
             self.channel.close()
         except (OSError, EOFError, paramiko.SSHException):
