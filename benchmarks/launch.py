@@ -16,6 +16,7 @@ Everything shares this machine's 2 cores: the numbers say what picluster adds, n
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -34,10 +35,14 @@ COORD = (EXAMPLES / "ps_coordinator.py", ["--steps", "1000000", "--log-every", "
 EACH = (EXAMPLES / "between_graph.py", ["--steps", "1000000", "--log-every", "100000"], ": step 1 ")
 
 
+STARTED: list["Proc"] = []  # stopped at the end, whatever happened
+
+
 class Proc:
     """A command whose output lines are timed as they arrive."""
 
     def __init__(self, argv: list[str], env: dict | None = None) -> None:
+        STARTED.append(self)
         self.start = time.monotonic()
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                                      start_new_session=True, cwd=ROOT)
@@ -136,6 +141,7 @@ def measure(place: str, inventory, layout, coordinator: str, repeats: int, ssh=N
         hand, ours = statistics.median(by_hand), statistics.median(launched)
         rows.append((f"{place}: {mode}: start to first step, by hand / launch (median of {repeats})",
                      f"{hand:.1f} s / {ours:.1f} s: overhead {ours - hand:+.1f} s ({ours / hand:.2f}x)"))
+        print(*rows[-1], sep=": ", flush=True)
     # A ps killed after the first step: how long until launch has stopped everything and exited.
     run = launch(inventory, "--restart-limit", "3", COORD[0], *COORD[1])
     run.first(COORD[2])
@@ -154,17 +160,28 @@ def measure(place: str, inventory, layout, coordinator: str, repeats: int, ssh=N
         os.unlink(broken.name)
     # A worker killed mid-run, restarted once.
     run = launch(inventory, "--mode", "each-worker", "--restart-limit", "1", EACH[0], *EACH[1])
+    try:
+        what, result = _restart(run)
+        rows.append((f"{place}: {what}", result))
+    finally:
+        run.stop()
+    return rows
+
+
+def _restart(run: Proc) -> tuple[str, str]:
     run.first("worker 1: step 1 ")
-    victim = next(p for p in psutil.process_iter(["cmdline"]) if str(EACH[0]) in " ".join(p.info["cmdline"] or [])
-                  and "tether" not in " ".join(p.info["cmdline"]) and "launch" not in p.info["cmdline"]
-                  and '"index": 1' in p.environ().get("TF_CONFIG", ""))
+    victim = next(p for p in psutil.process_iter(["cmdline"]) if _runs(p.info["cmdline"] or [], EACH[0].name)
+                  and '"index": 1' in p.environ().get("TF_CONFIG", ""))  # here or on a host: one pid namespace
     victim.kill()
     killed = time.monotonic()
     noticed = run.first("restart 1 of 1", after=killed) - (killed - run.start)
     back = run.first("worker 1: step 1 ", after=killed) - (killed - run.start)
-    run.stop()
-    rows.append((f"{place}: killed worker -> restarted / its first step again", f"{noticed:.1f} s / {back:.1f} s"))
-    return rows
+    return ("killed worker -> restarted / its first step again", f"{noticed:.1f} s / {back:.1f} s")
+
+
+def _runs(cmdline: list[str], script: str) -> bool:
+    """The script itself: not its tether, not the launch command that names it."""
+    return any(part.endswith(script) for part in cmdline) and "picluster.cluster.tether" not in cmdline and "launch" not in cmdline
 
 
 def local_rows(repeats: int) -> list[tuple[str, str]]:
@@ -221,11 +238,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-lab", action="store_true", help="the local cluster only (no root needed)")
     args = parser.parse_args()
-    os.environ["PICLUSTER_STATE_DIR"] = tempfile.mkdtemp(prefix="picluster-bench-launch-")
+    state = tempfile.mkdtemp(prefix="picluster-bench-launch-")
+    os.environ["PICLUSTER_STATE_DIR"] = state
     os.environ.pop("PICLUSTER_INVENTORY", None)
-    rows = local_rows(args.repeats)
-    if not args.no_lab:
-        rows += lab_rows(args.repeats)
+    try:
+        rows = local_rows(args.repeats)
+        if not args.no_lab:
+            rows += lab_rows(args.repeats)
+    finally:
+        for proc in STARTED:
+            proc.stop()
+        shutil.rmtree(state, ignore_errors=True)
     print("\n| measurement | result |\n|---|---|")
     for what, result in rows:
         print(f"| {what} | {result} |")
