@@ -103,7 +103,7 @@ def _follow(run_dir: Path, config: TrainConfig, running: list, on_epoch, on_even
     chief = running[0]
     poll_s = POLL_S if isinstance(chief, clients.LocalClient) else REMOTE_POLL_S
     last_check = time.monotonic()
-    started = False  # the chief is training (it wrote live.json): deaths from now on are mid-run
+    started = False  # the chief is training (live.json, or an epoch's row): deaths from now on are mid-run
     while True:
         code = chief.poll()
         chief.sync(final=code == 0)
@@ -111,6 +111,7 @@ def _follow(run_dir: Path, config: TrainConfig, running: list, on_epoch, on_even
             for row in metrics.read_rows(csv_path):
                 if row.get("time") not in shown:
                     shown.add(row.get("time"))
+                    started = True  # an epoch is done (a short one may end before any live.json)
                     on_epoch(row)
         if _changed(run_dir / "live.json", stamps):
             live = _read_json(run_dir / "live.json")
