@@ -59,9 +59,18 @@ class Layout:
         """The ClusterSpec as a dict, jobs without tasks left out (TensorFlow rejects empty jobs)."""
         return {job: [t.address for t in self.job(job)] for job in JOBS if self.job(job)}
 
-    def tf_config(self, job: str, index: int) -> str:
-        self.task(job, index)
-        return json.dumps({"cluster": self.cluster_dict(), "task": {"type": job, "index": index}})
+    def tf_config(self, job: str, index: int, chief: str | None = None) -> str:
+        """TF_CONFIG for task ``job:index``.  With ``chief`` (an address) the cluster also has a
+        chief there: TensorFlow 2's coordinator, which joins servers started without it."""
+        cluster = self.cluster_dict()
+        if chief is not None:
+            cluster = {"chief": [chief], **cluster}
+        if job == "chief":
+            if chief is None or index != 0:
+                raise UsageError("TF_CONFIG for the chief needs its address, and the chief is task 0")
+        else:
+            self.task(job, index)
+        return json.dumps({"cluster": cluster, "task": {"type": job, "index": index}})
 
     def to_json(self) -> list[dict]:
         return [asdict(t) for t in self.tasks]

@@ -2,9 +2,13 @@
 
 
 class PiclusterError(Exception):
-    """Base class: the message is one line meant for the user."""
+    """Base class: the message is one line meant for the user.
+
+    ``details``: lines the CLI prints under it, indented (e.g. the end of a dead process's log).
+    """
 
     exit_code = 1
+    details: tuple[str, ...] = ()
 
 
 class UsageError(PiclusterError):

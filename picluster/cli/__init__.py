@@ -35,7 +35,7 @@ def app() -> None:
 def _register() -> None:
     # Subcommand modules import heavy libraries lazily, inside their commands,
     # so `picluster --help` and bad-argument errors stay fast.
-    from picluster.cli import cluster, data, lab, provision, run, top, train
+    from picluster.cli import cluster, data, jobs, lab, launch, provision, run, top, train
 
     app.add_command(cluster.cluster)
     app.add_command(cluster.server)
@@ -46,11 +46,17 @@ def _register() -> None:
     app.add_command(provision.provision)
     app.add_command(provision.inventory)
     app.add_command(train.train)
+    app.add_command(launch.launch)
+    app.add_command(jobs.jobs)
+    app.add_command(jobs.logs)
+    app.add_command(jobs.cancel)
 
 
-def _fail(message: str, code: int) -> None:
-    # One line on stderr, whatever the message held.
+def _fail(message: str, code: int, details: tuple[str, ...] = ()) -> None:
+    # One line on stderr, whatever the message held; details (a log's last lines) indented under it.
     print(f"picluster: error: {' '.join(str(message).split())}", file=sys.stderr)
+    for line in details:
+        print(f"  {line}", file=sys.stderr)
     sys.exit(code)
 
 
@@ -79,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         _fail(exc.format_message() + _usage_hint(exc), exc.exit_code)
     except PiclusterError as exc:
-        _fail(str(exc), exc.exit_code)
+        _fail(str(exc), exc.exit_code, exc.details)
     except KeyboardInterrupt:
         _interrupted()
     except BrokenPipeError:

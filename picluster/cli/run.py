@@ -2,6 +2,7 @@
 
 import json
 import secrets
+import sys
 import time
 from pathlib import Path
 
@@ -32,6 +33,7 @@ def run() -> None:
 def montecarlo(inventory, samples, nodes, seed, as_json, live, sweep, nodes_list, csv_path) -> None:
     """Estimate pi by drawing points in the unit square on every worker."""
     from picluster.cluster.attach import attach, default_workers
+    from picluster.jobs import records
     from picluster.jobs.montecarlo import report
     from picluster.jobs.montecarlo import sweep as table
     from picluster.jobs.montecarlo.estimate import MonteCarlo
@@ -51,10 +53,13 @@ def montecarlo(inventory, samples, nodes, seed, as_json, live, sweep, nodes_list
             raise UsageError(f"--csv {csv_path}: {exc}") from None
     seed = secrets.randbits(62) if seed is None else seed
 
+    cluster_name = str(inventory.resolve()) if inventory else "local"
     if sweep is None:
         want = nodes or default_workers(inventory)
         total_start = time.perf_counter()
-        with attach(inventory, want) as cluster:
+        with records.recorded("montecarlo", "montecarlo", "", cluster_name, ["picluster", *sys.argv[1:]]) as record, \
+                attach(inventory, want) as cluster:
+            record.running(_nodes(cluster, want))
             build_start = time.perf_counter()
             with MonteCarlo(cluster.layout, want) as job:
                 build_s = time.perf_counter() - build_start
@@ -72,7 +77,9 @@ def montecarlo(inventory, samples, nodes, seed, as_json, live, sweep, nodes_list
         return
 
     counts = nodes_list or [nodes or default_workers(inventory)]
-    with attach(inventory, max(counts)) as cluster:
+    with records.recorded("montecarlo", "montecarlo", "sweep", cluster_name, ["picluster", *sys.argv[1:]]) as record, \
+            attach(inventory, max(counts)) as cluster:
+        record.running(_nodes(cluster, max(counts)))
         rows = table.run_sweep(cluster.layout, sweep, counts, seed)
     table.write_sweep_csv(rows, csv_path)
     if as_json:
@@ -80,3 +87,10 @@ def montecarlo(inventory, samples, nodes, seed, as_json, live, sweep, nodes_list
     else:
         table.print_sweep(rows)
         click.echo(f"wrote {csv_path}")
+
+
+def _nodes(cluster, workers: int) -> str:
+    """The nodes a Monte-Carlo run uses: those of its first ``workers`` worker tasks."""
+    from picluster import nodeset
+
+    return nodeset.fold(sorted({t.node for t in cluster.layout.workers[:workers]}))

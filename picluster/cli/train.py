@@ -1,5 +1,6 @@
 """``picluster train har``: the deep residual bidirectional LSTM on HAR, replicated over ps/worker tasks."""
 
+import sys
 from pathlib import Path
 
 import click
@@ -46,8 +47,10 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, **options) -> None:
     """Deep residual bidirectional LSTM on UCI HAR windows, between-graph replicated."""
     from dataclasses import replace
 
+    from picluster import nodeset
     from picluster.cluster.attach import Attached
     from picluster.data.har import har_dir
+    from picluster.jobs import records
     from picluster.jobs.har import coordinator, progress
     from picluster.jobs.har.config import TrainConfig
     from picluster.views.live import JobDisplay
@@ -85,12 +88,25 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, **options) -> None:
         printer.epoch(row)
         follow.epoch(row)
 
-    def on_cluster(cluster: Attached) -> None:
-        display.monitor = cluster.monitor
+    with records.recorded("har", "har", "standalone" if config.standalone else config.mode,
+                          str(inventory.resolve()) if inventory else "local", ["picluster", *sys.argv[1:]], str(run)) as job:
 
-    with display:
-        result = coordinator.train(config, run, inventory, on_epoch=on_epoch, on_event=printer.event,
-                                   on_progress=follow.live, on_cluster=on_cluster)
+        def on_cluster(cluster: Attached) -> None:
+            display.monitor = cluster.monitor
+            workers = [t for t in cluster.layout.workers if t.index < config.workers]
+            job.running(nodeset.fold(sorted({t.node for t in cluster.layout.tasks if t in workers or t.job == "ps"})),
+                        [(t.label, t.node, str(run / f"worker-{t.index}.log")) for t in workers])
+
+        def on_stopped(stopped: list) -> None:
+            for client in stopped:
+                code = client.poll()
+                job.store.task_exited(job.id, f"worker:{client.task}", code, "COMPLETED" if code == 0 else "FAILED")
+
+        if config.standalone:
+            job.running("localhost", [("worker:0", "localhost", str(run / "worker-0.log"))])
+        with display:
+            result = coordinator.train(config, run, inventory, on_epoch=on_epoch, on_event=printer.event,
+                                       on_progress=follow.live, on_cluster=on_cluster, on_stopped=on_stopped)
     if as_json:
         import json
 

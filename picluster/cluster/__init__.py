@@ -7,5 +7,7 @@ ssh.py       one node over SSH (Fabric): commands, sudo, idempotent file writes
 server.py    one TensorFlow task (python -m picluster.cluster.server)
 probe.py     readiness: does a task's port answer
 lifetime.py  child processes that die with their coordinator, group signals, log tails
+exits.py     processes that started and died: exit status and log tail, one error folded by node
+tether.py    a command tied to a lifeline (python -m picluster.cluster.tether): how launch runs tasks
 shim.py      builds native/bindaddr.c, the LD_PRELOAD shim that keeps servers on their address
 """

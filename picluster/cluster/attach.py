@@ -26,8 +26,11 @@ class Attached:
 
 
 @contextmanager
-def attach(inventory: Path | None, workers: int, ps: int = 0) -> Iterator[Attached]:
-    """Yield a cluster with at least ``workers`` workers and ``ps`` ps tasks answering."""
+def attach(inventory: Path | None, workers: int, ps: int = 0, temporary: bool = True) -> Iterator[Attached]:
+    """Yield a cluster with at least ``workers`` workers and ``ps`` ps tasks answering.
+
+    Without a running cluster, a temporary local one is started, unless ``temporary`` is False.
+    """
     if workers < 1:
         raise UsageError("--nodes must be at least 1")
     if inventory is not None:
@@ -43,6 +46,8 @@ def attach(inventory: Path | None, workers: int, ps: int = 0) -> Iterator[Attach
         _check_answering(running.layout.workers[:workers] + running.layout.ps[:ps])
         yield Attached(running.layout, "local", 0.0, Monitor.for_local(running))
         return
+    if not temporary:
+        raise ClusterError("no local cluster is running: start one with 'picluster cluster up' (or give --inventory)")
     if workers + ps > MAX_TASKS:
         raise UsageError(f"--nodes {workers} is more than the local cluster limit of {MAX_TASKS - ps} workers")
     start = time.perf_counter()

@@ -8,14 +8,14 @@ from pathlib import Path
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(parent: int | None = None) -> None:
-    """Ask the kernel to SIGKILL us when our parent exits, even if it is killed with SIGKILL.
+def die_with_parent(parent: int | None = None, sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send us ``sig`` (SIGKILL) when our parent exits, even if it is killed with SIGKILL.
 
     With ``parent`` (its pid), also exit at once if it died before the request took effect.
     Without, it is safe as a Popen ``preexec_fn``, where the parent is alive by construction.
     """
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    libc.prctl(_PR_SET_PDEATHSIG, sig)
     if parent is not None and os.getppid() != parent:
         os._exit(0)
 

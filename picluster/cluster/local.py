@@ -20,7 +20,8 @@ from pathlib import Path
 import psutil
 
 from picluster import atomic
-from picluster.cluster.lifetime import last_line, signal_group
+from picluster.cluster.exits import Exit, Exited, file_tail
+from picluster.cluster.lifetime import signal_group
 from picluster.cluster.probe import answers
 from picluster.clusterspec import Layout, Task, local_layout
 from picluster.errors import ClusterError, UsageError
@@ -29,6 +30,7 @@ from picluster.paths import state_dir
 HOST = "127.0.0.1"
 MAX_TASKS = 64
 START_TIMEOUT = 120.0
+SETTLE_S = 0.5  # after a first death, how long to wait for others started with it
 _STATE = "cluster.json"
 AGENT = "agent"
 
@@ -146,23 +148,35 @@ class LocalCluster:
         return "up" if (self.run_dir / "agent.ready").exists() and answers(HOST, self.agent_port) else "starting"
 
     def wait_ready(self, timeout: float) -> None:
+        """Return once every task (and the agent) is up; a process that exits instead is reported
+        at once, with its exit status and the end of its log (picluster.cluster.exits)."""
         deadline = time.monotonic() + timeout
-        pending = list(self.layout.tasks)
+        pending = [t.label for t in self.layout.tasks] + ([AGENT] if AGENT in self.pids else [])
         while pending:
-            still = []
-            for task in pending:
-                state = self._task_state(task)
-                if state == "up":
-                    continue
-                if state == "down":
-                    raise ClusterError(f"local task {task.label} exited during start-up: {last_line(self._log(task))}")
-                still.append(task)
-            pending = still
+            states = {label: self._state_of(label) for label in pending}
+            if "down" in states.values():
+                # Processes started together often fail together (a broken venv): name them all.
+                time.sleep(SETTLE_S)
+                dead = [label for label in pending if self._state_of(label) == "down"]
+                raise Exited("local cluster", [self._exit(label) for label in dead])
+            pending = [label for label, state in states.items() if state != "up"]
             if pending and time.monotonic() > deadline:
-                names = ", ".join(t.label for t in pending)
-                raise ClusterError(f"local tasks not answering after {timeout:.0f} s: {names} (logs in {self.run_dir})")
+                raise ClusterError(f"local tasks not answering after {timeout:.0f} s: {', '.join(pending)} (logs in {self.run_dir})")
             if pending:
                 time.sleep(0.05)
+
+    def _state_of(self, label: str) -> str:
+        if label == AGENT:
+            return self.agent_state()
+        job, index = label.split(":")
+        return self._task_state(self.layout.task(job, int(index)))
+
+    def _exit(self, label: str) -> Exit:
+        """How a dead process of ours ended: its exit status when it was our child, and its log's end."""
+        child = self._children.get(self.pids.get(label, -1))
+        status = child.returncode if child is not None else None
+        log = self.run_dir / ("agent.log" if label == AGENT else f"{label.replace(':', '-')}.log")
+        return Exit("localhost", label, status, file_tail(log))
 
     # -- inspecting -------------------------------------------------------------------------
     @classmethod

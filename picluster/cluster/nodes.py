@@ -7,13 +7,23 @@ died it restarts just that one.  Each node also runs its agent on the cluster ad
 
 import json
 import shlex
+import time
+from typing import TYPE_CHECKING
 
-from picluster.cluster.probe import answers, wait_answering
+from picluster import nodeset
+from picluster.cluster.exits import TAIL_LINES, Exit, Exited
+from picluster.cluster.probe import answers, unanswered
 from picluster.clusterspec import Layout, Task, from_inventory
+from picluster.errors import ClusterError
 from picluster.fanout import Results, fan_out
 from picluster.inventory import Inventory, Node
 
+if TYPE_CHECKING:
+    from picluster.cluster.ssh import Remote
+
 RUN_DIR = ".local/state/picluster/node"  # under the node user's home
+AGENT = "agent"
+CHECK_S = 0.5  # between checks of the starting processes (one SSH command per node)
 
 
 def node_python(inv: Inventory) -> str:
@@ -23,7 +33,7 @@ def node_python(inv: Inventory) -> str:
     return f"$HOME/{inv.venv.removeprefix('~/')}/bin/python"
 
 
-def open_node(inv: Inventory, node: Node, timeout: float = 10.0):
+def open_node(inv: Inventory, node: Node, timeout: float = 10.0) -> "Remote":
     """An open ``Remote`` to ``node`` as the inventory's user."""
     from picluster.cluster.ssh import Remote, connect
 
@@ -33,47 +43,127 @@ def open_node(inv: Inventory, node: Node, timeout: float = 10.0):
     return remote
 
 
+def _detached(name: str, command: str) -> str:
+    """Shell lines that start ``command`` detached from the SSH session, as process ``name``.
+
+    A small ``sh`` waits for it and writes its exit status to ``name.exit``: a process that dies
+    at start-up (a venv without picluster) is then reported with its status, not waited on.
+    ``name.pid`` holds the process itself (what ``down`` and the tests signal), not the shell.
+    """
+    watcher = f"{command} & echo $! > {name}.pid; wait $!; echo $? > {name}.exit"
+    return (f"rm -f {name}.pid {name}.ready {name}.exit; "
+            f"setsid nohup sh -c {shlex.quote(watcher)} >{name}.log 2>&1 </dev/null & "
+            # The pid file is written by the watcher: wait for it, so checks that follow can rely on it.
+            f"for i in $(seq 50); do [ -s {name}.pid ] && break; sleep 0.1; done")
+
+
 def _start_command(inv: Inventory, node: Node, tasks: list[Task], layout: Layout) -> str:
     py, run = node_python(inv), f"$HOME/{RUN_DIR}"
     lines = [f"mkdir -p {run} && chmod 700 {run} && cd {run}",
              f"cat > cluster.json.new <<'PICLUSTER_EOF'\n{json.dumps({'layout': layout.to_json()})}\nPICLUSTER_EOF",
              "mv cluster.json.new cluster.json"]
     for task in tasks:
-        name = f"{task.job}-{task.index}"
+        name = _name(task)
+        server = (f"{py} -m picluster.cluster.server --cluster-file {run}/cluster.json "
+                  f"--job {task.job} --task {task.index} --ready-file {run}/{name}.ready")
         # Start only what is not running: the pid file names a live picluster server of this task.
         lines.append(
             f"if ! {{ [ -f {name}.pid ] && kill -0 $(cat {name}.pid) 2>/dev/null && "
             f"grep -q picluster.cluster.server /proc/$(cat {name}.pid)/cmdline; }}; then "
-            f"rm -f {name}.ready; setsid nohup {py} -m picluster.cluster.server --cluster-file {run}/cluster.json "
-            f"--job {task.job} --task {task.index} --ready-file {run}/{name}.ready >{name}.log 2>&1 </dev/null & "
-            f"echo $! > {name}.pid; echo started {task.label}; fi"
+            f"{_detached(name, server)}; echo started {task.label}; fi"
         )
     agent = (f"{py} -m picluster.monitor.agent --addr {node.address} --port {inv.agent_port} --node {shlex.quote(node.name)} "
              f"--ready-file {run}/agent.ready")
     lines.append(
         "if ! { [ -f agent.pid ] && kill -0 $(cat agent.pid) 2>/dev/null; }; then "
-        f"setsid nohup {agent} >agent.log 2>&1 </dev/null & echo $! > agent.pid; echo started agent; fi"
+        f"{_detached(AGENT, agent)}; echo started agent; fi"
     )
     return "\n".join(lines)
 
 
+def _name(task: Task) -> str:
+    return f"{task.job}-{task.index}"
+
+
 def up(inv: Inventory, timeout: float = 120.0) -> Results[list[str]]:
-    """Start what is not running on every node; per node, the processes started."""
+    """Start what is not running on every node; per node, the processes started.
+
+    Returns once every task answers; a server or agent that exits first is reported within
+    a second or so, with its node, exit status and the end of its log (``Exited``).
+    """
     layout = from_inventory(inv)
     nodes = [n for n in inv.nodes if any(t.node == n.name for t in layout.tasks)]
+    remotes: dict[str, Remote] = {}
 
     def start(node: Node) -> list[str]:
         tasks = [t for t in layout.tasks if t.node == node.name]
-        remote = open_node(inv, node)
-        try:
-            out = remote.run(_start_command(inv, node, tasks, layout)).stdout
-        finally:
-            remote.close()
+        remote = remotes[node.name] = open_node(inv, node)
+        out = remote.run(_start_command(inv, node, tasks, layout)).stdout
         return [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("started ")]
 
-    started = fan_out(start, nodes).raise_failures("cluster up")
-    wait_answering(layout.tasks, timeout)
+    try:
+        started = fan_out(start, nodes).raise_failures("cluster up")
+        _wait_started(layout, {n.name: (n, remotes[n.name]) for n in nodes}, timeout)
+    finally:
+        for remote in remotes.values():
+            remote.close()
     return started
+
+
+def _wait_started(layout: Layout, nodes: "dict[str, tuple[Node, Remote]]", timeout: float) -> None:
+    """Until every process is ready and every task answers: the nodes say which are ready,
+    alive or dead (with exit status and log tail); the first deaths end the wait."""
+    deadline = time.monotonic() + timeout
+    waiting = set(nodes)
+    while waiting:
+        checked = fan_out(lambda name: _check(nodes[name][1], _names(layout, name)), sorted(waiting), name=lambda n: n)
+        checked.raise_failures("cluster up")
+        exits = [Exit(node, label, status, tail) for node, states in checked.items()
+                 for label, (state, status, tail) in states.items() if state == "dead"]
+        if exits:
+            raise Exited("cluster up", exits)
+        ready = {node for node, states in checked.items() if all(s[0] == "ready" for s in states.values())}
+        # Ready files say the servers bound their address; this machine must reach them too.
+        waiting -= {node for node in ready if not unanswered([t for t in layout.tasks if t.node == node])}
+        if waiting and time.monotonic() > deadline:
+            pending = [t for t in layout.tasks if t.node in waiting]
+            labels = ", ".join(t.label for t in pending)
+            raise ClusterError(f"{nodeset.fold(waiting)}: not answering after {timeout:.0f} s ({labels})")
+        if waiting:
+            time.sleep(CHECK_S)
+
+
+def _names(layout: Layout, node: str) -> dict[str, str]:
+    """Process name on the node -> label: its tasks' ("worker-1" -> "worker:1") and the agent."""
+    return {_name(t): t.label for t in layout.tasks if t.node == node} | {AGENT: AGENT}
+
+
+def _check(remote: "Remote", names: dict[str, str]) -> dict[str, tuple[str, int | None, tuple[str, ...]]]:
+    """label -> ("ready" | "alive" | "dead", exit status or None, last log lines when dead)."""
+    script = [f"cd $HOME/{RUN_DIR} || exit 0"]
+    for name in names:
+        script.append(
+            f"if [ -f {name}.pid ] && kill -0 $(cat {name}.pid) 2>/dev/null; then "
+            f"if [ -f {name}.ready ]; then echo 'READY {name}'; else echo 'ALIVE {name}'; fi; "
+            # Dead: give its watcher a moment to write the exit status.
+            f"else [ -f {name}.exit ] || sleep 0.3; echo \"DEAD {name} $(cat {name}.exit 2>/dev/null)\"; "
+            f"tail -n {TAIL_LINES} {name}.log 2>/dev/null | sed 's/^/| /'; fi"
+        )
+    out: dict[str, tuple[str, int | None, tuple[str, ...]]] = {}
+    current = None
+    tails: dict[str, list[str]] = {}
+    for line in remote.run("\n".join(script)).stdout.splitlines():
+        if line.startswith("| ") and current is not None:
+            tails[current].append(line[2:])
+            continue
+        word, name, *rest = line.split(" ", 2) + [""]
+        if name not in names:
+            continue
+        current = names[name]
+        tails[current] = []
+        status = int(rest[0]) if rest and rest[0].strip().isdigit() else None
+        out[current] = (word.lower(), status, ())
+    return {label: (state, status, tuple(tails.get(label, ()))) for label, (state, status, _) in out.items()}
 
 
 def status(inv: Inventory) -> list[tuple[Task, str]]:
@@ -91,7 +181,9 @@ def down(inv: Inventory) -> Results[list[str]]:
         "  if kill -0 \"$p\" 2>/dev/null && grep -q picluster /proc/$p/cmdline; then kill -TERM -\"$p\" 2>/dev/null || kill -TERM \"$p\"; echo \"stopped ${f%.pid}\"; fi; done\n"
         "for i in 1 2 3 4 5 6 7 8 9 10; do alive=0; for f in *.pid; do [ -f \"$f\" ] && kill -0 $(cat \"$f\") 2>/dev/null && alive=1; done;"
         " [ $alive = 0 ] && break; sleep 0.5; done\n"
-        "for f in *.pid; do [ -f \"$f\" ] && kill -KILL -$(cat \"$f\") 2>/dev/null; rm -f \"$f\" \"${f%.pid}.ready\"; done; exit 0"
+        "for f in *.pid; do [ -f \"$f\" ] || continue; p=$(cat \"$f\");\n"
+        "  if grep -q picluster /proc/$p/cmdline 2>/dev/null; then kill -KILL -\"$p\" 2>/dev/null || kill -KILL \"$p\" 2>/dev/null; fi\n"
+        "  rm -f \"$f\" \"${f%.pid}.ready\" \"${f%.pid}.exit\"; done; exit 0"
     )
 
     def stop(node: Node) -> list[str]:

@@ -74,8 +74,8 @@ def reap_orphans(root: Path | None = None) -> list[str]:
     for lab_id in known_ids(root):
         try:
             lab = Lab.load(lab_id, root)
-        except (UsageError, ClusterError, KeyError):
-            continue
+        except (UsageError, ClusterError, KeyError, TypeError, ValueError):
+            continue  # not ours to judge: e.g. a lab another picluster version wrote, with fields we lack
         if lab.owner and not owner_alive(lab.owner):
             lab.down()
             reaped.append(lab_id)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from picluster import atomic
+from picluster.cluster.exits import Exit, Exited, file_tail
 from picluster.cluster.lifetime import last_line
 from picluster.cluster.probe import unanswered
 from picluster.clusterspec import Layout
@@ -32,6 +33,7 @@ if TYPE_CHECKING:  # attach pulls in the cluster runtime; a standalone run needs
 POLL_S = 0.2
 REMOTE_POLL_S = 1.0  # each poll of a node's chief is an SSH round trip
 CHECK_S = 5.0  # seconds between checks that the cluster's servers still answer
+STARTUP_SETTLE_S = 0.5  # after a client died at start-up: time for others to follow, to report them together
 
 
 def new_run_dir(run_dir: Path | None) -> Path:
@@ -52,12 +54,14 @@ def train(config: TrainConfig, run_dir: Path, inventory: Path | None = None,
           on_epoch: Callable[[dict], None] = lambda row: None,
           on_event: Callable[[str], None] = lambda msg: None,
           on_progress: Callable[[dict], None] = lambda live: None,
-          on_cluster: Callable[["Attached"], None] = lambda cluster: None) -> dict:
+          on_cluster: Callable[["Attached"], None] = lambda cluster: None,
+          on_stopped: Callable[[list], None] = lambda clients: None) -> dict:
     """Run (or continue) the training in ``run_dir``; return result.json's contents.
 
     With an inventory the clients run on the worker nodes over SSH and read the data set
     from the nodes' share (``config.data_dir``); without, they are local processes and the
     caller has checked the data set first (``check_data``: before any run directory exists).
+    ``on_stopped`` gets the clients once they have stopped (``poll()`` gives each one's exit status).
     """
     resume = (run_dir / "config.json").exists()
     atomic.write_text(run_dir / "config.json", config.to_json())
@@ -70,6 +74,7 @@ def train(config: TrainConfig, run_dir: Path, inventory: Path | None = None,
             return _follow(run_dir, config, running, on_epoch, on_event, on_progress, launch="")
         finally:
             clients.stop(running)
+            on_stopped(running)
     from picluster.cluster.attach import attach
 
     with attach(inventory, workers=config.workers, ps=config.ps) as cluster:
@@ -88,6 +93,7 @@ def train(config: TrainConfig, run_dir: Path, inventory: Path | None = None,
             return _follow(run_dir, config, running, on_epoch, on_event, on_progress, used.tasks, launch)
         finally:
             clients.stop(running)
+            on_stopped(running)  # each client's exit status, for the job record
 
 
 def _follow(run_dir: Path, config: TrainConfig, running: list, on_epoch, on_event, on_progress, tasks=(), launch: str = "") -> dict:
@@ -99,6 +105,7 @@ def _follow(run_dir: Path, config: TrainConfig, running: list, on_epoch, on_even
     chief = running[0]
     poll_s = POLL_S if isinstance(chief, clients.LocalClient) else REMOTE_POLL_S
     last_check = time.monotonic()
+    started = False  # the chief is training (live.json, or an epoch's row): deaths from now on are mid-run
     while True:
         code = chief.poll()
         chief.sync(final=code == 0)
@@ -106,6 +113,7 @@ def _follow(run_dir: Path, config: TrainConfig, running: list, on_epoch, on_even
             for row in metrics.read_rows(csv_path):
                 if row.get("time") not in shown:
                     shown.add(row.get("time"))
+                    started = True  # an epoch is done (a short one may end before any live.json)
                     on_epoch(row)
         if _changed(run_dir / "resume.json", stamps):
             note = _read_json(run_dir / "resume.json")  # checkpoints.write_note
@@ -114,10 +122,13 @@ def _follow(run_dir: Path, config: TrainConfig, running: list, on_epoch, on_even
         if _changed(run_dir / "live.json", stamps):
             live = _read_json(run_dir / "live.json")
             if live:
+                started = True
                 on_progress(live)
         if code is not None:
             if code != 0:
                 _raise_if_server_gone(tasks, run_dir)  # the cause, when a server died under the chief
+                if not started:
+                    _raise_startup_failure(running)
                 chief.fetch_log()
                 if code == UsageError.exit_code:  # e.g. a node's copy of the data set is missing
                     raise UsageError(f"{chief.label}: {_message(chief.log)}")
@@ -133,6 +144,8 @@ def _follow(run_dir: Path, config: TrainConfig, running: list, on_epoch, on_even
             if code is None or code == 0 or client.task in lost:  # 0: it finished its epochs
                 continue
             _raise_if_server_gone([t for t in tasks if t.job == "ps" or t.index in (0, client.task)], run_dir)
+            if not started:
+                _raise_startup_failure(running)
             client.fetch_log()
             if code == UsageError.exit_code:
                 raise UsageError(f"{client.label}: {_message(client.log)}")
@@ -154,6 +167,20 @@ def _follow(run_dir: Path, config: TrainConfig, running: list, on_epoch, on_even
     result["lost_workers"] = sorted(lost)
     atomic.write_json(run_dir / "result.json", result)
     return result
+
+
+def _raise_startup_failure(running: list) -> None:
+    """Clients that died before training began: often all of them, for one cause (a node's venv
+    without picluster), so they are named together, folded by node, with their logs' last lines."""
+    time.sleep(STARTUP_SETTLE_S)
+    dead = [(c, c.poll()) for c in running]
+    dead = [(c, code) for c, code in dead if code not in (None, 0)]
+    if not dead or all(code == UsageError.exit_code for _, code in dead):
+        return  # a missing data set and the like: the user's to fix, said in its own words below
+    for client, _ in dead:
+        client.fetch_log()
+    raise Exited("train har", [Exit(getattr(c, "node", "localhost"), f"worker:{c.task} client", None if code in (clients.KILLED, clients.LOST) else code,
+                                    file_tail(c.log)) for c, code in dead])
 
 
 def _message(log: Path) -> str:

@@ -1,0 +1,110 @@
+"""``picluster jobs [JOB]``, ``picluster logs JOB [--task LABEL]``, ``picluster cancel JOB``."""
+
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import click
+
+CANCEL_WAIT_S = 120.0  # the job's grace period and the kill after it fit in this
+
+
+@click.command()
+@click.argument("job_id", metavar="[JOB]", type=click.IntRange(1), required=False)
+@click.option("--limit", type=click.IntRange(1), default=50, show_default=True, help="the newest N jobs")
+def jobs(job_id, limit) -> None:
+    """List the jobs (launch, run, train) with their state and reason; with JOB, its tasks."""
+    from rich.console import Console
+
+    from picluster.jobs.records import JobStore
+    from picluster.views.jobs import job_detail, jobs_table
+
+    store = JobStore()
+    # Piped (to grep, to a file): wide enough that no column is cut.
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    if job_id is not None:
+        console.print(job_detail(store.get(job_id)))
+        return
+    found = store.list(limit)
+    if not found:
+        click.echo("no jobs yet")
+        return
+    console.print(jobs_table(found))
+
+
+@click.command()
+@click.argument("job_id", metavar="JOB", type=click.IntRange(1))
+@click.option("--task", "label", default=None, help="one task's log, e.g. worker:3 or chief")
+def logs(job_id, label) -> None:
+    """Print a job's output as it was streamed (node prefixes), or one task's log."""
+    from picluster.errors import UsageError
+    from picluster.jobs.records import JobStore
+
+    job = JobStore().get(job_id)
+    if label is not None:
+        task = job.task(label)
+        if not task.log:
+            raise UsageError(f"job {job_id}: {label} keeps no log of its own (a server of the cluster: see 'picluster cluster status')")
+        _copy(Path(task.log), f"job {job_id}'s log of {label}")
+        return
+    combined = Path(job.log_dir) / "output.log" if job.log_dir else None
+    if combined is not None and combined.is_file():
+        _copy(combined, f"job {job_id}'s output")
+        return
+    with_logs = [t for t in job.tasks if t.log]
+    if not with_logs:
+        click.echo(f"job {job_id} ({job.kind}) keeps no task logs", err=True)
+        return
+    for task in with_logs:
+        try:
+            with open(task.log, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    sys.stdout.write(f"{task.label}: {line}")
+        except OSError:
+            click.echo(f"{task.label}: (log {task.log} is gone)", err=True)
+
+
+def _copy(path: Path, what: str) -> None:
+    from picluster.errors import UsageError
+
+    try:
+        with open(path, "rb") as f:
+            shutil.copyfileobj(f, sys.stdout.buffer)
+        sys.stdout.flush()
+    except FileNotFoundError:
+        raise UsageError(f"{what} ({path}) is gone") from None
+
+
+@click.command()
+@click.argument("job_id", metavar="JOB", type=click.IntRange(1))
+def cancel(job_id) -> None:
+    """Stop a running job: SIGTERM to its tasks, SIGKILL after its grace period; nothing is left running."""
+    import signal
+
+    from picluster.errors import ClusterError
+    from picluster.jobs.records import JobStore
+
+    store = JobStore()
+    job = store.get(job_id)
+    if not job.active:
+        click.echo(f"job {job_id} is already {job.state}; nothing to cancel")
+        return
+    store.request_cancel(job_id)
+    coordinator = store.coordinator(job)
+    if coordinator is None:
+        job = store.get(job_id)  # reading marks it FAILED: its coordinator is gone
+        click.echo(f"job {job_id}: {job.state} ({job.reason})")
+        return
+    try:
+        coordinator.send_signal(signal.SIGTERM)  # it unwinds as on Ctrl-C: stops every task, then records the end
+    except PermissionError:
+        raise ClusterError(f"job {job_id} runs as another user (pid {coordinator.pid}); cancel it as that user") from None
+    deadline = time.monotonic() + CANCEL_WAIT_S
+    while time.monotonic() < deadline:
+        job = store.get(job_id)
+        if not job.active:
+            click.echo(f"job {job_id} {job.state}" + (f": {job.reason}" if job.reason else ""))
+            return
+        time.sleep(0.2)
+    raise ClusterError(f"job {job_id}'s coordinator (pid {coordinator.pid}) did not stop within {CANCEL_WAIT_S:.0f} s")

@@ -1,0 +1,70 @@
+"""``picluster launch SCRIPT [ARGS...]``: your own TensorFlow program on the running cluster."""
+
+import sys
+from pathlib import Path
+
+import click
+
+from picluster.cli.options import inventory_option
+from picluster.jobs.launch.config import DEFAULT_GRACE_S, MODES
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@inventory_option
+@click.option("--mode", type=click.Choice(MODES), default="coordinator", show_default=True,
+              help="coordinator: SCRIPT runs here as TF 2's ParameterServerStrategy chief; "
+                   "each-worker: SCRIPT runs beside every worker (between-graph)")
+@click.option("--dir", "folder", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="each-worker: the folder staged with SCRIPT on every worker node [SCRIPT alone]")
+@click.option("--restart-limit", type=click.IntRange(0, 1000), default=0, show_default=True,
+              help="restarts for the whole job of tasks killed by a signal (exit 128-255); exit 1-127 is never retried")
+@click.option("--grace", type=click.FloatRange(0, 3600), default=DEFAULT_GRACE_S, show_default=True,
+              help="seconds between SIGTERM and SIGKILL when tasks are stopped")
+@click.option("--name", default=None, help="the job's name [SCRIPT's name]")
+@click.option("--live/--no-live", default=True, show_default=True, help="live node panel (on a terminal)")
+@click.argument("script", type=click.Path(path_type=Path))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def launch(inventory, mode, folder, restart_limit, grace, name, live, script, args) -> None:
+    """Run SCRIPT with its ARGS on the running cluster, with TF_CONFIG written for each task.
+
+    Each task's output is streamed with its node's name, kept under the job's id
+    ('picluster logs JOB') and summarised at the end; 'picluster jobs' lists every job.
+    """
+    from rich.text import Text
+
+    from picluster.errors import ClusterError
+    from picluster.jobs.launch import config as launch_config
+    from picluster.jobs.launch.launcher import Launch
+    from picluster.views.jobs import print_outcome
+    from picluster.views.live import JobDisplay
+
+    config = launch_config.make(script, args, mode, folder, restart_limit, grace, name)
+    display = JobDisplay(f"launch {config.name}", "tasks", live=live)
+    console = display.console
+
+    def emit(line: str) -> None:
+        if display.live:
+            console.print(Text(line), soft_wrap=True)
+        else:
+            print(line, flush=True)
+
+    def event(message: str) -> None:
+        if display.live:
+            console.print(Text(message, style="dim"))
+        else:
+            print(message, file=sys.stderr, flush=True)
+
+    def on_cluster(cluster) -> None:
+        display.monitor = cluster.monitor
+
+    launcher = Launch(config, inventory, emit, event, display.update, on_cluster)
+    try:
+        with display:
+            outcome = launcher.run()
+    except (KeyboardInterrupt, SystemExit):
+        if launcher.job_id is not None:  # its tasks are stopped by now, and the record says why
+            event(f"job {launcher.job_id} CANCELLED: every task stopped")
+        raise
+    print_outcome(outcome, console if display.live else None)
+    if outcome.state != "COMPLETED":
+        raise ClusterError(outcome.reason)  # the summary above already showed the tasks' last lines

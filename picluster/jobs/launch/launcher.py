@@ -1,0 +1,316 @@
+"""``picluster launch``: run a user's script on the running cluster, watch it, apply the failure policy.
+
+Top to bottom: record the job (PENDING), attach the running cluster (never a temporary one: the
+servers ``cluster up`` started do the work), plan the tasks, stage the script on the worker nodes
+(each-worker mode), start every task through the tether, record RUNNING, then watch: a task's
+exit is judged by the policy (done, restart, fail), and once a second the servers are probed —
+a dead ps fails the job, a dead worker server (coordinator mode) is restarted within the budget.
+However the job ends (done, failed, Ctrl-C, ``picluster cancel``'s SIGTERM), every task still
+running is stopped (its lifeline closes: SIGTERM, grace, SIGKILL) before the record is closed.
+"""
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from picluster import nodeset
+from picluster.cluster import probe
+from picluster.cluster.exits import Exit, Exited
+from picluster.errors import ClusterError
+from picluster.fanout import fan_out
+from picluster.jobs import records
+from picluster.jobs.launch import plan, policy, staging
+from picluster.jobs.launch.config import LaunchConfig
+from picluster.jobs.launch.output import Output
+from picluster.jobs.launch.tasks import HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, LOST, UNKNOWN, LocalTask, NodeTask, TaskSpec
+from picluster.paths import state_dir
+
+POLL_S = 0.1
+PROBE_S = 1.0  # between checks that the cluster's servers still answer
+SETTLE_S = 0.5  # after a failure: tasks that fail together are reported together
+KILL_AFTER_S = 5.0  # beyond the grace period, before a task's whole session is killed
+
+
+@dataclass
+class Outcome:
+    job_id: int
+    state: str  # COMPLETED or FAILED (Ctrl-C and cancel raise)
+    reason: str
+    elapsed_s: float
+    restarts: int
+    exit_codes: dict[str, list[int | None]]
+    summary: list[str]
+    log_dir: Path
+    error: ClusterError | None = None  # the failure, with its details (logs' last lines)
+
+
+class Launch:
+    def __init__(self, config: LaunchConfig, inventory: Path | None, emit: Callable[[str], None],
+                 on_event: Callable[[str], None] = lambda message: None,
+                 on_progress: Callable[[float, float, str], None] = lambda done, total, detail: None,
+                 on_cluster: Callable = lambda cluster: None) -> None:
+        self.config = config
+        self.inventory = inventory
+        self.emit = emit
+        self.on_event = on_event
+        self.on_progress = on_progress
+        self.on_cluster = on_cluster
+        self.tasks: dict[str, LocalTask | NodeTask] = {}
+        self.specs: dict[str, TaskSpec] = {}
+        self.codes: dict[str, list[int | None]] = {}
+        self.remotes: dict = {}
+        self.job_id: int | None = None
+        self.budget = policy.Budget(config.restart_limit)
+        self.cut_off: set[str] = set()  # nodes that stopped answering at all during the job
+
+    def run(self) -> Outcome:
+        from picluster.cluster.attach import attach, default_workers
+
+        c = self.config
+        start = time.perf_counter()
+        ps = 1 if c.mode == "coordinator" else 0
+        # The cluster first: with none running, or a node not answering, no job was ever started.
+        with attach(self.inventory, default_workers(self.inventory), ps=ps, temporary=False) as cluster, \
+                records.recorded(c.name, "launch", c.mode, str(self.inventory.resolve()) if self.inventory else "local",
+                                 ["picluster", "launch", *c.command_line()], keep_rejected=True) as job:
+            self.cluster = cluster
+            self.job, self.store, self.job_id = job, job.store, job.id
+            self.job_dir = state_dir() / "jobs" / str(job.id)
+            self.job_dir.mkdir(parents=True, exist_ok=True)
+            self.store.set_log_dir(job.id, str(self.job_dir))
+            self.output = Output(self.job_dir, self.emit)
+            self.on_cluster(cluster)
+            beating = threading.Event()
+            threading.Thread(target=self._heartbeat, args=(beating,), name="heartbeat", daemon=True).start()
+            try:
+                self._start_all(cluster)
+                failure = self._watch()
+            finally:
+                beating.set()
+                self._stop_all()
+                for remote in self.remotes.values():
+                    remote.close()
+                self.output.close()
+            state = "FAILED" if failure else "COMPLETED"
+            job.end(state, str(failure) if failure else "")
+            return Outcome(job.id, state, str(failure or ""), time.perf_counter() - start, self.budget.used, self.codes,
+                           self.output.summary(), self.job_dir, failure)
+
+    def _heartbeat(self, stop: threading.Event) -> None:
+        """A byte to every task's tether every few seconds, from a thread of its own: the watch
+        loop may be busy (restarting a server) longer than a tether waits."""
+        while not stop.wait(HEARTBEAT_S):
+            for task in list(self.tasks.values()):
+                task.beat()
+
+    # -- starting -------------------------------------------------------------------------
+
+    def _start_all(self, cluster) -> None:
+        c, layout = self.config, cluster.layout
+        if c.mode == "coordinator":
+            specs = [plan.coordinator_task(c, layout, self.job.id)]
+        else:
+            folders = None
+            if cluster.inventory is not None:
+                inv = cluster.inventory
+                nodes = [inv.node(t.node) for t in layout.workers]
+                from picluster.cluster.nodes import open_node
+
+                opened = fan_out(lambda node: open_node(inv, node), nodes)
+                self.remotes = dict(opened.succeeded)
+                opened.raise_failures(f"job {self.job.id}: reaching the workers")
+                folders = staging.stage(inv, self.remotes, c.files(), staging.node_job_name(self.job.id, state_dir()))
+            specs = plan.worker_tasks(c, layout, self.job.id, folders)
+        self.specs = {s.label: s for s in specs}
+        self.servers = list(layout.tasks)  # probed once a second while the job runs
+        for spec in specs:
+            self.output.add(spec.label, spec.prefix)
+            self.codes[spec.label] = []
+        # Nodes' tasks start at once, one SSH channel each; local ones here, in the main thread.
+        started = fan_out(self._start, [s for s in specs if s.node in self.remotes], name=lambda s: s.label)
+        self.tasks = {s.label: self._start(s) for s in specs if s.node not in self.remotes} | started.succeeded
+        started.raise_failures(f"job {self.job.id}: starting the tasks")
+        server_rows = [(t.label, t.node, "") for t in layout.workers] if c.mode == "coordinator" else []
+        self.job.running(nodeset.fold(sorted({t.node for t in layout.tasks})),
+                         [(s.label, s.node, str(self.job_dir / f"{s.label.replace(':', '-')}.log")) for s in specs] + server_rows)
+        self.on_event(f"job {self.job.id}: {c.name}, {c.mode} mode, {len(specs)} task(s) on {nodeset.fold(sorted({s.node for s in specs}))}"
+                      f" (logs: {self.job_dir})")
+
+    def _start(self, spec: TaskSpec) -> LocalTask | NodeTask:
+        on_line = lambda text, label=spec.label: self.output.line(label, text)
+        if spec.node in self.remotes:
+            from picluster.cluster.nodes import node_python
+
+            assert self.cluster.inventory is not None  # remotes exist for inventory nodes only
+            return NodeTask(spec, self.config.grace_s, on_line, self.remotes[spec.node], node_python(self.cluster.inventory))
+        return LocalTask(spec, self.config.grace_s, on_line)
+
+    # -- watching -------------------------------------------------------------------------
+
+    def _watch(self) -> ClusterError | None:
+        """Until the job is done (None) or has failed (the error)."""
+        done: set[str] = set()
+        probed = time.monotonic()
+        while True:
+            ended = self._ended(done)
+            if any(code != 0 for _, code in ended):
+                time.sleep(SETTLE_S)  # tasks that die together (a broken venv) are reported together
+                ended += [e for e in self._ended(done) if e[0] not in {label for label, _ in ended}]
+            failures: list[Exit] = []
+            why = ""
+            for label, code in ended:
+                self.tasks[label].close()  # its last lines are in the log before we judge
+                spec = self.specs[label]
+                self.codes[label].append(code)
+                if code == LOST:
+                    self.store.task_exited(self.job.id, label, None, "FAILED")
+                    return self._server_cause() or ClusterError(f"job {self.job.id} failed: {spec.node}: lost (its SSH connection closed during the job)")
+                decision, why_now = self.budget.decide(code)
+                state = {policy.DONE: "COMPLETED", policy.RESTART: "RUNNING", policy.FAIL: "FAILED"}[decision]
+                self.store.task_exited(self.job.id, label, code, state)
+                if decision == policy.DONE:
+                    done.add(label)
+                elif decision == policy.RESTART:
+                    self._restart(label, code, why_now)
+                else:
+                    failures.append(Exit(spec.node, label, code, tuple(self.output.tail(label))))
+                    why = why or why_now
+            if failures:
+                return self._server_cause() or Exited(f"job {self.job.id} failed", failures, when="", then=why)
+            if self._finished(done):
+                return None
+            if time.monotonic() - probed > PROBE_S:
+                probed = time.monotonic()
+                cause = self._probe_servers(done)
+                if cause:
+                    return cause
+            running = len(self.tasks) - len(done)
+            self.on_progress(len(done), len(self.tasks), f"{running} running, restarts {self.budget.used}/{self.config.restart_limit}")
+            time.sleep(POLL_S)
+
+    def _ended(self, done: set[str]) -> list[tuple[str, int | None]]:
+        """Tasks that ended since the last look (each is judged once)."""
+        out: list[tuple[str, int | None]] = []
+        for label, task in self.tasks.items():
+            if label in done or task.judged:
+                continue
+            code = task.poll()
+            if code is not None:
+                task.judged = True
+                out.append((label, None if code == UNKNOWN else code))
+        return out
+
+    def _finished(self, done: set[str]) -> bool:
+        if self.config.mode == "coordinator":
+            return plan.CHIEF in done
+        return len(done) == len(self.tasks)
+
+    def _restart(self, label: str, code: int | None, why: str) -> None:
+        from picluster.cluster.exits import status_text
+
+        spec = self.specs[label]
+        attempt = len(self.codes[label]) + 1
+        self.output.note(label, f"{status_text(code)}: restarting ({why})")
+        self.on_event(f"job {self.job.id}: {label} on {spec.node} ended ({status_text(code)}); {why}")
+        self.specs[label] = spec = replace(spec, env=spec.env | {"PICLUSTER_ATTEMPT": str(attempt)})
+        self.tasks[label] = self._start(spec)
+        self.store.restarted(self.job.id, label)
+
+    def _probe_servers(self, done: set[str]) -> ClusterError | None:
+        """A dead ps fails the job; a dead worker server is restarted within the budget (coordinator
+        mode: the workers are its tasks) or fails the job (each-worker: its task cannot go on)."""
+        watched = [t for t in self.servers if t.job == "ps" or self.config.mode == "coordinator" or t.label not in done]
+        silent = probe.unanswered(watched, tries=2, timeout=1.0, pause=0.2)
+        if not silent:
+            return None
+        gone_ps = [t for t in silent if t.job == "ps"]
+        if gone_ps:
+            return self._stopped_answering(gone_ps, "the job cannot go on without its parameter server")
+        if self.config.mode == "each-worker":
+            return self._stopped_answering(silent, "its task cannot go on without its server")
+        for task in silent:
+            decision, why = self.budget.decide(None)
+            self.codes.setdefault(task.label, []).append(None)
+            if decision != policy.RESTART:
+                self.store.task_exited(self.job.id, task.label, None, "FAILED")
+                return self._stopped_answering([task], why)
+            self.store.task_exited(self.job.id, task.label, None, "RUNNING")
+            self.store.restarted(self.job.id, task.label)
+            self.on_event(f"job {self.job.id}: {task.label} on {task.node} stopped answering; restarting its server ({why})")
+        self._restart_servers()
+        return None
+
+    def _restart_servers(self) -> None:
+        if self.cluster.inventory is not None:
+            from picluster.cluster import nodes
+
+            nodes.up(self.cluster.inventory)
+        else:
+            from picluster.cluster.local import LocalCluster
+
+            local = LocalCluster.open()
+            if local is None:
+                raise ClusterError("the local cluster was stopped during the job")
+            local.restart_missing()
+
+    def _server_cause(self) -> ClusterError | None:
+        """When tasks fail because a server died under them, the server is the news."""
+        needed = [t for t in self.cluster.layout.tasks if t.job == "ps" or self.config.mode == "each-worker"]
+        silent = probe.unanswered(needed, tries=2, timeout=1.0, pause=0.2)
+        if not silent:
+            return None
+        gone_ps = [t for t in silent if t.job == "ps"]
+        if gone_ps:
+            return self._stopped_answering(gone_ps, "the job cannot go on without its parameter server")
+        return self._stopped_answering(silent, "its task cannot go on without its server")
+
+    def _stopped_answering(self, tasks, then: str) -> ClusterError:
+        """The error naming servers that went silent; their nodes, if the nodes went silent too (a
+        cut cable, a crash), are noted: their tasks are not waited for, they stop themselves."""
+        nodes = sorted({t.node for t in tasks})
+        self.cut_off |= {node for node in nodes if node in self.remotes and not probe.answers(_address(self.cluster, node), 22, 1.0)}
+        labels = nodeset.fold(t.label for t in tasks)
+        return ClusterError(f"job {self.job.id} failed: {nodeset.fold(nodes)}: {labels} stopped answering; {then}")
+
+    # -- stopping -------------------------------------------------------------------------
+
+    def _stop_all(self) -> None:
+        """Every task still running: lifeline closed (SIGTERM, grace, SIGKILL on its node), then, if
+        its tether is still there after that, its whole session killed."""
+        running = {label: t for label, t in self.tasks.items() if t.poll() is None and t.spec.node not in self.cut_off}
+        if running:
+            self.on_event(f"job {self.job.id}: stopping {nodeset.fold(running)} (SIGTERM, SIGKILL after {self.config.grace_s:g} s)")
+        if self.cut_off:
+            self.on_event(f"job {self.job.id}: {nodeset.fold(sorted(self.cut_off))} cannot be reached; its task stops itself "
+                          f"{HEARTBEAT_TIMEOUT_S:g} s after the last heartbeat it heard")
+        try:
+            for task in running.values():
+                task.stop()
+            deadline = time.monotonic() + self.config.grace_s + KILL_AFTER_S
+            while any(t.poll() is None for t in running.values()) and time.monotonic() < deadline:
+                time.sleep(POLL_S)
+        except KeyboardInterrupt:
+            pass  # a second Ctrl-C: no more grace
+        finally:
+            for task in running.values():
+                if task.poll() is None:
+                    task.kill()
+            deadline = time.monotonic() + KILL_AFTER_S
+            while any(t.poll() is None for t in running.values()) and time.monotonic() < deadline:
+                time.sleep(POLL_S)
+            for label, task in running.items():
+                code = task.poll()
+                code = None if code in (UNKNOWN, LOST) else code
+                self.codes[label].append(code)
+                self.store.task_exited(self.job.id, label, code, "CANCELLED")
+            for label, task in self.tasks.items():
+                if task.spec.node in self.cut_off and task.poll() is None:
+                    self.codes[label].append(None)
+                    self.store.task_exited(self.job.id, label, None, "FAILED")
+                task.close(wait=task.spec.node not in self.cut_off)
+
+
+def _address(cluster, node: str) -> str:
+    return cluster.inventory.node(node).address

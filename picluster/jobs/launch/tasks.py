@@ -1,0 +1,175 @@
+"""A job's task as a process: on this machine, or on its node over SSH; both through the tether.
+
+Both look the same to the launcher: ``poll()`` (the exit status, as a shell reports it; None while
+it runs; LOST when the node's SSH connection is gone), ``beat()`` (the heartbeat on the tether's
+stdin), ``stop()`` (its lifeline closes: the tether sends SIGTERM, waits the grace period, then
+SIGKILL), ``kill()`` (the whole session, at once), and their output, line by line, to ``on_line``.  If the coordinator dies, even by
+SIGKILL, the pipe or SSH channel that is the tether's stdin closes and the task stops itself.
+"""
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import paramiko
+import psutil
+
+from picluster.cluster.tether import exit_status
+from picluster.errors import ClusterError
+from picluster.jobs.launch.output import pump
+
+LOST = -255  # the task's node stopped answering over SSH
+UNKNOWN = -256  # it ended, but nobody saw its exit status (sshd sent none: its tether died by a signal)
+_SESSION = "picluster-session "
+
+
+@dataclass
+class TaskSpec:
+    label: str  # "chief", "worker:2"
+    node: str  # the inventory node it runs on, "localhost" here
+    prefix: str  # what its output lines are shown under
+    argv: list[str]  # the script and its arguments (the interpreter is added per place)
+    cwd: str
+    env: dict[str, str] = field(default_factory=dict)
+
+
+HEARTBEAT_S = 5.0  # the coordinator writes a byte to every tether this often
+HEARTBEAT_TIMEOUT_S = 30.0  # a tether that heard nothing for this long stops its task
+
+
+def _tether(python: str, grace: float) -> list[str]:
+    return [python, "-m", "picluster.cluster.tether", "--grace", f"{grace:g}", "--heartbeat", f"{HEARTBEAT_TIMEOUT_S:g}", "--"]
+
+
+class LocalTask:
+    """A task on this machine: the tether is our child, in its own session (Ctrl-C reaches only us)."""
+
+    def __init__(self, spec: TaskSpec, grace: float, on_line: Callable[[str], None]) -> None:
+        self.spec = spec
+        self.judged = False  # its end has been dealt with
+        env = dict(os.environ)
+        env.pop("TF_CONFIG", None)
+        env.update(spec.env)
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            [*_tether(sys.executable, grace), sys.executable, *spec.argv],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            cwd=spec.cwd, env=env, start_new_session=True,
+        )
+        out = self.proc.stdout
+        assert out is not None
+        self.reader = pump(lambda: os.read(out.fileno(), 65536), on_line)
+
+    def poll(self) -> int | None:
+        code = self.proc.poll()
+        return None if code is None else exit_status(code)
+
+    def beat(self) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(b".")
+            self.proc.stdin.flush()
+        except (OSError, ValueError):
+            pass  # it ended, or is being stopped
+
+    def stop(self) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        except (OSError, ValueError):
+            pass
+
+    def kill(self) -> None:
+        try:
+            family = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.Error:
+            family = []
+        for proc in family:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def close(self, wait: bool = True) -> None:
+        self.reader.join(5.0 if wait else 0.0)
+        if self.proc.stdout is not None and wait:
+            self.proc.stdout.close()
+
+
+class NodeTask:
+    """A task on an inventory node: ``sh -c 'echo session; exec tether -- python SCRIPT'`` on an SSH channel."""
+
+    def __init__(self, spec: TaskSpec, grace: float, on_line: Callable[[str], None], remote, python: str) -> None:
+        self.spec = spec
+        self.judged = False
+        self.remote = remote
+        self.session: int | None = None
+        self._on_line = on_line
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in spec.env.items())
+        argv = " ".join(shlex.quote(a) for a in spec.argv)
+        # The shell is the session leader (sshd starts it with setsid): its pid names the session to kill.
+        command = (f"echo {_SESSION}$$ && cd {spec.cwd} && exec env {env} {' '.join(_tether(python, grace))} "
+                   f"{python} {argv}")
+        self.started = time.monotonic()
+        try:
+            self.channel = remote.conn.transport.open_session(timeout=remote.open_timeout)
+            self.channel.set_combine_stderr(True)
+            self.channel.exec_command(command)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise ClusterError(f"cannot start {spec.label}: {' '.join(str(exc).split()) or type(exc).__name__}") from None
+        self.reader = pump(lambda: self.channel.recv(65536), self._line)
+        self._killed = threading.Event()
+
+    def _line(self, text: str) -> None:
+        if self.session is None and text.startswith(_SESSION):
+            self.session = int(text[len(_SESSION):])
+            return
+        self._on_line(text)
+
+    def poll(self) -> int | None:
+        if self.channel.exit_status_ready():
+            code = self.channel.recv_exit_status()
+            return UNKNOWN if code == -1 else code  # paramiko's -1: no exit-status message came
+        if not self.remote.conn.transport.is_active():
+            return LOST
+        return None
+
+    def beat(self) -> None:
+        try:
+            if not self.channel.closed and not self.channel.eof_sent:
+                self.channel.send(b".")
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+
+    def stop(self) -> None:
+        try:
+            self.channel.shutdown_write()  # the tether's stdin closes: its lifeline
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+
+    def kill(self) -> None:
+        if self.session is None or self._killed.is_set():
+            return
+        self._killed.set()
+        try:
+            self.remote.run(f"pkill -KILL -s {self.session}", check=False, timeout=10)
+        except ClusterError:
+            pass  # the node is gone, and the task with it
+
+    def close(self, wait: bool = True) -> None:
+        """After its last output has arrived (``wait``), or at once (its node is cut off)."""
+        self.reader.join(5.0 if wait else 0.0)
+        try:
+            self.channel.close()
+        except (OSError, EOFError, paramiko.SSHException):
+            pass

@@ -1,0 +1,331 @@
+"""Job records: every job picluster runs (``launch``, ``run montecarlo``, ``train har``), in SQLite.
+
+One database in the state directory (``<state>/jobs.db``) holds, per job, its name, kind, mode,
+state — PENDING, RUNNING, COMPLETED, FAILED or CANCELLED, as Slurm names them, with a reason —
+nodes, times, the coordinator process that runs it, and per task its node, log and exit codes
+(one per attempt).  SQLite makes every change atomic, and with a write-ahead log and a busy
+timeout two picluster commands (a ``launch`` and a ``jobs``, two ``launch``es, a ``cancel``) can
+use it at once.  A job whose coordinator vanished without recording the end (killed with
+SIGKILL, a power cut) is marked FAILED the next time anyone reads the records.
+"""
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from picluster.errors import ClusterError, PiclusterError, UsageError
+from picluster.paths import state_dir
+
+STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
+ACTIVE = ("PENDING", "RUNNING")
+BUSY_S = 30.0  # how long a command waits for another's transaction
+_SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    mode TEXT NOT NULL DEFAULT '',
+    state TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT '',
+    cluster TEXT NOT NULL DEFAULT '',
+    nodes TEXT NOT NULL DEFAULT '',
+    command TEXT NOT NULL DEFAULT '[]',
+    log_dir TEXT NOT NULL DEFAULT '',
+    pid INTEGER,
+    pid_start REAL,
+    created REAL NOT NULL,
+    started REAL,
+    ended REAL,
+    restarts INTEGER NOT NULL DEFAULT 0,
+    cancel_requested REAL
+);
+CREATE TABLE IF NOT EXISTS tasks (
+    job_id INTEGER NOT NULL REFERENCES jobs(id),
+    label TEXT NOT NULL,
+    node TEXT NOT NULL,
+    log TEXT NOT NULL DEFAULT '',
+    state TEXT NOT NULL DEFAULT 'PENDING',
+    exit_codes TEXT NOT NULL DEFAULT '[]',
+    PRIMARY KEY (job_id, label)
+);
+"""
+
+
+@dataclass
+class TaskRecord:
+    label: str  # "chief", "worker:3"
+    node: str
+    log: str
+    state: str
+    exit_codes: list[int | None]  # one per attempt; None: status unknown
+
+
+@dataclass
+class JobRecord:
+    id: int
+    name: str
+    kind: str  # "launch", "montecarlo", "har"
+    mode: str
+    state: str
+    reason: str
+    cluster: str
+    nodes: str
+    command: list[str]
+    log_dir: str
+    pid: int | None
+    created: float
+    started: float | None
+    ended: float | None
+    restarts: int
+    cancel_requested: float | None
+    tasks: list[TaskRecord] = field(default_factory=list)
+
+    @property
+    def elapsed_s(self) -> float | None:
+        if self.started is None:
+            return None
+        return (self.ended or time.time()) - self.started
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE
+
+    def task(self, label: str) -> TaskRecord:
+        for t in self.tasks:
+            if t.label == label:
+                return t
+        from picluster import nodeset
+
+        have = nodeset.fold(t.label for t in self.tasks) if self.tasks else "none"
+        raise UsageError(f"job {self.id} has no task {label} (its tasks: {have})")
+
+
+def database() -> Path:
+    return state_dir() / "jobs.db"
+
+
+class JobStore:
+    """The records; each method is one short transaction, so commands never wait on each other long."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or database()
+
+    @contextmanager
+    def _tx(self, write: bool = True) -> Iterator[sqlite3.Connection]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = sqlite3.connect(self.path, timeout=BUSY_S, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise ClusterError(f"cannot open the job records {self.path}: {exc}") from None
+        try:
+            conn.row_factory = sqlite3.Row
+            if conn.execute("PRAGMA user_version").fetchone()[0] != _SCHEMA_VERSION:
+                self._create(conn)
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise ClusterError(f"job records {self.path} stayed locked for {BUSY_S:.0f} s; is a picluster command hung?") from None
+            raise ClusterError(f"job records {self.path}: {exc}") from None
+        except sqlite3.DatabaseError as exc:
+            raise ClusterError(f"job records {self.path}: {exc} (move the file away to start new records)") from None
+        finally:
+            conn.close()
+
+    @staticmethod
+    def _create(conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA journal_mode = WAL")  # readers never block the writer, nor it them; it sticks to the file
+        conn.execute("BEGIN IMMEDIATE")  # two first commands at once: one creates, the other waits and sees it done
+        if conn.execute("PRAGMA user_version").fetchone()[0] != _SCHEMA_VERSION:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+
+    # -- writing --------------------------------------------------------------------------
+
+    def create(self, name: str, kind: str, mode: str = "", cluster: str = "", command: list[str] | None = None,
+               log_dir: str = "") -> int:
+        me = psutil.Process()
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO jobs (name, kind, mode, state, cluster, command, log_dir, pid, pid_start, created)"
+                " VALUES (?, ?, ?, 'PENDING', ?, ?, ?, ?, ?, ?)",
+                (name, kind, mode, cluster, json.dumps(command or []), log_dir, os.getpid(), me.create_time(), time.time()),
+            )
+            assert cur.lastrowid is not None
+            return cur.lastrowid
+
+    def set_log_dir(self, job_id: int, log_dir: str) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET log_dir = ? WHERE id = ?", (log_dir, job_id))
+
+    def running(self, job_id: int, nodes: str, tasks: Sequence[tuple[str, str, str]] = ()) -> None:
+        """The job's tasks (label, node, log) are starting; the job is RUNNING from now."""
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET state = 'RUNNING', nodes = ?, started = ? WHERE id = ?", (nodes, time.time(), job_id))
+            db.executemany("INSERT OR REPLACE INTO tasks (job_id, label, node, log, state) VALUES (?, ?, ?, ?, 'RUNNING')",
+                           [(job_id, label, node, log) for label, node, log in tasks])
+
+    def task_exited(self, job_id: int, label: str, code: int | None, state: str) -> None:
+        """One attempt of a task ended with ``code``; ``state``: the task's state now."""
+        with self._tx() as db:
+            row = db.execute("SELECT exit_codes FROM tasks WHERE job_id = ? AND label = ?", (job_id, label)).fetchone()
+            codes = json.loads(row["exit_codes"]) if row else []
+            db.execute("UPDATE tasks SET exit_codes = ?, state = ? WHERE job_id = ? AND label = ?",
+                       (json.dumps(codes + [code]), state, job_id, label))
+
+    def task_state(self, job_id: int, label: str, state: str) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE tasks SET state = ? WHERE job_id = ? AND label = ?", (state, job_id, label))
+
+    def restarted(self, job_id: int, label: str) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET restarts = restarts + 1 WHERE id = ?", (job_id,))
+            db.execute("UPDATE tasks SET state = 'RUNNING' WHERE job_id = ? AND label = ?", (job_id, label))
+
+    def finish(self, job_id: int, state: str, reason: str = "") -> None:
+        if state not in STATES or state in ACTIVE:
+            raise ValueError(f"not an end state: {state}")
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET state = ?, reason = ?, ended = ? WHERE id = ? AND state IN ('PENDING', 'RUNNING')",
+                       (state, " ".join(reason.split()), time.time(), job_id))
+            db.execute("UPDATE tasks SET state = ? WHERE job_id = ? AND state IN ('PENDING', 'RUNNING')",
+                       ("CANCELLED" if state == "CANCELLED" else "FAILED" if state == "FAILED" else "COMPLETED", job_id))
+
+    def forget(self, job_id: int) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM tasks WHERE job_id = ?", (job_id,))
+            db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+
+    def request_cancel(self, job_id: int) -> JobRecord:
+        with self._tx() as db:
+            db.execute("UPDATE jobs SET cancel_requested = ? WHERE id = ? AND cancel_requested IS NULL", (time.time(), job_id))
+        return self.get(job_id)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def get(self, job_id: int) -> JobRecord:
+        self._reap()
+        with self._tx(write=False) as db:
+            row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise UsageError(f"no job {job_id} in {self.path} ('picluster jobs' lists them)")
+            return self._job(db, row)
+
+    def list(self, limit: int | None = None) -> list[JobRecord]:
+        self._reap()
+        with self._tx(write=False) as db:
+            rows = db.execute("SELECT * FROM jobs ORDER BY id DESC" + (" LIMIT ?" if limit else ""),
+                              (limit,) if limit else ()).fetchall()
+            return [self._job(db, row) for row in reversed(rows)]
+
+    def _job(self, db: sqlite3.Connection, row: sqlite3.Row) -> JobRecord:
+        tasks = [TaskRecord(t["label"], t["node"], t["log"], t["state"], json.loads(t["exit_codes"]))
+                 for t in db.execute("SELECT * FROM tasks WHERE job_id = ? ORDER BY rowid", (row["id"],))]
+        return JobRecord(row["id"], row["name"], row["kind"], row["mode"], row["state"], row["reason"], row["cluster"],
+                         row["nodes"], json.loads(row["command"]), row["log_dir"], row["pid"], row["created"],
+                         row["started"], row["ended"], row["restarts"], row["cancel_requested"], tasks)
+
+    def _reap(self) -> None:
+        """Jobs whose coordinator is gone but that still read PENDING or RUNNING: FAILED, saying so."""
+        if not self.path.exists():
+            return
+        with self._tx(write=False) as db:
+            active = db.execute("SELECT id, pid, pid_start FROM jobs WHERE state IN ('PENDING', 'RUNNING')").fetchall()
+        for row in active:
+            if not coordinator_alive(row["pid"], row["pid_start"]):
+                self.finish(row["id"], "FAILED", f"its coordinator (pid {row['pid']}) ended without recording how the job ended")
+
+    def coordinator(self, job: JobRecord) -> psutil.Process | None:
+        with self._tx(write=False) as db:
+            row = db.execute("SELECT pid, pid_start FROM jobs WHERE id = ?", (job.id,)).fetchone()
+        if row is None or not coordinator_alive(row["pid"], row["pid_start"]):
+            return None
+        return psutil.Process(row["pid"])
+
+
+def coordinator_alive(pid: int | None, started: float | None) -> bool:
+    """Whether ``pid`` is still the process that recorded the job (pids are reused)."""
+    if pid is None:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and (started is None or abs(proc.create_time() - started) < 0.5)
+    except psutil.Error:
+        return False
+
+
+class Recorder:
+    """One job's record, as the command that runs it sees it."""
+
+    def __init__(self, store: JobStore, job_id: int) -> None:
+        self.store = store
+        self.id = job_id
+        self.ended = False
+        self.ran = False  # it got as far as RUNNING
+
+    def running(self, nodes: str, tasks: Sequence[tuple[str, str, str]] = ()) -> None:
+        self.store.running(self.id, nodes, list(tasks))
+        self.ran = True
+
+    def end(self, state: str, reason: str = "") -> None:
+        """Record how the job ended (the first call counts: a later one changes nothing)."""
+        if not self.ended:
+            self.store.finish(self.id, state, reason)
+            self.ended = True
+
+    def cancel_requested(self) -> bool:
+        return self.store.get(self.id).cancel_requested is not None
+
+
+@contextmanager
+def recorded(name: str, kind: str, mode: str = "", cluster: str = "", command: list[str] | None = None,
+             log_dir: str = "", store: JobStore | None = None, keep_rejected: bool = False) -> Iterator[Recorder]:
+    """Record the job run inside: COMPLETED when the block ends, FAILED with the error's line when it
+    raises, CANCELLED on Ctrl-C or SIGTERM (``picluster cancel`` sends SIGTERM).
+
+    Bad input found before the job ran (a UsageError while it is PENDING, e.g. more nodes than
+    the cluster has) leaves no record, unless ``keep_rejected`` (the user was shown the job's id).
+    """
+    store = store or JobStore()
+    job = Recorder(store, store.create(name, kind, mode, cluster, command, log_dir))
+    try:
+        yield job
+    except UsageError as exc:
+        if not keep_rejected and not job.ended and not job.ran:
+            store.forget(job.id)
+        else:
+            job.end("FAILED", str(exc))
+        raise
+    except KeyboardInterrupt:
+        job.end("CANCELLED", "interrupted (Ctrl-C)")
+        raise
+    except SystemExit as exc:
+        if exc.code in (0, None):
+            job.end("COMPLETED")
+        elif not job.ended:
+            job.end("CANCELLED", "cancelled with 'picluster cancel'" if job.cancel_requested() else f"stopped (exit {exc.code})")
+        raise
+    except PiclusterError as exc:
+        job.end("FAILED", str(exc))
+        raise
+    except BaseException as exc:
+        job.end("FAILED", f"{type(exc).__name__}: {exc}")
+        raise
+    else:
+        job.end("COMPLETED")
