@@ -1,12 +1,16 @@
 """Per-host CPU and memory limits (picluster.lab.limits): checked input, and real cgroups holding every process of a host."""
 
 import os
+import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from picluster.errors import UsageError
+from picluster.inventory import AGENT_PORT
 from picluster.lab import Lab, limits, procs
 from picluster.lab.lab import HostStatus
 from picluster.lab.limits import Cgroup, Limits, parse_memory, resolve
@@ -138,6 +142,19 @@ def _in_group(pid: int, group: Cgroup) -> bool:
     return all(paths.get(controller) == "/" + group.name for controller in ("cpu", "memory"))
 
 
+def _scrape(url: str, timeout: float = 30.0) -> dict[str, float]:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            text = urllib.request.urlopen(url, timeout=2).read().decode()
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
+    return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples if not s.labels}
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
@@ -175,6 +192,14 @@ def test_every_process_of_a_limited_host_is_in_its_cgroup_and_the_limits_hold(la
         assert hog.exited != 0  # killed by the cgroup's OOM killer, not the machine's
         assert group.usage()["oom_kills"] >= 1
         assert conn.run("echo still here", hide=True).stdout.strip() == "still here"  # sshd survived
+
+        # The host's agent sees its own cgroup (hostinit mounts the hierarchies again, read-only).
+        conn.run(f"setsid nohup {sys.executable} -m picluster.monitor.agent --addr {host.address} --node {host.name} "
+                 ">/dev/null 2>&1 </dev/null &", hide=True)
+        metrics = _scrape(f"http://{host.address}:{AGENT_PORT}/metrics")
+        assert metrics["picluster_cgroup_memory_limit_bytes"] == 256 * 2**20
+        assert metrics["picluster_cgroup_cpu_limit_cores"] == pytest.approx(0.5)
+        assert metrics["picluster_cgroup_oom_kills_total"] >= 1
 
     # The other host's processes are in their own group, and status names the limits.
     other = Cgroup(lab.hosts[1].cgroup)

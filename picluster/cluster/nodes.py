@@ -49,7 +49,7 @@ def _start_command(inv: Inventory, node: Node, tasks: list[Task], layout: Layout
             f"echo $! > {name}.pid; echo started {task.label}; fi"
         )
     agent = (f"{py} -m picluster.monitor.agent --addr {node.address} --port {inv.agent_port} --node {shlex.quote(node.name)} "
-             f"--ready-file {run}/agent.ready")
+             f"--cluster-file {run}/cluster.json --ready-file {run}/agent.ready")
     lines.append(
         "if ! { [ -f agent.pid ] && kill -0 $(cat agent.pid) 2>/dev/null; }; then "
         f"setsid nohup {agent} >agent.log 2>&1 </dev/null & echo $! > agent.pid; echo started agent; fi"

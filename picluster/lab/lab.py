@@ -404,6 +404,16 @@ class Lab:
         host = self.host(which)
         links.shape(host.veth, host.netns, rate, delay, loss)
 
+    def set_limits(self, which: "str | int | Host", new: "limits_module.Limits") -> None:
+        """Change a limited host's CPU and memory while it runs, as if it were moved to another board."""
+        host = self.host(which)
+        if not host.cgroup:
+            raise UsageError(f"{host.name} has no cgroup: bring the lab up with limits to change them later")
+        limits_module.resolve(1, new.cpu, new.memory)
+        limits_module.Cgroup(host.cgroup).create(new)
+        host.options.limits = new
+        self.save()
+
     def netem_supported(self) -> bool:
         """Whether shape() can add delay and loss on this kernel (rate always works)."""
         return links.netem_supported(self.hosts[0].netns)

@@ -206,7 +206,8 @@ class Cgroup:
     # -- life cycle ----------------------------------------------------------------------------
 
     def create(self, limits: Limits) -> None:
-        """Make the group and write the limits; ClusterError when this machine cannot limit hosts."""
+        """Make the group (or keep it) and write the limits, lifting any left unset; ClusterError
+        when this machine cannot limit hosts, or the kernel refuses (e.g. memory below what is in use)."""
         if self.version is None:
             raise ClusterError(
                 f"this machine has no cgroup cpu and memory controllers under {self.root}; host limits need them"
@@ -229,11 +230,14 @@ class Cgroup:
             # The period first: a quota larger than the old period would be refused otherwise.
             _write(cpu / "cpu.cfs_period_us", quota[1])
             _write(cpu / "cpu.cfs_quota_us", quota[0])
-        if limits.memory is not None:
-            _write(memory / "memory.limit_in_bytes", limits.memory)
-            memsw = memory / "memory.memsw.limit_in_bytes"
-            if memsw.exists():  # swap accounting on: memory + swap may not pass the same limit
-                _write(memsw, limits.memory)
+        else:
+            _write(cpu / "cpu.cfs_quota_us", -1)
+        memsw = memory / "memory.memsw.limit_in_bytes"
+        if memsw.exists():  # swap accounting on: memory + swap may never be below memory alone
+            _write(memsw, -1)
+        _write(memory / "memory.limit_in_bytes", limits.memory if limits.memory is not None else -1)
+        if memsw.exists() and limits.memory is not None:
+            _write(memsw, limits.memory)  # and no swap beyond the limit
 
     def _create_v2(self, limits: Limits) -> None:
         path = self.root / self.name
@@ -244,12 +248,10 @@ class Cgroup:
             parent = parent / part
             parent.mkdir(exist_ok=True)
         quota = limits.quota()
-        if quota is not None:
-            _write(path / "cpu.max", f"{quota[0]} {quota[1]}")
-        if limits.memory is not None:
-            _write(path / "memory.max", limits.memory)
-            if (path / "memory.swap.max").exists():
-                _write(path / "memory.swap.max", 0)
+        _write(path / "cpu.max", f"{quota[0]} {quota[1]}" if quota is not None else "max")
+        _write(path / "memory.max", limits.memory if limits.memory is not None else "max")
+        if (path / "memory.swap.max").exists():
+            _write(path / "memory.swap.max", 0 if limits.memory is not None else "max")
 
     def joiner(self):
         """A function that moves the calling process into the group: a Popen ``preexec_fn``.
