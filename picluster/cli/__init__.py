@@ -18,7 +18,7 @@ def app() -> None:
 def _register() -> None:
     # Subcommand modules import heavy libraries lazily, inside their commands,
     # so `picluster --help` and bad-argument errors stay fast.
-    from picluster.cli import cluster, data, lab, provision, run, top, train
+    from picluster.cli import cluster, data, lab, plot, provision, run, top, train
 
     app.add_command(cluster.cluster)
     app.add_command(cluster.server)
@@ -29,6 +29,7 @@ def _register() -> None:
     app.add_command(provision.provision)
     app.add_command(provision.inventory)
     app.add_command(train.train)
+    app.add_command(plot.plot)
 
 
 def _fail(message: str, code: int) -> None:
