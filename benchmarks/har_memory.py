@@ -35,7 +35,8 @@ from labcluster import lab_cluster
 
 from picluster.data.har import har_dir
 from picluster.data.har.dataset import CACHE_NAME
-from picluster.lab.limits import Cgroup, Limits, resolve
+from picluster.lab.cgroups import Cgroup
+from picluster.lab.limits import Limits, resolve
 from picluster.monitor.footprint import node_resident, process_memory
 
 MiB = 2**20

@@ -41,7 +41,8 @@ from picluster.cluster.nodes import RUN_DIR
 from picluster.clusterspec import from_inventory
 from picluster.jobs.montecarlo import thesis
 from picluster.jobs.montecarlo.estimate import MonteCarlo
-from picluster.lab.limits import Cgroup, Limits, resolve
+from picluster.lab.cgroups import Cgroup
+from picluster.lab.limits import Limits, resolve
 from picluster.monitor.poll import Monitor
 from picluster.monitor.record import Recorder
 from picluster.plots import plot

@@ -11,9 +11,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from picluster.errors import UsageError
 from picluster.inventory import AGENT_PORT
-from picluster.lab import Lab, limits, procs
+from picluster.lab import Lab, cgroups, procs
+from picluster.lab.cgroups import Cgroup
 from picluster.lab.lab import HostStatus
-from picluster.lab.limits import Cgroup, Limits, parse_memory, resolve
+from picluster.lab.limits import MIN_QUOTA_US, Limits, parse_memory, resolve
 from picluster.lab.registry import known_ids
 
 from conftest import picluster
@@ -63,7 +64,7 @@ def test_short_quotas_get_a_longer_period_so_the_kernel_takes_them():
     assert Limits(cpu=1.0).quota() == (10_000, 10_000)
     assert Limits(cpu=1.5).quota() == (15_000, 10_000)
     quota, period = Limits(cpu=0.05).quota()
-    assert quota >= limits.MIN_QUOTA_US and quota / period == pytest.approx(0.05)
+    assert quota >= MIN_QUOTA_US and quota / period == pytest.approx(0.05)
 
 
 @pytest.mark.parametrize("args", [
@@ -75,12 +76,12 @@ def test_short_quotas_get_a_longer_period_so_the_kernel_takes_them():
 ])
 def test_cli_bad_limits_are_one_line_exit_2_and_nothing_is_made(args, tmp_path):
     env = dict(os.environ, PICLUSTER_STATE_DIR=str(tmp_path / "state"))
-    before_ids, before_groups = known_ids(tmp_path / "state" / "lab"), limits.lab_groups()
+    before_ids, before_groups = known_ids(tmp_path / "state" / "lab"), cgroups.lab_groups()
     result = picluster("lab", "up", *args, env=env)
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
     assert not (tmp_path / "state" / "lab").exists()
-    assert known_ids(tmp_path / "state" / "lab") == before_ids and limits.lab_groups() == before_groups
+    assert known_ids(tmp_path / "state" / "lab") == before_ids and cgroups.lab_groups() == before_groups
 
 
 def test_lab_refuses_limits_it_cannot_give_before_touching_anything():
@@ -118,7 +119,7 @@ def test_cgroup_v2_gets_cpu_max_memory_max_and_no_swap(tmp_path):
         (root / level).mkdir()
         for name in ("cgroup.subtree_control", "cpu.max", "memory.max", "memory.swap.max", "cgroup.procs"):
             (root / level / name).write_text("")
-    group = Cgroup(limits.cgroup_name("ab12", "node01"), root=root)
+    group = Cgroup(cgroups.cgroup_name("ab12", "node01"), root=root)
     assert group.version == 2
     group.create(Limits(cpu=0.5, memory=2**30))
     leaf = root / "picluster-lab/ab12/node01"
@@ -127,7 +128,7 @@ def test_cgroup_v2_gets_cpu_max_memory_max_and_no_swap(tmp_path):
     assert (leaf / "memory.swap.max").read_text() == "0"
     assert (root / "cgroup.subtree_control").read_text() == "+cpu"  # memory was on already
     assert (root / "picluster-lab/ab12/cgroup.subtree_control").read_text() == "+cpu +memory"
-    assert limits.lab_groups(root) == {"ab12": ["node01"]}
+    assert cgroups.lab_groups(root) == {"ab12": ["node01"]}
 
 
 # -- real hosts ----------------------------------------------------------------------------------
@@ -209,5 +210,5 @@ def test_every_process_of_a_limited_host_is_in_its_cgroup_and_the_limits_hold(la
 
     lab_id, names = lab.id, [h.cgroup for h in lab.hosts]
     lab.down()
-    assert lab_id not in limits.lab_groups()
+    assert lab_id not in cgroups.lab_groups()
     assert not any(Cgroup(name).exists() for name in names)

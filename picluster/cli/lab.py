@@ -121,7 +121,7 @@ def status_table(title: str, hosts: list):
 
 
 def _cgroup_version() -> int | None:
-    from picluster.lab.limits import version
+    from picluster.lab.cgroups import version
 
     return version()
 

@@ -27,7 +27,8 @@ import psutil
 from picluster.cluster.lifetime import die_with_parent
 from picluster.errors import ClusterError
 from picluster.lab import commands, keys, mockpi, procs, snapshot
-from picluster.lab.limits import Cgroup, Limits, host_mounts
+from picluster.lab.cgroups import Cgroup, host_mounts
+from picluster.lab.limits import Limits
 
 OVERLAID = ("/etc", "/var", "/home", "/srv", "/mnt", "/boot")
 SHARE_DIR = "/srv/picluster"
@@ -45,7 +46,7 @@ class HostOptions:
 
     sudo_nopasswd: bool = True  # False: the user's sudo asks for a password (which it has not)
     pi_model: str | None = mockpi.DEFAULT_MODEL  # None: no MOCK device-tree model
-    limits: Limits = field(default_factory=Limits)  # CPU and memory of this machine the host may use (limits.py)
+    limits: Limits = field(default_factory=Limits)  # CPU and memory of this machine the host may use (limits.py, cgroups.py)
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class Host:
     started: float | None = None  # the sshd's create time, so a reused pid is not taken for it
     net_inode: int | None = None
     mnt_inode: int | None = None
-    cgroup: str | None = None  # the host's cgroup (limits.cgroup_name), once made
+    cgroup: str | None = None  # the host's cgroup (cgroups.cgroup_name), once made
 
     # -- state file -----------------------------------------------------------------------
 

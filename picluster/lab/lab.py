@@ -10,7 +10,7 @@ State lives in ``registry.state_root() / <id>``: the run's key, known_hosts, the
 and logs, and state.json, which `Lab.load(id)` (and `picluster lab down`) read.  registry.py
 knows which labs exist on this machine; plan.py decides what a new one will be.
 
-At about 400 lines this module is over the project's ~350: ``Lab`` is the one handle tests and
+At about 430 lines this module is over the project's ~350: ``Lab`` is the one handle tests and
 ``picluster lab`` hold for a lab's whole life (up, faults, status, down), so its methods stay
 together; every part that stands alone lives beside it (plan, registry, ssh, inventory, host).
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 from picluster import atomic
 from picluster.cluster.ssh import connect
 from picluster.errors import ClusterError, UsageError
-from picluster.lab import commands, keys, links, naming, netns, registry, ssh
+from picluster.lab import cgroups, commands, keys, links, naming, netns, registry, ssh
 from picluster.lab import limits as limits_module
 from picluster.lab.host import Host, HostOptions, User, shared_under_tmp, untraversable_dirs
 from picluster.lab.inventory import inventory_text
@@ -44,7 +44,7 @@ class HostStatus:
     link: str  # "up", "down" (cut), "drop" (black-holed) or "missing"
     shaping: str  # the qdisc on the host's link, "" when unshaped
     limits: str = ""  # "0.05 CPU, 1 GiB", "" when unlimited
-    usage: dict | None = None  # the host's cgroup: memory, memory_peak, cpu_seconds, oom_kills, ... (limits.Cgroup.usage)
+    usage: dict | None = None  # the host's cgroup: memory, memory_peak, cpu_seconds, oom_kills, ... (cgroups.Cgroup.usage)
 
 
 class Lab:
@@ -298,9 +298,9 @@ class Lab:
             "".join(ssh.config_entry(h, self.user.name, self.key_path, self.known_hosts_path) for h in self.hosts))
         for host in self.hosts:
             if host.options.limits:
-                host.cgroup = limits_module.cgroup_name(self._require_id(), host.name)
+                host.cgroup = cgroups.cgroup_name(self._require_id(), host.name)
                 self.save()  # before it exists: a teardown after a crash here must find it
-                limits_module.Cgroup(host.cgroup).create(host.options.limits)
+                cgroups.Cgroup(host.cgroup).create(host.options.limits)
             self._children.append(host.start(self.owned))
             self.save()
 
@@ -356,7 +356,7 @@ class Lab:
                     link=link,
                     shaping=links.qdisc(host.veth) if up is not None else "",
                     limits=host.options.limits.describe() if host.options.limits else "",
-                    usage=limits_module.Cgroup(host.cgroup).usage() if host.cgroup else None,
+                    usage=cgroups.Cgroup(host.cgroup).usage() if host.cgroup else None,
                 )
             )
         return result
@@ -410,7 +410,7 @@ class Lab:
         if not host.cgroup:
             raise UsageError(f"{host.name} has no cgroup: bring the lab up with limits to change them later")
         limits_module.resolve(1, new.cpu, new.memory)
-        limits_module.Cgroup(host.cgroup).create(new)
+        cgroups.Cgroup(host.cgroup).create(new)
         host.options.limits = new
         self.save()
 
