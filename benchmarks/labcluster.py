@@ -6,6 +6,7 @@
 Not a benchmark itself (imported by the scripts beside it).
 """
 
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -39,7 +40,9 @@ def lab_inventory(lab: Lab) -> Path:
 def lab_cluster(hosts: int, limits: Limits | None = None, rate: str | None = None,
                 start: bool = True) -> Iterator[tuple[Lab, Path, Inventory]]:
     """A lab of ``hosts`` (node01 ps, the others workers) with ``limits`` each and its links shaped
-    to ``rate``; with ``start``, `cluster up` on it (and `cluster down` after)."""
+    to ``rate``; with ``start``, `cluster up` on it (and `cluster down` after).  SIGTERM (as
+    `kill` sends) unwinds like Ctrl-C, so the servers and the lab go down with the benchmark."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     with Lab(nodes=hosts, limits=limits) as lab:
         if rate:
             for host in lab.hosts:

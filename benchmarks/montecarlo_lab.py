@@ -85,8 +85,8 @@ def thesis_style_limit(layout, sizes: list[int], group: Cgroup, inventory: Path)
     try:
         for s in sizes:
             try:
-                t = job.run(s)
-            except Exception as exc:  # the server under the session died: an OpError of some kind
+                t = job.run(s, alive=lambda: (group.usage()["oom_kills"] or 0) == kills)
+            except Exception as exc:  # the server under the session died (or TensorFlow said why it failed)
                 now = group.usage()["oom_kills"] or 0
                 why = "killed by the host's OOM killer" if now > kills else f"failed: {str(exc).splitlines()[0][:120]}"
                 return largest, s, why

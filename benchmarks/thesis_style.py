@@ -6,7 +6,9 @@ point from the origin and counted those below 1; memory per task grows with the 
 a single 1 GB Pi ran out of memory above 6e7 samples.  Imported by the benchmarks beside it.
 """
 
+import threading
 import time
+from collections.abc import Callable
 
 from picluster.jobs.montecarlo.estimate import split_samples
 
@@ -39,11 +41,31 @@ class ThesisStyle:
         self.sess.run(self.total, dict.fromkeys(self.sizes, 1))
         self.nodes = nodes
 
-    def run(self, samples: int) -> float:
+    def run(self, samples: int, alive: Callable[[], bool] = lambda: True) -> float:
+        """Seconds for one run; RuntimeError when ``alive()`` turns False meanwhile (a task's server
+        was killed: TensorFlow's client would wait for it for ever)."""
         feed = dict(zip(self.sizes, split_samples(samples, self.nodes)))
+        outcome: dict = {}
+
+        def step() -> None:
+            try:
+                self.sess.run(self.total, feed)
+            except BaseException as exc:
+                outcome["error"] = exc
+
         t0 = time.perf_counter()
-        self.sess.run(self.total, feed)
+        worker = threading.Thread(target=step, daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.5)
+            if worker.is_alive() and not alive():
+                raise RuntimeError("a task's server died during the run")
+        if "error" in outcome:
+            raise outcome["error"]
         return time.perf_counter() - t0
 
     def close(self) -> None:
-        self.sess.close()
+        """Closing waits for a step in flight; after a dead server there may be one for ever."""
+        closer = threading.Thread(target=self.sess.close, daemon=True)
+        closer.start()
+        closer.join(5.0)
