@@ -184,7 +184,7 @@ def main() -> None:
     for (s, n), a in sorted(cells.items()):
         if a.startswith("differs"):
             print(f"  {s:.0e}, {n // 2} -> {n} nodes: {a}")
-    print(f"thesis style on one {profile.describe()} host: ran up to {largest:.0e} samples; "
+    print(f"thesis style on one host with {profile.describe()}'s memory (and a whole core): ran up to {largest:.0e} samples; "
           + (f"{failed:.0e} {why}" if failed else why) if largest else f"thesis style: {why}")
     if big:
         print(f"picluster on the same host: 1e10 samples in {big['seconds']:.1f} s, host memory peak "

@@ -66,6 +66,12 @@ class ThesisStyle:
 
     def close(self) -> None:
         """Closing waits for a step in flight; after a dead server there may be one for ever."""
-        closer = threading.Thread(target=self.sess.close, daemon=True)
+        def close() -> None:
+            try:
+                self.sess.close()
+            except Exception:  # noqa: S110  (its master may be the server that died: nothing left to close)
+                pass
+
+        closer = threading.Thread(target=close, daemon=True)
         closer.start()
         closer.join(5.0)
