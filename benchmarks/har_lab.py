@@ -25,7 +25,6 @@ N's, efficiency speedup / N, per mode.  The chief's agents record every host's C
 import argparse
 import csv
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -38,7 +37,7 @@ from labcluster import lab_cluster
 
 from picluster.data.har import har_dir
 from picluster.data.har.dataset import CACHE_NAME
-from picluster.lab.limits import Limits, resolve
+from picluster.lab.limits import Limits, fair_share, machine, resolve
 from picluster.plots import plot
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -110,7 +109,7 @@ def main() -> None:
     if not har.exists():
         raise SystemExit(f"no prepared HAR data at {har}: run 'picluster data har' first")
     hosts = 1 + args.hosts_for
-    cpu = round(len(os.sched_getaffinity(0)) / hosts, 3)
+    cpu = fair_share(machine()[0], hosts)
     limits = Limits(cpu=cpu, memory=resolve(hosts, profile="pi3b").memory)
     wanted = [(m, int(w)) for m in args.modes.split(",") for w in args.workers.split(",")]
     with lab_cluster(hosts, limits) as (lab, inventory, inv):

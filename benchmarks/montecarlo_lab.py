@@ -42,7 +42,7 @@ from picluster.clusterspec import from_inventory
 from picluster.jobs.montecarlo import thesis
 from picluster.jobs.montecarlo.estimate import MonteCarlo
 from picluster.lab.cgroups import Cgroup
-from picluster.lab.limits import Limits, resolve
+from picluster.lab.limits import Limits, fair_share, machine, resolve
 from picluster.monitor.poll import Monitor
 from picluster.monitor.record import Recorder
 from picluster.plots import plot
@@ -111,7 +111,7 @@ def main() -> None:
     node_counts = [1, 2, 4] if args.quick else list(thesis.NODES)
     hosts = 1 + max(node_counts)
     profile = resolve(hosts, profile=args.profile)
-    start = Limits(cpu=round(2.0 / hosts, 3), memory=profile.memory)  # quicker server start-up, not measured
+    start = Limits(cpu=fair_share(machine()[0], hosts), memory=profile.memory)  # quicker server start-up, not measured
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -91,6 +91,13 @@ def machine() -> tuple[float, int]:
     return float(cores), os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def fair_share(cores: float, nodes: int) -> float:
+    """The largest CPU share, to 3 significant digits, that ``nodes`` hosts can each have."""
+    share = cores / nodes
+    scale = 10 ** (2 - math.floor(math.log10(share)))
+    return math.floor(share * scale) / scale
+
+
 def resolve(nodes: int, cpu: float | None = None, memory: str | int | None = None, profile: str | None = None,
             capacity: tuple[float, int] | None = None) -> Limits:
     """The limits for each of ``nodes`` hosts, from a profile and/or explicit values (which win).
@@ -121,7 +128,7 @@ def resolve(nodes: int, cpu: float | None = None, memory: str | int | None = Non
         if limits.cpu * nodes > cores + 1e-9:
             raise UsageError(
                 f"{nodes} hosts x {limits.cpu:g} CPU = {limits.cpu * nodes:g} cores, more than this machine's {cores:g}: "
-                f"the hosts would share cores instead of computing side by side; use --cpu {cores / nodes:.3g} or fewer nodes"
+                f"the hosts would share cores instead of computing side by side; use --cpu {fair_share(cores, nodes):g} or fewer nodes"
             )
     if limits.memory is not None:
         if limits.memory < MIN_MEMORY:
