@@ -26,7 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from picluster.cluster.local import LocalCluster  # noqa: E402
-from picluster.jobs.montecarlo.estimate import CHUNK, MonteCarlo, split_samples  # noqa: E402
+from picluster.jobs.montecarlo.estimate import CHUNK, MonteCarlo  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from thesis_style import ThesisStyle  # noqa: E402
 
 GB = 1024**3
 
@@ -96,39 +99,6 @@ def numpy_rate(samples: int) -> float:
     return samples / (time.perf_counter() - t0)
 
 
-# -- the thesis's implementation style --------------------------------------------------------
-class ThesisStyle:
-    """The thesis's client.py: one [n, 2] tensor per task, distance < 1, counts summed."""
-
-    def __init__(self, layout, nodes: int) -> None:
-        import tensorflow as tf
-
-        self.tf = tf
-        workers = layout.workers[:nodes]
-        graph = tf.Graph()
-        with graph.as_default():
-            self.sizes, parts = [], []
-            for task in workers:
-                with tf.device(task.device):
-                    size = tf.compat.v1.placeholder(tf.int32, [])
-                    x = tf.random.uniform(tf.stack([size, 2]), -1.0, 1.0)
-                    distance = tf.sqrt(tf.reduce_sum(tf.square(x), axis=1))
-                    parts.append(tf.reduce_sum(tf.cast(distance < 1.0, tf.int64)))
-                self.sizes.append(size)
-            with tf.device(workers[0].device):
-                self.total = tf.add_n(parts)
-        config = tf.compat.v1.ConfigProto(device_filters=[t.device for t in workers])
-        self.sess = tf.compat.v1.Session(f"grpc://{workers[0].address}", graph=graph, config=config)
-        self.sess.run(self.total, dict.fromkeys(self.sizes, 1))
-        self.nodes = nodes
-
-    def run(self, samples: int) -> float:
-        feed = dict(zip(self.sizes, split_samples(samples, self.nodes)))
-        t0 = time.perf_counter()
-        self.sess.run(self.total, feed)
-        return time.perf_counter() - t0
-
-
 def on_fresh_cluster(workers: int, job):
     """Run ``job(layout)`` on a new local cluster; return its result and the peak RSS per task."""
     cluster = LocalCluster.start(ps=0, workers=workers, temporary=True)
@@ -180,7 +150,7 @@ def main() -> None:
             try:
                 return [(s, job.run(s)) for s in feasible]
             finally:
-                job.sess.close()
+                job.close()
         timings, rss = on_fresh_cluster(nodes, thesis_job) if feasible else ([], None)
         for s, seconds in timings:
             add("thesis", s, nodes, seconds, rss)

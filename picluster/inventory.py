@@ -9,7 +9,7 @@ Example::
     addresses = "192.168.1.[16-31]"
     subnet = "192.168.1.0/24"           # optional; must contain every address
     tf_port = 2222                      # first TensorFlow port on each node
-    agent_port = 9100                   # node agent (metrics) port
+    agent_port = 19100                  # node agent (metrics) port; 9100 is node_exporter's
     share_dir = "/srv/picluster"        # NFS export on the NFS master
     data_dir = "/mnt/picluster"         # where every node mounts the share
     ssh_key = "~/.ssh/id_ed25519"       # optional private key for SSH
@@ -41,6 +41,10 @@ _ROLE_KEYS = {"ps", "worker", "nfs_master"}
 _NODE_KEYS = {"name", "address"}
 _TOP_KEYS = {"cluster", "roles", "node"}
 
+# The node agent's port: not node_exporter's 9100 (a Pi may run both), outside the 9100-9999 range
+# Prometheus exporters have taken, below the ephemeral ports.
+AGENT_PORT = 19100
+
 
 @dataclass(frozen=True)
 class Node:
@@ -57,7 +61,7 @@ class Inventory:
     workers: tuple[str, ...]
     nfs_master: str
     tf_port: int = 2222
-    agent_port: int = 9100
+    agent_port: int = AGENT_PORT
     share_dir: Path = Path("/srv/picluster")
     data_dir: Path = Path("/mnt/picluster")
     subnet: ipaddress.IPv4Network | None = None
@@ -173,7 +177,7 @@ def parse_inventory(data: dict, where: str = "inventory", source: Path | None = 
         raise fail("roles.nfs_master must name exactly one node")
 
     tf_port = _port(cluster, "tf_port", 2222, fail)
-    agent_port = _port(cluster, "agent_port", 9100, fail)
+    agent_port = _port(cluster, "agent_port", AGENT_PORT, fail)
     if agent_port in (tf_port, tf_port + 1):
         raise fail("cluster.agent_port clashes with the TensorFlow ports (tf_port and tf_port+1)")
 

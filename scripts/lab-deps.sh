@@ -21,6 +21,9 @@ packages=(
     nfs-common
     python3-venv
     python3-apt      # Ansible's apt module on the test hosts (else it installs it itself)
+    # Not for the lab: only its promtool, which lints the node agent's metrics page in the
+    # tests (`promtool check metrics`).  Its service is never started (policy below).
+    prometheus
 )
 
 if [[ $(id -u) -ne 0 ]]; then
@@ -67,7 +70,7 @@ if (( ${#missing[@]} )); then
 
     # Under systemd the unit may be enabled (or socket-activated) regardless.
     if [[ -d /run/systemd/system ]]; then
-        systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
+        systemctl disable --now ssh.service ssh.socket prometheus.service >/dev/null 2>&1 || true
     fi
     if [[ $had_sshd == no ]] && sshd_on_22; then
         if [[ -x /etc/init.d/ssh ]]; then
@@ -86,6 +89,6 @@ fi
 for tool in /usr/sbin/sshd /usr/lib/openssh/sftp-server; do
     [[ -x $tool ]] || { echo "lab-deps: $tool missing after install" >&2; exit 1; }
 done
-for tool in ip tc unshare nsenter mount umount findmnt sudo nft; do
+for tool in ip tc unshare nsenter mount umount findmnt sudo nft promtool; do
     command -v "$tool" >/dev/null || { echo "lab-deps: $tool missing after install" >&2; exit 1; }
 done

@@ -121,7 +121,7 @@ def test_configured_port_places_the_tasks_and_then_the_agent(state):
         for i, name in enumerate(("ps:0", "worker:0", "worker:1", "agent")):
             assert rows[name][2] == f"127.0.0.1:{base + i}" and rows[name][4] == "up", status.stdout
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{base + 3}/metrics", timeout=10).read().decode()
-        assert "picluster_cpu_percent{" in metrics
+        assert "node_cpu_seconds_total{" in metrics and "picluster_task_up{" in metrics
     finally:
         picluster("cluster", "down")
 

@@ -43,6 +43,7 @@ def _one_line_usage_error(result):
         (["--workers", "-1"], "--workers -1"),
         (["--batch", "1"], "smaller than --workers"),
         (["--ema", "1"], "--ema 1.0 must be in [0, 1)"),
+        (["--worker-runtime", "shared"], "--worker-runtime shared needs an inventory cluster"),
     ],
 )
 def test_bad_options_fail_in_one_line(state, tiny, args, words):

@@ -98,11 +98,16 @@ def test_montecarlo_train_and_top_across_four_hosts(lab_inventory, tmp_path, sta
     assert list((run / "checkpoints").glob("*.index")) and list((run / "tensorboard").iterdir())
     for task in range(len(lab.hosts) - 1):
         log = (run / f"worker-{task}.log").read_text()
-        assert f"replica {task}:" in log, log
-    layout = json.loads((run / "layout.json").read_text())["layout"]
-    assert {r["node"] for r in layout if r["job"] == "worker"} == {"node02", "node03", "node04"}
+        # On inventory nodes each client serves its worker task itself: one TensorFlow runtime per node.
+        assert f"replica {task}:" in log and f"serving worker {task} in this process" in log, log
+    placed = json.loads((run / "layout.json").read_text())
+    assert {r["node"] for r in placed["layout"] if r["job"] == "worker"} == {"node02", "node03", "node04"}
+    assert placed["worker_runtime"] == "shared"
     for host in lab.hosts:
         assert _clients(host) == []
+    # The nodes' own worker servers are back: the cluster is as the run found it.
+    status = picluster("cluster", "status", "-i", inventory)
+    assert status.returncode == 0 and status.stdout.count(" up") >= 4, status.stdout
 
     top = picluster("top", "-i", inventory, "--once")
     rows = {line.split()[0]: line for line in top.stdout.splitlines() if line.strip().startswith("node0")}
@@ -163,6 +168,8 @@ def test_clients_on_nodes_stop_when_the_coordinator_is_killed(lab_inventory, tmp
     try:
         _wait_for_rows(run, coordinator, 1)
         assert all(len(_clients(h)) == 1 for h in lab.hosts[1:])
+        # Each client stands in for its node's worker server: no second TensorFlow runtime there.
+        assert [c for h in lab.hosts[1:] for c in picluster_processes(h) if "picluster.cluster.server" in c] == []
         coordinator.send_signal(signal.SIGKILL)
         coordinator.wait(10)
         # SIGKILL leaves no time to stop anything: the SSH channels close and each client stops itself.

@@ -1,41 +1,78 @@
 """The node panel, rendered from recorded agent samples to a fixed-width console."""
 
-from picluster.monitor.scrape import parse, rates
+import pytest
+
+from picluster.monitor.scrape import cpu_use, parse, rates
 from picluster.views.nodes import NodeRow, cpu_bars, nodes_table, short_bytes
 
 from render import render
 
+# Recorded from an agent (node_exporter's names), cut to what the panel reads; T1 two seconds later.
 RECORDED_T0 = """
-picluster_cpu_percent{core="0",node="node02"} 100.0
-picluster_cpu_percent{core="1",node="node02"} 50.0
-picluster_cpu_percent{core="2",node="node02"} 0.0
-picluster_cpu_percent{core="3",node="node02"} 10.0
-picluster_load{minutes="1",node="node02"} 1.5
-picluster_load{minutes="5",node="node02"} 1.0
-picluster_load{minutes="15",node="node02"} 0.5
-picluster_memory_used_bytes{node="node02"} 536870912
-picluster_memory_total_bytes{node="node02"} 1073741824
-picluster_temperature_celsius{node="node02",sensor="cpu-thermal"} 51.5
-# TYPE picluster_network_bytes counter
-picluster_network_bytes_total{direction="rx",node="node02"} 1000000
-picluster_network_bytes_total{direction="tx",node="node02"} 500000
-picluster_sample_time_seconds{node="node02"} 1000.0
+# TYPE node_cpu_seconds_total counter
+node_cpu_seconds_total{cpu="0",mode="idle"} 100.0
+node_cpu_seconds_total{cpu="0",mode="user"} 50.0
+node_cpu_seconds_total{cpu="1",mode="idle"} 100.0
+node_cpu_seconds_total{cpu="1",mode="system"} 50.0
+node_cpu_seconds_total{cpu="2",mode="idle"} 100.0
+node_cpu_seconds_total{cpu="2",mode="iowait"} 10.0
+node_cpu_seconds_total{cpu="3",mode="idle"} 100.0
+node_cpu_seconds_total{cpu="3",mode="user"} 20.0
+node_load1 1.5
+node_load5 1.0
+node_load15 0.5
+node_memory_MemTotal_bytes 1073741824
+node_memory_MemAvailable_bytes 536870912
+node_memory_MemFree_bytes 100000000
+node_thermal_zone_temp{type="cpu-thermal",zone="0"} 51.5
+# TYPE node_network_receive_bytes_total counter
+node_network_receive_bytes_total{device="eth0"} 1000000
+node_network_receive_bytes_total{device="wlan0"} 0
+# TYPE node_network_transmit_bytes_total counter
+node_network_transmit_bytes_total{device="eth0"} 500000
+node_network_transmit_bytes_total{device="wlan0"} 0
+node_time_seconds 1000.0
+picluster_task_up{address="10.0.0.12:2222",node="node02",tf_job="worker",tf_task="0"} 1
 """
-RECORDED_T1 = (RECORDED_T0.replace("1000000", "3000000").replace("500000", "600000")
-               .replace("1000.0", "1002.0"))
+# Two seconds on: core 0 busy all the time, core 1 half, core 2 waiting on I/O (idle), core 3 a tenth.
+RECORDED_T1 = (RECORDED_T0.replace("1000000", "3000000").replace("500000", "600000").replace("1000.0", "1002.0")
+               .replace('cpu="0",mode="user"} 50.0', 'cpu="0",mode="user"} 52.0')
+               .replace('cpu="1",mode="idle"} 100.0', 'cpu="1",mode="idle"} 101.0')
+               .replace('cpu="1",mode="system"} 50.0', 'cpu="1",mode="system"} 51.0')
+               .replace('cpu="2",mode="iowait"} 10.0', 'cpu="2",mode="iowait"} 12.0')
+               .replace('cpu="3",mode="idle"} 100.0', 'cpu="3",mode="idle"} 101.8')
+               .replace('cpu="3",mode="user"} 20.0', 'cpu="3",mode="user"} 20.2'))
+# A test host limited to 0.05 CPU and 1 GiB: what its cgroup adds.
+CGROUP = """
+picluster_cgroup_cpu_limit_cores 0.05
+# TYPE picluster_cgroup_cpu_seconds_total counter
+picluster_cgroup_cpu_seconds_total {used}
+picluster_cgroup_memory_limit_bytes 1073741824
+picluster_cgroup_memory_usage_bytes 805306368
+"""
 
 
-def test_parse_recorded_sample():
-    s = parse("node02", RECORDED_T0)
-    assert s.cpu_percent == [100.0, 50.0, 0.0, 10.0]
-    assert s.load == (1.5, 1.0, 0.5)
-    assert s.memory_used == 2**29 and s.memory_total == 2**30
-    assert s.temperature == 51.5
-    assert rates(s, parse("node02", RECORDED_T1)) == (1_000_000.0, 50_000.0)
+def test_parse_recorded_samples():
+    before, after = parse("node02", RECORDED_T0), parse("node02", RECORDED_T1)
+    assert before.cpu_percent == [] and cpu_use(None, before) == []  # one scrape says nothing about use
+    assert cpu_use(before, after) == pytest.approx([100.0, 50.0, 0.0, 10.0])
+    assert after.load == (1.5, 1.0, 0.5)
+    assert after.memory_used == 2**29 and after.memory_total == 2**30
+    assert after.temperature == 51.5
+    assert rates(before, after) == (1_000_000.0, 50_000.0)
+    assert after.tasks == {"worker:0": "up"}
+
+
+def test_a_limited_host_shows_its_cgroup_share_and_memory():
+    before = parse("node02", RECORDED_T0 + CGROUP.format(used=10.0))
+    after = parse("node02", RECORDED_T1 + CGROUP.format(used=10.05))
+    assert cpu_use(before, after) == pytest.approx([50.0])  # 0.025 CPU of a 0.05 share
+    assert (after.memory_used, after.memory_total) == (768 * 2**20, 2**30)
 
 
 def test_table_shows_each_node_and_unreachable():
     before, after = parse("node02", RECORDED_T0), parse("node02", RECORDED_T1)
+    after.cpu_percent = cpu_use(before, after)
     rx, tx = rates(before, after)
     rows = [
         NodeRow("node01", ["ps", "nfs"], None, tasks={"ps:0": "down"}),
@@ -54,6 +91,7 @@ def test_table_shows_each_node_and_unreachable():
 
 def test_bars_and_units():
     assert cpu_bars([0.0, 100.0]).plain == "·█  50%"
+    assert cpu_bars([]).plain == "-"
     assert short_bytes(999) == "999" and short_bytes(1500) == "1.5k" and short_bytes(23e6) == "23M"
 
 

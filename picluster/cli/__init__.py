@@ -35,7 +35,7 @@ def app() -> None:
 def _register() -> None:
     # Subcommand modules import heavy libraries lazily, inside their commands,
     # so `picluster --help` and bad-argument errors stay fast.
-    from picluster.cli import cluster, data, jobs, lab, launch, provision, run, top, train
+    from picluster.cli import cluster, data, jobs, lab, launch, plot, provision, run, top, train
 
     app.add_command(cluster.cluster)
     app.add_command(cluster.server)
@@ -50,6 +50,7 @@ def _register() -> None:
     app.add_command(jobs.jobs)
     app.add_command(jobs.logs)
     app.add_command(jobs.cancel)
+    app.add_command(plot.plot)
 
 
 def _fail(message: str, code: int, details: tuple[str, ...] = ()) -> None:

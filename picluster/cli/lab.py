@@ -31,16 +31,22 @@ def lab() -> None:
 @click.option(
     "--timeout", type=Real(1, 600), default=60.0, show_default=True, help="Seconds to wait for SSH."
 )
-def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: float) -> None:
+@click.option("--cpu", type=float, default=None, help="Cores of CPU time each host may use, e.g. 0.5 (a cgroup CFS quota).")
+@click.option("--memory", default=None, help="Memory each host may use, swap included, e.g. 1G or 512M (a cgroup limit).")
+@click.option("--profile", default=None, help="Limits of a board: pi3b (1 GB, CPU calibrated to the thesis's Pi); --cpu/--memory override it.")
+def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: float,
+       cpu: float | None, memory: str | None, profile: str | None) -> None:
     """Create the hosts and wait until each answers SSH with the run's key."""
     from rich.console import Console
     from rich.table import Table
 
     from picluster.lab.lab import Lab
+    from picluster.lab.limits import resolve
 
     console = Console()
     started = time.perf_counter()
-    lab_ = Lab(nodes, lab_id=lab_id, owned=False)
+    limits = resolve(nodes, cpu, memory, profile) if (cpu, memory, profile) != (None, None, None) else None
+    lab_ = Lab(nodes, lab_id=lab_id, owned=False, limits=limits)
     with console.status(f"starting {nodes} test hosts…"):
         lab_.up(timeout=timeout)
     elapsed = time.perf_counter() - started
@@ -56,6 +62,8 @@ def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: floa
         table.add_row(host.name, host.address, shlex.join(lab_.ssh_command(host)))
     console.print(table)
     out = [f"up in {elapsed:.1f} s", *(f"inventory: {path}" for path in written)]
+    if limits:
+        out.insert(1, f"each host limited to {limits.describe()} (cgroup v{_cgroup_version()})")
     out.append(f"tear down: picluster lab down --name {lab_.id}")
     for line in out:
         console.print(line, soft_wrap=True, highlight=False)
@@ -66,7 +74,6 @@ def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: floa
 def status(lab_id: str | None) -> None:
     """Show the labs on this machine and the state of each host."""
     from rich.console import Console
-    from rich.table import Table
 
     from picluster.lab import registry as labs
 
@@ -87,12 +94,37 @@ def status(lab_id: str | None) -> None:
         owner = lab_.owner
         kept = f"owned by pid {owner['pid']}" if owner else "kept until `picluster lab down`"
         subnet = lab_.plan.subnet if lab_.plan else "no subnet yet"
-        table = Table(title=f"lab {one}: {subnet}, {lab_.phase}, {kept}")
-        for column in ("host", "address", "sshd", "link", "shaping"):
-            table.add_column(column)
-        for st in lab_.status():
-            table.add_row(st.name, st.address, st.sshd, st.link, st.shaping or "-")
-        console.print(table)
+        console.print(status_table(f"lab {one}: {subnet}, {lab_.phase}, {kept}", lab_.status()))
+
+
+def status_table(title: str, hosts: list):
+    """One row per host; the limits and what the host's cgroup used, when it has limits."""
+    from rich.table import Table
+
+    limited = any(st.limits for st in hosts)
+    table = Table(title=title)
+    columns = ["host", "address", "sshd", "link", "shaping"]
+    if limited:
+        columns += ["limits", "mem MiB (peak)", "cpu s", "oom kills"]
+    for column in columns:
+        table.add_column(column, justify="right" if column in ("cpu s", "oom kills", "mem MiB (peak)") else "left", no_wrap=True)
+    for st in hosts:
+        row = [st.name, st.address, st.sshd, st.link, st.shaping or "-"]
+        if limited:
+            usage = st.usage or {}
+            memory = (f"{usage['memory'] / 2**20:.1f} ({(usage.get('memory_peak') or 0) / 2**20:.1f})"
+                      if usage.get("memory") is not None else "-")
+            cpu_s = f"{usage['cpu_seconds']:.1f}" if usage.get("cpu_seconds") is not None else "-"
+            oom = str(usage["oom_kills"]) if usage.get("oom_kills") is not None else "-"
+            row += [st.limits or "-", memory, cpu_s, oom]
+        table.add_row(*row)
+    return table
+
+
+def _cgroup_version() -> int | None:
+    from picluster.lab.cgroups import version
+
+    return version()
 
 
 @lab.command()

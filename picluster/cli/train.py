@@ -43,7 +43,10 @@ def train() -> None:
 @click.option("--resume", type=click.Path(file_okay=False, path_type=Path), default=None, help="continue the run in this directory from its last checkpoint")
 @click.option("--json", "as_json", is_flag=True, help="print result.json at the end instead of a summary")
 @click.option("--live/--no-live", default=True, show_default=True, help="live node panel and progress (on a terminal; else log lines)")
-def har(inventory, resume, run_dir, as_json, live, data_dir, **options) -> None:
+@click.option("--worker-runtime", type=click.Choice(["auto", "shared", "separate"]), default="auto", show_default=True,
+              help="shared: each worker node's client hosts its server (one TensorFlow runtime per node, fits a 1 GB Pi); "
+                   "separate: the client beside the node's server; auto: shared on inventory nodes")
+def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **options) -> None:
     """Deep residual bidirectional LSTM on UCI HAR windows, between-graph replicated."""
     from dataclasses import replace
 
@@ -77,6 +80,7 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, **options) -> None:
             data_dir = data_dir or har_dir(inv)  # the share, as the nodes mount it
         config = TrainConfig(**given, data_dir=str(data_dir or har_dir()))
         run = None
+    coordinator.worker_runtime(worker_runtime, None if config.standalone else inventory)  # bad choices fail before anything starts
     if inventory is None:
         coordinator.check_data(config)  # before a run directory or a server exists; nodes check their own copy
     run = run or coordinator.new_run_dir(run_dir)
@@ -106,7 +110,8 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, **options) -> None:
             job.running("localhost", [("worker:0", "localhost", str(run / "worker-0.log"))])
         with display:
             result = coordinator.train(config, run, inventory, on_epoch=on_epoch, on_event=printer.event,
-                                       on_progress=follow.live, on_cluster=on_cluster, on_stopped=on_stopped)
+                                       on_progress=follow.live, on_cluster=on_cluster, on_stopped=on_stopped,
+                                       runtime=worker_runtime)
     if as_json:
         import json
 

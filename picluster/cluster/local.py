@@ -133,7 +133,7 @@ class LocalCluster:
             (port,) = _choose_ports(1, None)
         self.agent_port = port
         cmd = [sys.executable, "-m", "picluster.monitor.agent", "--addr", HOST, "--port", str(port),
-               "--node", "localhost", "--ready-file", str(self.run_dir / "agent.ready")]
+               "--node", "localhost", "--cluster-file", str(self.run_dir / _STATE), "--ready-file", str(self.run_dir / "agent.ready")]
         if self.temporary:
             cmd += ["--parent", str(os.getpid())]
         with open(self.run_dir / "agent.log", "ab") as out:

@@ -73,7 +73,7 @@ def _start_command(inv: Inventory, node: Node, tasks: list[Task], layout: Layout
             f"{_detached(name, server)}; echo started {task.label}; fi"
         )
     agent = (f"{py} -m picluster.monitor.agent --addr {node.address} --port {inv.agent_port} --node {shlex.quote(node.name)} "
-             f"--ready-file {run}/agent.ready")
+             f"--cluster-file {run}/cluster.json --ready-file {run}/agent.ready")
     lines.append(
         "if ! { [ -f agent.pid ] && kill -0 $(cat agent.pid) 2>/dev/null; }; then "
         f"{_detached(AGENT, agent)}; echo started agent; fi"
@@ -195,3 +195,16 @@ def down(inv: Inventory) -> Results[list[str]]:
         return [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("stopped ")]
 
     return fan_out(stop, inv.nodes).raise_failures("cluster down")
+
+
+def stop_task_command(job: str, index: int) -> str:
+    """Shell lines that stop this node's server of task ``job:index`` (as ``up`` started it) and wait until
+    it is gone, so that another process can take its address: a training replica that serves
+    its worker task itself (``picluster train har`` on an inventory cluster).  ``up`` starts it again."""
+    name, run = f"{job}-{index}", f"$HOME/{RUN_DIR}"
+    return (
+        f"f={run}/{name}.pid; if [ -f $f ] && p=$(cat $f) && kill -0 $p 2>/dev/null && grep -q picluster.cluster.server /proc/$p/cmdline; then "
+        "kill -TERM -$p 2>/dev/null || kill -TERM $p; "
+        "for i in $(seq 100); do s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); [ -z \"$s\" ] || [ \"$s\" = Z ] && break; sleep 0.1; done; "
+        f"kill -KILL -$p 2>/dev/null; fi; rm -f $f {run}/{name}.ready"
+    )

@@ -13,32 +13,7 @@ from pathlib import Path
 
 from picluster import atomic
 from picluster.cluster.lifetime import die_with_parent
-
-_SHIM_MARK = "PICLUSTER_SHIM_LOADED"
-
-
-def _reexec_with_shim(host: str, port: int) -> None:
-    from picluster.cluster.shim import bind_shim
-
-    env = dict(os.environ)
-    preload = [str(bind_shim())] + [p for p in env.get("LD_PRELOAD", "").split(":") if p]
-    env.update(
-        LD_PRELOAD=":".join(preload),
-        PICLUSTER_BIND_ADDR=host,
-        PICLUSTER_BIND_PORT=str(port),
-        **{_SHIM_MARK: "1"},
-    )
-    os.execve(sys.executable, [sys.executable, "-m", "picluster.cluster.server", *sys.argv[1:]], env)
-
-
-def _listening_hosts(port: int) -> set[str]:
-    import psutil
-
-    return {
-        c.laddr.ip
-        for c in psutil.Process().net_connections(kind="inet")
-        if c.status == psutil.CONN_LISTEN and c.laddr.port == port
-    }
+from picluster.cluster.shim import only_on, reexec_with_shim
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,8 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 
     layout = Layout.from_json(json.loads(args.cluster_file.read_text())["layout"])
     me = layout.task(args.job, args.task)
-    if os.environ.get(_SHIM_MARK) != "1":
-        _reexec_with_shim(me.host, me.port)
+    reexec_with_shim(me.host, me.port, "picluster.cluster.server")
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     import tensorflow as tf
@@ -81,10 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         config=config,
         start=True,
     )
-    hosts = _listening_hosts(me.port)
-    allowed = {me.host, f"::ffff:{me.host}"}
-    if not hosts or not hosts <= allowed:
-        print(f"picluster.cluster.server: refusing to serve: listening on {sorted(hosts)}, expected {me.host} only", file=sys.stderr)
+    wrong = only_on(me.host, me.port)
+    if wrong:
+        print(f"picluster.cluster.server: refusing to serve: {wrong}", file=sys.stderr)
         return 3
     print(f"picluster.cluster.server: {me.label} serving {server.target} (pid {os.getpid()})", flush=True)
     if args.ready_file:

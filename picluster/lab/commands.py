@@ -53,11 +53,12 @@ def run(
     check: bool = True,
     input: str | None = None,
     timeout: float = 30.0,
+    preexec_fn=None,
 ) -> subprocess.CompletedProcess:
     """Run a tool; on failure raise ClusterError with the tool's own last words."""
     try:
         proc = subprocess.run(
-            list(args), capture_output=True, text=True, input=input, timeout=timeout
+            list(args), capture_output=True, text=True, input=input, timeout=timeout, preexec_fn=preexec_fn
         )
     except FileNotFoundError:
         raise ClusterError(f"{args[0]} not found: run scripts/lab-deps.sh") from None

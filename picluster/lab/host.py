@@ -27,6 +27,8 @@ import psutil
 from picluster.cluster.lifetime import die_with_parent
 from picluster.errors import ClusterError
 from picluster.lab import commands, keys, mockpi, procs, snapshot
+from picluster.lab.cgroups import Cgroup, host_mounts
+from picluster.lab.limits import Limits
 
 OVERLAID = ("/etc", "/var", "/home", "/srv", "/mnt", "/boot")
 SHARE_DIR = "/srv/picluster"
@@ -44,6 +46,7 @@ class HostOptions:
 
     sudo_nopasswd: bool = True  # False: the user's sudo asks for a password (which it has not)
     pi_model: str | None = mockpi.DEFAULT_MODEL  # None: no MOCK device-tree model
+    limits: Limits = field(default_factory=Limits)  # CPU and memory of this machine the host may use (limits.py, cgroups.py)
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class Host:
     started: float | None = None  # the sshd's create time, so a reused pid is not taken for it
     net_inode: int | None = None
     mnt_inode: int | None = None
+    cgroup: str | None = None  # the host's cgroup (cgroups.cgroup_name), once made
 
     # -- state file -----------------------------------------------------------------------
 
@@ -82,7 +86,9 @@ class Host:
     def from_dict(cls, data: dict) -> "Host":
         data = dict(data)
         data["dir"] = Path(data["dir"])
-        data["options"] = HostOptions(**data.get("options", {}))
+        options = dict(data.get("options", {}))
+        options["limits"] = Limits.from_dict(options.get("limits"))
+        data["options"] = HostOptions(**options)
         return cls(**data)
 
     # -- files of the host in the run dir ---------------------------------------------------
@@ -144,6 +150,7 @@ class Host:
             "traversable": traversable,
             "keep_under_tmp": list(keep_under_tmp),
             "hosts_file": _hosts_file(self.name),
+            "cgroup_mounts": host_mounts() if self.options.limits else [],
             "user": {
                 "name": user.name,
                 "uid": user.uid,
@@ -189,7 +196,8 @@ Subsystem sftp {commands.SFTP_SERVER}
         """Start hostinit (which becomes sshd) inside the host's namespaces.
 
         owned: the calling process owns the lab, and the kernel kills the sshd if that process
-        dies, even by SIGKILL; `picluster lab up` starts hosts that outlive it.
+        dies, even by SIGKILL; `picluster lab up` starts hosts that outlive it.  With a cgroup,
+        the first process joins it before exec, so every later process of the host is in it.
         """
         args = [
             "ip", "netns", "exec", self.netns,
@@ -203,7 +211,7 @@ Subsystem sftp {commands.SFTP_SERVER}
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=die_with_parent if owned else None,
+                preexec_fn=_chain(self._joiner(), die_with_parent if owned else None),
             )
         self.pid = proc.pid
         try:
@@ -260,7 +268,11 @@ Subsystem sftp {commands.SFTP_SERVER}
             input=input,
             check=check,
             timeout=timeout,
+            preexec_fn=self._joiner(),  # a command run in the host counts against its limits too
         )
+
+    def _joiner(self):
+        return Cgroup(self.cgroup).joiner() if self.cgroup else None
 
     def path(self, inside: str) -> Path:
         """A path as the host sees it (through its overlays), usable from the root namespace.
@@ -317,6 +329,18 @@ Subsystem sftp {commands.SFTP_SERVER}
         if path == mockpi.BOOT_FIRMWARE or path.startswith(mockpi.BOOT_FIRMWARE + "/"):
             return None  # the mock boot partition has nothing below it
         return snapshot.fingerprint(path)
+
+
+def _chain(*fns):
+    """One preexec_fn calling each of ``fns`` that is not None, in order."""
+    chosen = [fn for fn in fns if fn is not None]
+    if not chosen:
+        return None
+
+    def run_all() -> None:
+        for fn in chosen:
+            fn()
+    return run_all
 
 
 def _hosts_file(name: str) -> str:

@@ -45,6 +45,7 @@ def main(spec_path: str) -> None:
         bind(item["source"], item["target"])
     for target in spec["traversable"]:
         make_traversable(target)
+    mount_cgroups(spec.get("cgroup_mounts", []))
     # Last: a run dir under /tmp must stay reachable for the mounts above.  Paths under /tmp
     # that hosts must keep seeing (a checkout and its venv, as in CI) are parked under /run
     # and bound back over the private /tmp.
@@ -78,6 +79,19 @@ def bind(source: str, target: str) -> None:
 
 def overlay(target: str, upper: str, work: str) -> None:
     mount(["-t", "overlay", "overlay", "-o", f"lowerdir={target},upperdir={upper},workdir={work}", target])
+
+
+def mount_cgroups(mounts: list[dict]) -> None:
+    """The machine's cgroup hierarchies again, read-only (``ip netns exec`` hid them under a new
+    /sys): the host's agent reads its own limits and usage there."""
+    if not mounts:
+        return
+    if any(m["target"] != "/sys/fs/cgroup" for m in mounts):  # v1: one directory per hierarchy
+        mount(["-t", "tmpfs", "-o", "mode=0755,nosuid,nodev,noexec", "tmpfs", "/sys/fs/cgroup"])
+    for m in mounts:
+        os.makedirs(m["target"], exist_ok=True)
+        options = ",".join(o for o in ("ro", m["options"]) if o)
+        mount(["-t", m["fstype"], "-o", options, m["fstype"], m["target"]])
 
 
 def make_traversable(target: str) -> None:

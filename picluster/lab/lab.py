@@ -10,7 +10,7 @@ State lives in ``registry.state_root() / <id>``: the run's key, known_hosts, the
 and logs, and state.json, which `Lab.load(id)` (and `picluster lab down`) read.  registry.py
 knows which labs exist on this machine; plan.py decides what a new one will be.
 
-At about 400 lines this module is over the project's ~350: ``Lab`` is the one handle tests and
+At about 430 lines this module is over the project's ~350: ``Lab`` is the one handle tests and
 ``picluster lab`` hold for a lab's whole life (up, faults, status, down), so its methods stay
 together; every part that stands alone lives beside it (plan, registry, ssh, inventory, host).
 """
@@ -19,13 +19,14 @@ import atexit
 import ipaddress
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from picluster import atomic
 from picluster.cluster.ssh import connect
 from picluster.errors import ClusterError, UsageError
-from picluster.lab import commands, keys, links, naming, netns, registry, ssh
+from picluster.lab import cgroups, commands, keys, links, naming, netns, registry, ssh
+from picluster.lab import limits as limits_module
 from picluster.lab.host import Host, HostOptions, User, shared_under_tmp, untraversable_dirs
 from picluster.lab.inventory import inventory_text
 from picluster.lab.plan import Plan, check_run_dir, check_subnet, check_user_name, pick_user
@@ -42,6 +43,8 @@ class HostStatus:
     sshd: str  # "running" or "stopped"
     link: str  # "up", "down" (cut), "drop" (black-holed) or "missing"
     shaping: str  # the qdisc on the host's link, "" when unshaped
+    limits: str = ""  # "0.05 CPU, 1 GiB", "" when unlimited
+    usage: dict | None = None  # the host's cgroup: memory, memory_peak, cpu_seconds, oom_kills, ... (cgroups.Cgroup.usage)
 
 
 class Lab:
@@ -57,11 +60,13 @@ class Lab:
         subnet: str | None = None,
         owned: bool = True,
         root: Path | None = None,
+        limits: "limits_module.Limits | None" = None,
     ) -> None:
         """owned: this process owns the lab, which goes down when it exits, however it exits
         (atexit, and the kernel kills the sshds if it dies; that tie is to the *thread* calling
         up(), so call it from one that outlives the lab).  `picluster lab up` passes False so
-        the lab outlives the command."""
+        the lab outlives the command.  limits: the CPU and memory every host may use (a host's
+        own HostOptions.limits win); checked against this machine here, before anything is made."""
         if not 1 <= nodes <= naming.MAX_NODES:
             raise UsageError(f"a lab has 1 to {naming.MAX_NODES} hosts, not {nodes}")
         self.nodes = nodes
@@ -70,6 +75,9 @@ class Lab:
         unknown = set(self.host_options) - {naming.host_name(i) for i in range(1, nodes + 1)}
         if unknown:
             raise UsageError(f"host_options name hosts this lab does not have: {', '.join(sorted(unknown))}")
+        self.limits = limits or limits_module.Limits()
+        if self.limits:
+            limits_module.resolve(nodes, self.limits.cpu, self.limits.memory)
         self.wanted_subnet = check_subnet(subnet, nodes) if subnet else None
         self.id = naming.check_id(lab_id) if lab_id is not None else None
         self.owned = owned
@@ -272,6 +280,9 @@ class Lab:
 
     def _new_host(self, index: int) -> Host:
         name = naming.host_name(index)
+        options = self.host_options.get(name, HostOptions())
+        if not options.limits and self.limits:
+            options = replace(options, limits=self.limits)
         return Host(
             name=name,
             index=index,
@@ -279,7 +290,7 @@ class Lab:
             netns=naming.netns(self._require_id(), name),
             veth=naming.veth(self._require_id(), index),
             dir=self.run_dir / "hosts" / name,
-            options=self.host_options.get(name, HostOptions()),
+            options=options,
         )
 
     def _start_hosts(self) -> None:
@@ -294,6 +305,10 @@ class Lab:
         self.ssh_config_path.write_text(
             "".join(ssh.config_entry(h, self.user.name, self.key_path, self.known_hosts_path) for h in self.hosts))
         for host in self.hosts:
+            if host.options.limits:
+                host.cgroup = cgroups.cgroup_name(self._require_id(), host.name)
+                self.save()  # before it exists: a teardown after a crash here must find it
+                cgroups.Cgroup(host.cgroup).create(host.options.limits)
             self._children.append(host.start(self.owned))
             self.save()
 
@@ -348,6 +363,8 @@ class Lab:
                     sshd="running" if host.alive() else "stopped",
                     link=link,
                     shaping=links.qdisc(host.veth) if up is not None else "",
+                    limits=host.options.limits.describe() if host.options.limits else "",
+                    usage=cgroups.Cgroup(host.cgroup).usage() if host.cgroup else None,
                 )
             )
         return result
@@ -394,6 +411,16 @@ class Lab:
         """Limit both directions of a host's link; delay and loss need tc netem (see links.py)."""
         host = self.host(which)
         links.shape(host.veth, host.netns, rate, delay, loss)
+
+    def set_limits(self, which: "str | int | Host", new: "limits_module.Limits") -> None:
+        """Change a limited host's CPU and memory while it runs, as if it were moved to another board."""
+        host = self.host(which)
+        if not host.cgroup:
+            raise UsageError(f"{host.name} has no cgroup: bring the lab up with limits to change them later")
+        limits_module.resolve(1, new.cpu, new.memory)
+        cgroups.Cgroup(host.cgroup).create(new)
+        host.options.limits = new
+        self.save()
 
     def netem_supported(self) -> bool:
         """Whether shape() can add delay and loss on this kernel (rate always works)."""

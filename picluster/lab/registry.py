@@ -13,7 +13,7 @@ import psutil
 
 from picluster import paths
 from picluster.errors import ClusterError, UsageError
-from picluster.lab import commands, links, naming, netns, procs
+from picluster.lab import cgroups, commands, links, naming, netns, procs
 
 _LOCK = Path("/run/lock/picluster-lab.lock")
 
@@ -32,6 +32,7 @@ def known_ids(root: Path | None = None) -> list[str]:
     ids |= {i for i in map(naming.lab_of_link, netns.link_names()) if i}
     if shutil.which("nft"):
         ids |= {i for i in map(naming.lab_of_link, links.tables()) if i}
+    ids |= {i for i in cgroups.lab_groups() if naming.ID_PATTERN.match(i)}
     return sorted(ids)
 
 
@@ -115,8 +116,13 @@ def sweep(lab_id: str, run_dir: Path, hosts: list, children: list) -> list[str]:
     }
     net = {procs.netns_inode(name) for name in namespaces} | {h.net_inode for h in hosts}
     mnt = {h.mnt_inode for h in hosts}
+    groups = {h.cgroup for h in hosts if h.cgroup}
+    groups |= {cgroups.cgroup_name(lab_id, name) for name in cgroups.lab_groups().get(lab_id, [])}
+    held = [cgroups.Cgroup(name) for name in sorted(groups)]
     pids = set(procs.in_namespaces(net, mnt))
     pids |= {h.pid for h in hosts if h.alive()}
+    for group in held:  # a host's cgroup holds all it ever started, wherever that went
+        pids |= set(group.pids())
     left = procs.kill_all(sorted(pids))
     if left:
         problems.append(f"processes {left} would not die")
@@ -129,6 +135,8 @@ def sweep(lab_id: str, run_dir: Path, hosts: list, children: list) -> list[str]:
     lab_links = {h.veth for h in hosts} | {naming.bridge(lab_id)}
     lab_links |= {name for name in netns.link_names() if naming.lab_of_link(name) == lab_id}
     steps += [partial(netns.delete_link, name) for name in sorted(lab_links, reverse=True)]
+    steps += [group.remove for group in held]
+    steps.append(lambda: cgroups.Cgroup(f"{cgroups.PARENT}/{lab_id}").remove())  # a lab level left without hosts
     steps.append(lambda: _unmount_under(run_dir))
     steps.append(lambda: shutil.rmtree(run_dir) if run_dir.exists() else None)
     for step in steps:

@@ -1,144 +1,252 @@
-"""The node agent: this node's CPU, load, memory, temperature and network, in Prometheus text format.
+"""The node agent: this node's CPU, memory, load, temperature and network, in Prometheus text format.
 
-``python -m picluster.monitor.agent --addr 10.0.0.11 --port 9100`` serves ``/metrics`` on the cluster
-address only, so an existing Prometheus or Grafana can scrape the same endpoint that
-``picluster top`` reads.  A sampler thread measures once a second; a scrape only reads the
-last sample, so scraping often costs nothing extra.
+``python -m picluster.monitor.agent --addr 10.0.0.11 --port 19100 --node node01 --cluster-file F``
+serves ``/metrics`` on the cluster address only, so an existing Prometheus or Grafana can scrape
+the same endpoint that ``picluster top`` reads.
+
+Where its metrics overlap node_exporter's they carry node_exporter's names, types and labels
+(``node_cpu_seconds_total{cpu,mode}``, ``node_load1``, ``node_memory_MemAvailable_bytes``,
+``node_network_receive_bytes_total{device}``, ``node_uname_info``, ...), so the stock "Node
+Exporter Full" Grafana dashboard (grafana.com 1860) works against it; like node_exporter, no
+sample carries the node's name (Prometheus adds ``instance``; ``node_uname_info`` has the
+``nodename``).  What node_exporter does not know is ``picluster_*``: the TensorFlow tasks of
+this node (``picluster_task_up``), its inventory name, and, on a test host with limits, the
+host's cgroup.  Its default port is not node_exporter's 9100, so both can run on one Pi.
+
+Counters are read when scraped, as node_exporter does: rates come from two scrapes.  Only
+``vcgencmd`` (a subprocess, on a Pi without thermal zones) is cached for a second.
 """
 
 import argparse
+import json
+import os
 import shutil
 import subprocess
-import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
 from picluster import atomic
+from picluster.monitor import cgroup
 
 THERMAL = Path("/sys/class/thermal")
-VCGENCMD = shutil.which("vcgencmd")  # looked up once, not on every sample
+PRESSURE = Path("/proc/pressure")
+MEMINFO = Path("/proc/meminfo")
+VCGENCMD = shutil.which("vcgencmd")  # looked up once, not on every scrape
+CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+TASK_PROBE_S = 0.2  # the node's own tasks, on its own address: a refused connection is instant
 
 
-@dataclass
-class Sample:
-    cpu_percent: list[float]
-    load: tuple[float, float, float]
-    memory_used: int
-    memory_total: int
-    temperatures: dict[str, float]
-    net_rx: int
-    net_tx: int
-    taken: float = field(default_factory=time.time)
-
-
-def read_temperatures(thermal: Path = THERMAL) -> dict[str, float]:
-    """Thermal zones in degrees Celsius (the Pi's SoC is thermal_zone0); vcgencmd when it exists."""
-    temps = {}
+def read_temperatures(thermal: Path = THERMAL) -> list[tuple[str, str, float]]:
+    """(zone number, type, degrees Celsius) per thermal zone; the Pi's SoC is thermal_zone0 "cpu-thermal"."""
+    temps = []
     for zone in sorted(thermal.glob("thermal_zone*")):
         try:
             kind = (zone / "type").read_text().strip() or zone.name
-            temps[kind] = int((zone / "temp").read_text().strip()) / 1000.0
+            temps.append((zone.name.removeprefix("thermal_zone"), kind, int((zone / "temp").read_text().strip()) / 1000.0))
         except (OSError, ValueError):
             continue
-    if not temps and VCGENCMD:
-        out = subprocess.run([VCGENCMD, "measure_temp"], capture_output=True, text=True, timeout=2).stdout
-        if out.startswith("temp="):
-            try:
-                temps["soc"] = float(out[5:].split("'")[0])
-            except ValueError:
-                pass
     return temps
 
 
-def take_sample() -> Sample:
-    memory = psutil.virtual_memory()
-    net = psutil.net_io_counters()
-    return Sample(
-        cpu_percent=psutil.cpu_percent(percpu=True),
-        load=psutil.getloadavg(),
-        memory_used=memory.total - memory.available,
-        memory_total=memory.total,
-        temperatures=read_temperatures(),
-        net_rx=net.bytes_recv,
-        net_tx=net.bytes_sent,
-    )
+def read_vcgencmd() -> float | None:
+    if not VCGENCMD:
+        return None
+    out = subprocess.run([VCGENCMD, "measure_temp"], capture_output=True, text=True, timeout=2).stdout
+    try:
+        return float(out[5:].split("'")[0]) if out.startswith("temp=") else None
+    except ValueError:
+        return None
+
+
+def read_meminfo(path: Path = MEMINFO) -> dict[str, int]:
+    """/proc/meminfo as node_exporter names it: "Active(anon)" -> "Active_anon", kB -> bytes."""
+    out = {}
+    for line in path.read_text().splitlines():
+        key, _, rest = line.partition(":")
+        parts = rest.split()
+        if not parts:
+            continue
+        key = key.replace("(", "_").replace(")", "")
+        out[key] = int(parts[0]) * (1024 if len(parts) > 1 and parts[1] == "kB" else 1)
+    return out
+
+
+def read_pressure(root: Path = PRESSURE) -> dict[tuple[str, str], float]:
+    """(resource, "some"|"full") -> seconds stalled, from the kernel's PSI files (absent on old kernels)."""
+    out = {}
+    for resource in ("cpu", "memory", "io"):
+        try:
+            text = (root / resource).read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            kind, *fields = line.split()
+            for field in fields:
+                if field.startswith("total="):
+                    out[(resource, kind)] = int(field[6:]) / 1e6
+    return out
+
+
+def node_tasks(cluster_file: Path | None, node: str) -> list[dict]:
+    """The TensorFlow tasks the cluster file places on this node (all of them for "localhost")."""
+    if cluster_file is None:
+        return []
+    try:
+        rows = json.loads(cluster_file.read_text())["layout"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [r for r in rows if isinstance(r, dict) and r.get("node") == node]
+
+
+def _answers(host: str, port: int) -> bool:
+    from picluster.cluster.probe import answers
+
+    return answers(host, port, TASK_PROBE_S)
 
 
 class NodeCollector:
-    """A prometheus_client collector over the sampler's latest Sample."""
+    """A prometheus_client collector reading the node when scraped."""
 
-    def __init__(self, node: str, period: float = 1.0) -> None:
+    def __init__(self, node: str, cluster_file: Path | None = None, thermal: Path = THERMAL) -> None:
         self.node = node
-        self.period = period
-        psutil.cpu_percent(percpu=True)  # the first call only sets the reference point
-        self._latest = take_sample()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="agent-sampler", daemon=True)
+        self.cluster_file = cluster_file
+        self.thermal = thermal
+        self._vcgencmd: tuple[float, float | None] = (0.0, None)
 
-    def start(self) -> "NodeCollector":
-        self._thread.start()
-        return self
+    def collect(self) -> Iterator[Metric]:
+        yield from self._system()
+        yield from self._cpu()
+        yield from self._memory()
+        yield from self._network()
+        yield from self._temperature()
+        yield from self._pressure()
+        yield from self._picluster()
 
-    def stop(self) -> None:
-        self._stop.set()
+    def _system(self) -> Iterator[Metric]:
+        u = os.uname()
+        info = GaugeMetricFamily("node_uname_info", "Labeled system information as provided by the uname system call.",
+                                 labels=["sysname", "release", "version", "machine", "nodename", "domainname"])
+        info.add_metric([u.sysname, u.release, u.version, u.machine, u.nodename, "(none)"], 1)
+        yield info
+        yield GaugeMetricFamily("node_boot_time_seconds", "Node boot time, in unixtime.", value=psutil.boot_time())
+        yield GaugeMetricFamily("node_time_seconds", "System time in seconds since epoch (1970).", value=time.time())
+        for minutes, value in zip((1, 5, 15), psutil.getloadavg()):
+            yield GaugeMetricFamily(f"node_load{minutes}", f"{minutes}m load average.", value=value)
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.period):
-            sample = take_sample()
-            with self._lock:
-                self._latest = sample
-
-    def collect(self):
-        with self._lock:
-            s = self._latest
-        node = [self.node]
-        cpu = GaugeMetricFamily("picluster_cpu_percent", "CPU busy percent per core over the last period", labels=["node", "core"])
-        for core, value in enumerate(s.cpu_percent):
-            cpu.add_metric(node + [str(core)], value)
+    def _cpu(self) -> Iterator[Metric]:
+        cpu = CounterMetricFamily("node_cpu_seconds_total", "Seconds the CPUs spent in each mode.", labels=["cpu", "mode"])
+        for core, times in enumerate(psutil.cpu_times(percpu=True)):
+            for mode in CPU_MODES:
+                cpu.add_metric([str(core), mode], getattr(times, mode, 0.0))
         yield cpu
-        load = GaugeMetricFamily("picluster_load", "Load average", labels=["node", "minutes"])
-        for minutes, value in zip(("1", "5", "15"), s.load):
-            load.add_metric(node + [minutes], value)
-        yield load
-        yield _gauge("picluster_memory_used_bytes", "Memory in use (total - available)", node, s.memory_used)
-        yield _gauge("picluster_memory_total_bytes", "Physical memory", node, s.memory_total)
-        temp = GaugeMetricFamily("picluster_temperature_celsius", "Thermal zone temperature", labels=["node", "sensor"])
-        for sensor, value in s.temperatures.items():
-            temp.add_metric(node + [sensor], value)
+
+    def _memory(self) -> Iterator[Metric]:
+        for key, value in read_meminfo().items():
+            yield GaugeMetricFamily(f"node_memory_{key}_bytes", f"Memory information field {key}_bytes.", value=value)
+
+    def _network(self) -> Iterator[Metric]:
+        rx = CounterMetricFamily("node_network_receive_bytes_total", "Network device statistic receive_bytes.", labels=["device"])
+        tx = CounterMetricFamily("node_network_transmit_bytes_total", "Network device statistic transmit_bytes.", labels=["device"])
+        for device, counters in sorted(psutil.net_io_counters(pernic=True).items()):
+            if device == "lo":  # traffic with itself says nothing about the cluster
+                continue
+            rx.add_metric([device], counters.bytes_recv)
+            tx.add_metric([device], counters.bytes_sent)
+        yield rx
+        yield tx
+        labels = ["device", "fstype", "mountpoint", "device_error"]
+        size = GaugeMetricFamily("node_filesystem_size_bytes", "Filesystem size in bytes.", labels=labels)
+        avail = GaugeMetricFamily("node_filesystem_avail_bytes", "Filesystem space available to non-root users in bytes.", labels=labels)
+        free = GaugeMetricFamily("node_filesystem_free_bytes", "Filesystem free space in bytes.", labels=labels)
+        root = next((p for p in psutil.disk_partitions(all=True) if p.mountpoint == "/"), None)
+        try:
+            st = os.statvfs("/")
+            key = [root.device if root else "rootfs", root.fstype if root else "", "/", ""]
+            size.add_metric(key, st.f_blocks * st.f_frsize)
+            avail.add_metric(key, st.f_bavail * st.f_frsize)
+            free.add_metric(key, st.f_bfree * st.f_frsize)
+        except OSError:
+            pass
+        yield size
+        yield avail
+        yield free
+
+    def _temperature(self) -> Iterator[Metric]:
+        zones = read_temperatures(self.thermal)
+        temp = GaugeMetricFamily("node_thermal_zone_temp", "Zone temperature in Celsius", labels=["zone", "type"])
+        for zone, kind, celsius in zones:
+            temp.add_metric([zone, kind], celsius)
         yield temp
-        net = CounterMetricFamily("picluster_network_bytes", "Bytes over all interfaces", labels=["node", "direction"])
-        net.add_metric(node + ["rx"], s.net_rx)
-        net.add_metric(node + ["tx"], s.net_tx)
-        yield net
-        yield _gauge("picluster_sample_time_seconds", "When the sample was taken (Unix time)", node, s.taken)
+        if not zones and VCGENCMD:
+            taken, value = self._vcgencmd
+            if time.monotonic() - taken > 1.0:
+                value = read_vcgencmd()
+                self._vcgencmd = (time.monotonic(), value)
+            if value is not None:
+                yield GaugeMetricFamily("picluster_soc_temperature_celsius", "SoC temperature from vcgencmd (no thermal zone).", value=value)
+
+    def _pressure(self) -> Iterator[Metric]:
+        names = {("cpu", "some"): "node_pressure_cpu_waiting_seconds_total",
+                 ("memory", "some"): "node_pressure_memory_waiting_seconds_total",
+                 ("memory", "full"): "node_pressure_memory_stalled_seconds_total",
+                 ("io", "some"): "node_pressure_io_waiting_seconds_total",
+                 ("io", "full"): "node_pressure_io_stalled_seconds_total"}
+        for key, seconds in read_pressure().items():
+            if key in names:
+                yield CounterMetricFamily(names[key].removesuffix("_total"), f"Pressure stall seconds ({key[0]} {key[1]}).",
+                                          value=seconds)
+
+    def _picluster(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily("picluster_node_info", "This node's name in the picluster inventory.", labels=["node"])
+        info.add_metric([self.node], 1)
+        yield info
+        up = GaugeMetricFamily("picluster_task_up", "Whether this node's TensorFlow task accepts connections (1) or not (0).",
+                               labels=["node", "tf_job", "tf_task", "address"])
+        for task in node_tasks(self.cluster_file, self.node):
+            try:
+                host, port = str(task["host"]), int(task["port"])
+                up.add_metric([self.node, str(task["job"]), str(task["index"]), f"{host}:{port}"], 1.0 if _answers(host, port) else 0.0)
+            except (KeyError, TypeError, ValueError):
+                continue
+        yield up
+        usage = cgroup.read_usage()
+        if usage is None:
+            return
+        if usage.cpu_limit is not None:
+            yield GaugeMetricFamily("picluster_cgroup_cpu_limit_cores", "CPU time per second this node's cgroup may use.",
+                                    value=usage.cpu_limit)
+        if usage.cpu_seconds is not None:
+            yield CounterMetricFamily("picluster_cgroup_cpu_seconds", "CPU seconds used by this node's cgroup.", value=usage.cpu_seconds)
+        if usage.memory_limit is not None:
+            yield GaugeMetricFamily("picluster_cgroup_memory_limit_bytes", "Memory this node's cgroup may use.", value=usage.memory_limit)
+        if usage.memory_used is not None:
+            yield GaugeMetricFamily("picluster_cgroup_memory_usage_bytes", "Memory this node's cgroup uses.", value=usage.memory_used)
+        if usage.oom_kills is not None:
+            yield CounterMetricFamily("picluster_cgroup_oom_kills", "Processes of this node's cgroup killed for memory.",
+                                      value=usage.oom_kills)
 
 
-def _gauge(name: str, documentation: str, node: list[str], value: float) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, documentation, labels=["node"])
-    family.add_metric(node, value)
-    return family
-
-
-def registry_for(node: str, period: float = 1.0) -> tuple[CollectorRegistry, NodeCollector]:
+def registry_for(node: str, cluster_file: Path | None = None) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    collector = NodeCollector(node, period).start()
-    registry.register(collector)
-    return registry, collector
+    registry.register(NodeCollector(node, cluster_file))
+    return registry
 
 
 def main(argv: list[str] | None = None) -> int:
     from prometheus_client import start_http_server
 
+    from picluster.inventory import AGENT_PORT
+
     parser = argparse.ArgumentParser(prog="python -m picluster.monitor.agent")
     parser.add_argument("--addr", required=True, help="address to listen on: the node's cluster address")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--node", required=True, help="node name for the labels")
+    parser.add_argument("--port", type=int, default=AGENT_PORT, help=f"default {AGENT_PORT} (node_exporter has 9100)")
+    parser.add_argument("--node", required=True, help="the node's inventory name (picluster_node_info, its tasks)")
+    parser.add_argument("--cluster-file", type=Path, help="the cluster's layout (cluster.json): this node's tasks")
     parser.add_argument("--ready-file", type=Path)
     parser.add_argument("--parent", type=int, help="exit when this pid (the coordinator) exits")
     args = parser.parse_args(argv)
@@ -146,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         from picluster.cluster.lifetime import die_with_parent
 
         die_with_parent(args.parent)
-    registry, _ = registry_for(args.node)
+    registry = registry_for(args.node, args.cluster_file)
     server, thread = start_http_server(args.port, addr=args.addr, registry=registry)
     if args.ready_file:
         atomic.write_text(args.ready_file, str(server.server_port))

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from picluster.fanout import fan_out
-from picluster.monitor.scrape import NodeStats, rates, scrape
+from picluster.monitor.scrape import NodeStats, cpu_use, rates, scrape
 from picluster.views.nodes import NodeRow
 
 
@@ -69,7 +69,10 @@ class Monitor:
                 states = pending.result()
         rows = []
         for target, stats in zip(self.targets, fresh.values()):
-            rx, tx = rates(self._last.get(target.node), stats)
+            before = self._last.get(target.node)
+            rx, tx = rates(before, stats)
+            if stats is not None:
+                stats.cpu_percent = cpu_use(before, stats)
             self._last[target.node] = stats
             rows.append(NodeRow(target.node, target.roles, stats, rx, tx, states.get(target.node, {})))
         return rows

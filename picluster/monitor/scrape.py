@@ -1,4 +1,10 @@
-"""Reading node agents: one scrape becomes a NodeStats; two give network rates."""
+"""Reading node agents: one scrape becomes a NodeStats; two give CPU use and network rates.
+
+The agent speaks node_exporter's names (agent.py), so CPU use, like any node_exporter
+consumer computes it, is the change of ``node_cpu_seconds_total`` between two scrapes.  A node
+whose cgroup has limits (a test host) reports them as ``picluster_cgroup_*``: its CPU is then
+shown against its share of a core and its memory against its limit, as the board would show it.
+"""
 
 import urllib.error
 import urllib.request
@@ -6,48 +12,65 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-MAX_BYTES = 1 << 20  # an agent's page is a few kB; anything larger is not ours
+MAX_BYTES = 1 << 20  # an agent's page is a few tens of kB; anything larger is not ours
+IDLE_MODES = ("idle", "iowait")
 
 
 @dataclass
 class NodeStats:
     node: str
-    cpu_percent: list[float] = field(default_factory=list)
+    cpu_seconds: dict[int, tuple[float, float]] = field(default_factory=dict)  # core -> (busy, all) seconds
+    cpu_percent: list[float] = field(default_factory=list)  # from two scrapes (cpu_use); empty after one
     load: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    memory_used: float = 0.0
-    memory_total: float = 0.0
+    memory_used: float = 0.0  # MemTotal - MemAvailable, or the cgroup's usage
+    memory_total: float = 0.0  # MemTotal, or the cgroup's limit
     temperature: float | None = None
     net_rx: float = 0.0
     net_tx: float = 0.0
-    taken: float = 0.0
+    taken: float = 0.0  # node_time_seconds: the node's clock when it was scraped
+    cgroup_cpu_limit: float | None = None  # cores
+    cgroup_cpu_seconds: float | None = None
+    tasks: dict[str, str] = field(default_factory=dict)  # "worker:0" -> "up" | "down", from picluster_task_up
 
 
 def parse(node: str, text: str) -> NodeStats:
     stats = NodeStats(node)
-    cores: dict[int, float] = {}
-    load = {}
+    memory: dict[str, float] = {}
+    cgroup_memory: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            labels, value = sample.labels, sample.value
-            if sample.name == "picluster_cpu_percent":
-                cores[int(labels["core"])] = value
-            elif sample.name == "picluster_load":
-                load[labels["minutes"]] = value
-            elif sample.name == "picluster_memory_used_bytes":
-                stats.memory_used = value
-            elif sample.name == "picluster_memory_total_bytes":
-                stats.memory_total = value
-            elif sample.name == "picluster_temperature_celsius":
+            name, labels, value = sample.name, sample.labels, sample.value
+            if name == "node_cpu_seconds_total":
+                core = int(labels["cpu"])
+                busy, total = stats.cpu_seconds.get(core, (0.0, 0.0))
+                stats.cpu_seconds[core] = (busy + (0.0 if labels["mode"] in IDLE_MODES else value), total + value)
+            elif name in ("node_load1", "node_load5", "node_load15"):
+                load = list(stats.load)
+                load[("node_load1", "node_load5", "node_load15").index(name)] = value
+                stats.load = (load[0], load[1], load[2])
+            elif name in ("node_memory_MemTotal_bytes", "node_memory_MemAvailable_bytes"):
+                memory[name] = value
+            elif name in ("node_thermal_zone_temp", "picluster_soc_temperature_celsius"):
                 stats.temperature = max(value, stats.temperature or value)
-            elif sample.name == "picluster_network_bytes_total":
-                if labels["direction"] == "rx":
-                    stats.net_rx = value
-                else:
-                    stats.net_tx = value
-            elif sample.name == "picluster_sample_time_seconds":
+            elif name == "node_network_receive_bytes_total":
+                stats.net_rx += value
+            elif name == "node_network_transmit_bytes_total":
+                stats.net_tx += value
+            elif name == "node_time_seconds":
                 stats.taken = value
-    stats.cpu_percent = [cores[c] for c in sorted(cores)]
-    stats.load = (load.get("1", 0.0), load.get("5", 0.0), load.get("15", 0.0))
+            elif name == "picluster_task_up":
+                stats.tasks[f"{labels['tf_job']}:{labels['tf_task']}"] = "up" if value else "down"
+            elif name == "picluster_cgroup_cpu_limit_cores":
+                stats.cgroup_cpu_limit = value
+            elif name == "picluster_cgroup_cpu_seconds_total":
+                stats.cgroup_cpu_seconds = value
+            elif name in ("picluster_cgroup_memory_limit_bytes", "picluster_cgroup_memory_usage_bytes"):
+                cgroup_memory[name] = value
+    stats.memory_total = memory.get("node_memory_MemTotal_bytes", 0.0)
+    stats.memory_used = stats.memory_total - memory.get("node_memory_MemAvailable_bytes", stats.memory_total)
+    if "picluster_cgroup_memory_limit_bytes" in cgroup_memory:
+        stats.memory_total = min(stats.memory_total or float("inf"), cgroup_memory["picluster_cgroup_memory_limit_bytes"])
+        stats.memory_used = cgroup_memory.get("picluster_cgroup_memory_usage_bytes", 0.0)
     return stats
 
 
@@ -58,6 +81,22 @@ def scrape(node: str, host: str, port: int, timeout: float = 1.0) -> NodeStats |
             return parse(node, reply.read(MAX_BYTES).decode("utf-8", "replace"))
     except (urllib.error.URLError, OSError, ValueError):
         return None
+
+
+def cpu_use(before: NodeStats | None, after: NodeStats) -> list[float]:
+    """Busy percent per core between two scrapes; with a cgroup CPU limit, one value: the
+    percentage of the host's share used (a 0.05-CPU host busy all the time shows 100 %)."""
+    if before is None or after.taken <= before.taken:
+        return []
+    if after.cgroup_cpu_limit and after.cgroup_cpu_seconds is not None and before.cgroup_cpu_seconds is not None:
+        used = (after.cgroup_cpu_seconds - before.cgroup_cpu_seconds) / (after.taken - before.taken)
+        return [min(100.0, max(0.0, 100.0 * used / after.cgroup_cpu_limit))]
+    out = []
+    for core in sorted(after.cpu_seconds):
+        busy1, all1 = after.cpu_seconds[core]
+        busy0, all0 = before.cpu_seconds.get(core, (busy1, all1))
+        out.append(min(100.0, max(0.0, 100.0 * (busy1 - busy0) / (all1 - all0))) if all1 > all0 else 0.0)
+    return out
 
 
 def rates(before: NodeStats | None, after: NodeStats | None) -> tuple[float, float]:

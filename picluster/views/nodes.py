@@ -22,7 +22,10 @@ class NodeRow:
 
 
 def cpu_bars(percents: list[float]) -> Text:
-    """One block per core, height = load; then the mean."""
+    """One block per core, height = load; then the mean.  One block for a host with a CPU limit
+    (its share of a core); "-" until two scrapes of the node's counters have come in."""
+    if not percents:
+        return Text("-")
     text = Text()
     for p in percents:
         level = min(len(_BLOCKS) - 1, max(0, round(p / 100 * (len(_BLOCKS) - 1))))

@@ -86,8 +86,11 @@ class LocalClient:
 
 
 class NodeClient:
-    def __init__(self, inv, node, run_dir: Path, task: int, resume: bool, tf_config: str, launch: str) -> None:
-        from picluster.cluster.nodes import RUN_DIR, node_python, open_node
+    def __init__(self, inv, node, run_dir: Path, task: int, resume: bool, tf_config: str, launch: str,
+                 serve: bool = False) -> None:
+        """serve: the client hosts its worker task's server itself, in place of the node's own
+        (stopped first, on its address): one TensorFlow runtime on the node instead of two."""
+        from picluster.cluster.nodes import RUN_DIR, node_python, open_node, stop_task_command
 
         self.task = task
         self.node = node.name
@@ -101,9 +104,10 @@ class NodeClient:
             self.mirror = Mirror(self.remote.conn.sftp(), remote_dir, run_dir)
             self.mirror.push_for_start(chief=task == 0, resume=resume)
             self.channel = self.remote.conn.transport.open_session(timeout=self.remote.open_timeout)
+            takeover = f"{stop_task_command('worker', task)}; " if serve else ""
             self.channel.exec_command(
-                f"cd {home} && echo $$ && export TF_CONFIG={shlex.quote(tf_config)} && exec {node_python(inv)} -m {MODULE} "
-                f"--run-dir {home} --launch {shlex.quote(launch)} --watch-stdin >>worker-{task}.log 2>&1"
+                f"cd {home} && echo $$ && export TF_CONFIG={shlex.quote(tf_config)} && {takeover}exec {node_python(inv)} -m {MODULE} "
+                f"--run-dir {home} --launch {shlex.quote(launch)} --watch-stdin{' --serve' if serve else ''} >>worker-{task}.log 2>&1"
             )
             self.pid = self._read_pid()
         except (*COPY_ERRORS, ClusterError) as exc:
@@ -199,9 +203,11 @@ def node_run_name(run_dir: Path) -> str:
     return f"{re.sub(r'[^A-Za-z0-9._-]', '_', run_dir.name)[:40]}-{digest}"
 
 
-def start(run_dir: Path, layout: Layout | None, inventory=None, resume: bool = False, launch: str = "") -> list:
+def start(run_dir: Path, layout: Layout | None, inventory=None, resume: bool = False, launch: str = "",
+          serve: bool = False) -> list:
     """One client per worker task of ``layout`` (None: one client, alone): over SSH on inventory
-    nodes, else locally.  ``layout`` holds only the tasks this run uses."""
+    nodes, else locally.  ``layout`` holds only the tasks this run uses.  serve (inventory nodes
+    only): each client hosts its worker's server in place of the node's own."""
     if layout is None:
         return [LocalClient(run_dir, 0)]
     workers = layout.workers
@@ -209,7 +215,7 @@ def start(run_dir: Path, layout: Layout | None, inventory=None, resume: bool = F
         return [LocalClient(run_dir, t.index, layout.tf_config("worker", t.index), launch) for t in workers]
     nodes = {n.name: n for n in inventory.nodes}
     started = fan_out(
-        lambda t: NodeClient(inventory, nodes[t.node], run_dir, t.index, resume, layout.tf_config("worker", t.index), launch),
+        lambda t: NodeClient(inventory, nodes[t.node], run_dir, t.index, resume, layout.tf_config("worker", t.index), launch, serve),
         workers,
         name=lambda t: t.node,  # one worker task per node
     )

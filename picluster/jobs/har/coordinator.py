@@ -7,6 +7,7 @@ failed client, Ctrl-C or SIGTERM stops every client and (through ``attach``) any
 servers; no client outlives the coordinator (PDEATHSIG locally, a closed stdin on nodes).
 """
 
+import contextlib
 import json
 import os
 import secrets
@@ -30,6 +31,7 @@ from picluster.paths import state_dir
 if TYPE_CHECKING:  # attach pulls in the cluster runtime; a standalone run needs none of it
     from picluster.cluster.attach import Attached
 
+RUNTIMES = ("auto", "shared", "separate")
 POLL_S = 0.2
 REMOTE_POLL_S = 1.0  # each poll of a node's chief is an SSH round trip
 CHECK_S = 5.0  # seconds between checks that the cluster's servers still answer
@@ -50,19 +52,36 @@ def check_data(config: TrainConfig) -> None:
     load_data(config)
 
 
+def worker_runtime(choice: str, inventory: Path | None) -> str:
+    """"shared" (each worker node's client hosts its server: one TensorFlow runtime per node, what
+    a 1 GB Pi can hold) or "separate" (client beside the node's own server).  "auto": shared on
+    inventory nodes, separate on the local cluster, whose servers share this machine anyway."""
+    if choice not in RUNTIMES:
+        raise UsageError(f"--worker-runtime {choice!r} must be one of {', '.join(RUNTIMES)}")
+    if choice == "auto":
+        return "shared" if inventory is not None else "separate"
+    if choice == "shared" and inventory is None:
+        raise UsageError("--worker-runtime shared needs an inventory cluster (-i): local workers are this machine's own servers")
+    return choice
+
+
 def train(config: TrainConfig, run_dir: Path, inventory: Path | None = None,
           on_epoch: Callable[[dict], None] = lambda row: None,
           on_event: Callable[[str], None] = lambda msg: None,
           on_progress: Callable[[dict], None] = lambda live: None,
           on_cluster: Callable[["Attached"], None] = lambda cluster: None,
-          on_stopped: Callable[[list], None] = lambda clients: None) -> dict:
+          on_stopped: Callable[[list], None] = lambda clients: None,
+          runtime: str = "auto") -> dict:
     """Run (or continue) the training in ``run_dir``; return result.json's contents.
 
     With an inventory the clients run on the worker nodes over SSH and read the data set
     from the nodes' share (``config.data_dir``); without, they are local processes and the
     caller has checked the data set first (``check_data``: before any run directory exists).
     ``on_stopped`` gets the clients once they have stopped (``poll()`` gives each one's exit status).
+    runtime (worker_runtime): "shared" stops each used worker's server on its node, lets the
+    node's client serve that task itself, and starts the node's server again at the end.
     """
+    runtime = worker_runtime(runtime, None if config.standalone else inventory)
     resume = (run_dir / "config.json").exists()
     atomic.write_text(run_dir / "config.json", config.to_json())
     for name in ("result.json", "resume.json"):
@@ -76,6 +95,7 @@ def train(config: TrainConfig, run_dir: Path, inventory: Path | None = None,
             clients.stop(running)
             on_stopped(running)
     from picluster.cluster.attach import attach
+    from picluster.monitor.record import Recorder
 
     with attach(inventory, workers=config.workers, ps=config.ps) as cluster:
         on_cluster(cluster)
@@ -83,17 +103,26 @@ def train(config: TrainConfig, run_dir: Path, inventory: Path | None = None,
         used = Layout(tuple(t for t in cluster.layout.tasks
                             if t.index < (config.ps if t.job == "ps" else config.workers)))
         launch = secrets.token_hex(4)
+        shared = runtime == "shared"
         atomic.write_json(run_dir / "layout.json", {"layout": used.to_json(), "cluster": cluster.kind, "launch": launch,
-                                                    "inventory": str(inventory.resolve()) if inventory else None})
+                                                    "inventory": str(inventory.resolve()) if inventory else None,
+                                                    "worker_runtime": runtime})
         on_event(f"cluster: {cluster.kind}, {config.ps} ps + {config.workers} workers"
-                 + (f" (started in {cluster.start_s:.1f} s)" if cluster.start_s else ""))
+                 + (f" (started in {cluster.start_s:.1f} s)" if cluster.start_s else "")
+                 + (", each worker's client serving its task (one TensorFlow runtime per node)" if shared else ""))
         running = []
+        recording = Recorder(cluster.monitor, run_dir / "nodes.csv") if cluster.monitor else contextlib.nullcontext()
         try:
-            running = clients.start(run_dir, used, cluster.inventory, resume, launch)
-            return _follow(run_dir, config, running, on_epoch, on_event, on_progress, used.tasks, launch)
+            with recording:  # each node's CPU and memory, for `picluster plot RUN_DIR`
+                running = clients.start(run_dir, used, cluster.inventory, resume, launch, serve=shared)
+                # A shared worker's server lives and dies with its client, whose exit is watched anyway.
+                servers = tuple(t for t in used.tasks if t.job == "ps") if shared else used.tasks
+                return _follow(run_dir, config, running, on_epoch, on_event, on_progress, servers, launch)
         finally:
             clients.stop(running)
             on_stopped(running)  # each client's exit status, for the job record
+            if shared and cluster.inventory is not None:
+                _restart_servers(cluster.inventory, on_event)
 
 
 def _follow(run_dir: Path, config: TrainConfig, running: list, on_epoch, on_event, on_progress, tasks=(), launch: str = "") -> dict:
@@ -181,6 +210,16 @@ def _raise_startup_failure(running: list) -> None:
         client.fetch_log()
     raise Exited("train har", [Exit(getattr(c, "node", "localhost"), f"worker:{c.task} client", None if code in (clients.KILLED, clients.LOST) else code,
                                     file_tail(c.log)) for c, code in dead])
+
+
+def _restart_servers(inv, on_event: Callable[[str], None]) -> None:
+    """The worker servers the clients stood in for, started again: the cluster as it was found."""
+    from picluster.cluster import nodes
+
+    try:
+        nodes.up(inv)
+    except ClusterError as exc:
+        on_event(f"could not start the worker servers again ({exc}); 'picluster cluster up' starts them")
 
 
 def _message(log: Path) -> str:

@@ -31,7 +31,7 @@ import tensorflow as tf
 from picluster import atomic
 from picluster.atomic import STORAGE_ERRNOS
 from picluster.cluster.lifetime import die_with_parent
-from picluster.errors import STORAGE_EXIT, PiclusterError, StorageError, UsageError
+from picluster.errors import STORAGE_EXIT, ClusterError, PiclusterError, StorageError, UsageError
 from picluster.jobs.har import checkpoints, metrics
 from picluster.jobs.har.chief import Chief
 from picluster.jobs.har.config import TrainConfig
@@ -43,7 +43,7 @@ STOP_GRACE_S = 5.0
 LIVE_EVERY_S = 1.0  # the chief's live.json: where in the epoch it is
 
 
-def train(run_dir: Path, launch: str = "") -> None:
+def train(run_dir: Path, launch: str = "", serve: bool = False) -> None:
     cfg = TrainConfig.load(run_dir / "config.json")
     cluster, task = cluster_and_task(cfg)
     workers = len(cluster["worker"]) if cluster else 1
@@ -53,6 +53,7 @@ def train(run_dir: Path, launch: str = "") -> None:
     data = load_data(cfg)
     tf.compat.v1.disable_eager_execution()
     tf.compat.v1.set_random_seed(cfg.seed)
+    server = serve_task(cluster, task) if serve and cluster else None  # noqa: F841  (serves while it lives)
     g = Graph(cfg, task, data, cluster, launch)
     mine = shard(len(data.x_train), task, workers, cfg.seed)
     batch = cfg.worker_batch(workers)
@@ -111,6 +112,32 @@ def cluster_and_task(cfg: TrainConfig) -> tuple[dict | None, int]:
         raise UsageError(f"TF_CONFIG is missing {exc}; start replicas with 'picluster train har'") from None
     except (ValueError, TypeError) as exc:
         raise UsageError(f"TF_CONFIG is not a worker's cluster spec ({exc})") from None
+
+
+def serve_task(cluster: dict, task: int):
+    """This worker's TensorFlow server, hosted here: the node runs one TensorFlow runtime, not a
+    server beside a client that imports TensorFlow again (see docs/lab.md for what that saves)."""
+    from picluster.cluster.shim import only_on
+
+    host, port = cluster["worker"][task].rsplit(":", 1)
+    server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name="worker", task_index=task, protocol="grpc", start=True)
+    wrong = only_on(host, int(port))
+    if wrong:
+        raise ClusterError(f"worker {task} refuses to serve: {wrong}")
+    print(f"replica {task}: serving worker {task} in this process at {host}:{port}", flush=True)
+    return server
+
+
+def shim_for_serving() -> None:
+    """Before anything else: re-execute with the bind shim for this worker's address (TF_CONFIG)."""
+    from picluster.cluster.shim import reexec_with_shim
+
+    try:
+        spec = json.loads(os.environ["TF_CONFIG"])
+        host, port = spec["cluster"]["worker"][int(spec["task"]["index"])].rsplit(":", 1)
+    except (KeyError, ValueError, TypeError, IndexError):
+        return  # train() names what is wrong with TF_CONFIG
+    reexec_with_shim(host, int(port), "picluster.jobs.har.replica")
 
 
 def open_session(g: Graph, cluster: dict | None, task: int, checkpoint_dir: Path):
@@ -235,14 +262,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launch", default="", help="this launch's id: its variables and queues are its own on the ps")
     parser.add_argument("--parent", type=int, help="exit when this pid (the coordinator) exits")
     parser.add_argument("--watch-stdin", action="store_true", help="exit when stdin closes (the coordinator's SSH channel)")
+    parser.add_argument("--serve", action="store_true", help="host this worker's TensorFlow server in this process (one runtime per node)")
     args = parser.parse_args(argv)
+    if args.serve:
+        shim_for_serving()
     if args.parent:
         die_with_parent(args.parent)
     if args.watch_stdin:
         threading.Thread(target=_exit_on_stdin_eof, daemon=True).start()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        train(args.run_dir, args.launch)
+        train(args.run_dir, args.launch, args.serve)
     except StorageError as exc:
         _error(exc)
         return STORAGE_EXIT

@@ -1,0 +1,57 @@
+"""Shared by the lab benchmarks: test hosts with limits, a cluster started on them over SSH.
+
+    with lab_cluster(hosts=9, limits=resolve(9, profile="pi3b")) as (lab, inventory, inv):
+        ...   # every host's servers and agent are up; `picluster ... -i inventory` works
+
+Not a benchmark itself (imported by the scripts beside it).
+"""
+
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from picluster.inventory import Inventory, load_inventory  # noqa: E402
+from picluster.lab import Lab  # noqa: E402
+from picluster.lab.limits import Limits  # noqa: E402
+
+
+def cli(*args: str, timeout: float = 900) -> str:
+    """Run picluster's command line; its stderr on failure."""
+    proc = subprocess.run([sys.executable, "-m", "picluster", *args], capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise SystemExit(f"picluster {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    return proc.stdout
+
+
+def lab_inventory(lab: Lab) -> Path:
+    """The lab's inventory, with this venv as every node's (the hosts share this machine's /usr and /work)."""
+    path = lab.write_inventory(Path(lab.run_dir) / "bench.toml")
+    path.write_text(path.read_text().replace("[cluster]\n", f"[cluster]\nvenv = \"{sys.prefix}\"\n", 1))
+    return path
+
+
+@contextmanager
+def lab_cluster(hosts: int, limits: Limits | None = None, rate: str | None = None,
+                start: bool = True) -> Iterator[tuple[Lab, Path, Inventory]]:
+    """A lab of ``hosts`` (node01 ps, the others workers) with ``limits`` each and its links shaped
+    to ``rate``; with ``start``, `cluster up` on it (and `cluster down` after).  SIGTERM (as
+    `kill` sends) unwinds like Ctrl-C, so the servers and the lab go down with the benchmark."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    with Lab(nodes=hosts, limits=limits) as lab:
+        if rate:
+            for host in lab.hosts:
+                lab.shape(host, rate=rate)
+        inventory = lab_inventory(lab)
+        if start:
+            cli("cluster", "up", "-i", str(inventory))
+        try:
+            yield lab, inventory, load_inventory(inventory)
+        finally:
+            if start:
+                cli("cluster", "down", "-i", str(inventory))
