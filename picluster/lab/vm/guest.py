@@ -136,6 +136,10 @@ MASKED = (
 )
 ENABLED = ("systemd-networkd.service", SEED_UNIT)
 
+# link -> target.  dbus's postinst wrote its own machine id, which systemd copies into an empty
+# /etc/machine-id on first boot: every VM would share it.  Debian links the two on new systems.
+SYMLINKS = {"/var/lib/dbus/machine-id": "/etc/machine-id"}
+
 # path inside the image -> (text, mode)
 FILES = {
     SEED_SCRIPT: (SEED_SH, 0o755),

@@ -56,7 +56,7 @@ PACKAGES = (
 # is sparse (unwritten inode tables stay holes), so 8 GiB costs what the files take (~0.6 GiB),
 # and each VM's copy-on-write disk has room for a TensorFlow venv.
 ROOT_SIZE = "8G"
-FORMAT = 1  # of the build procedure and manifest, beyond what the recipe lists
+FORMAT = 2  # of the build procedure and manifest, beyond what the recipe lists
 
 KERNEL, INITRD, ROOT, MANIFEST = "vmlinuz", "initrd.img", "root.img", "manifest.json"
 REBUILD_HINT = "python -m picluster.lab.vm image --rebuild"
@@ -100,6 +100,7 @@ def recipe() -> dict:
         "packages": sorted(PACKAGES),
         "root_size": ROOT_SIZE,
         "files": {path: [text, oct(mode)] for path, (text, mode) in sorted(guest.FILES.items())},
+        "symlinks": dict(sorted(guest.SYMLINKS.items())),
         "enabled": list(guest.ENABLED),
         "masked": list(guest.MASKED),
     }
@@ -280,6 +281,12 @@ def customize(root: Path) -> None:
             target.unlink()
         target.write_text(text)
         target.chmod(mode)
+    for link, target in guest.SYMLINKS.items():
+        path = root / link.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_symlink() or path.exists():
+            path.unlink()
+        path.symlink_to(target)
     # openssh-server's postinst made host keys: every VM would share them.  Each gets its own.
     for key in (root / "etc" / "ssh").glob("ssh_host_*"):
         key.unlink()

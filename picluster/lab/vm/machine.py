@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -58,6 +59,9 @@ class VM:
     pid: int | None = None
     started: float | None = None  # qemu's create time, so a reused pid is not taken for it
     accel: str | None = None  # "kvm" or "tcg", once started
+    # The machine's SMBIOS UUID.  systemd makes the guest's machine id from it on first boot, so
+    # without one per VM (qemu's default is the same for all) every VM would get the same id.
+    uuid: str | None = None
 
     def __post_init__(self) -> None:
         self.dir = Path(self.dir)
@@ -113,6 +117,7 @@ class VM:
     def prepare(self, image: Image, user: User, authorized_key: str) -> str:
         """Its disk and seed; returns its public host key ("ssh-ed25519 AAAA...")."""
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.uuid = self.uuid or str(uuid.uuid4())
         # Copy-on-write over the cached image: the VM's writes land here, the image stays as built.
         commands.run(
             [support.QEMU_IMG, "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(image.root), str(self.disk)]
@@ -138,6 +143,7 @@ class VM:
         return [
             support.QEMU,
             "-name", self.name,
+            *(["-uuid", self.uuid] if self.uuid else []),
             *accel_args,
             "-m", str(self.memory_mib), "-smp", str(self.cpus),
             "-nodefaults", "-no-user-config", "-display", "none",
