@@ -129,7 +129,7 @@ def _key(kernel: Path) -> str:
     except OSError:
         pass
     digest = hashlib.sha256(kernel.read_bytes()).hexdigest()[:16]
-    return f"{platform.release()} | {model} | {version} | kernel {digest}"
+    return f"{platform.release()} | {model} | {version} | kernel {digest} | cpus {','.join(KVM_CPUS)}"
 
 
 def _load(cache: Path) -> dict:
