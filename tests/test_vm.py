@@ -127,6 +127,22 @@ def test_a_half_built_image_is_never_used(tmp_path):
     assert image.cached(tmp_path / "vm") is None
 
 
+def test_removing_a_dead_builds_dir_never_reaches_into_its_mounts(tmp_path):
+    # A debootstrap killed mid-way leaves /proc and /sys mounted in its target.
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "file").write_text("keep")
+    build = tmp_path / "images" / ".build-x-1"
+    (build / "root" / "proc").mkdir(parents=True)
+    subprocess.run(["mount", "--bind", str(precious), str(build / "root" / "proc")], check=True)
+    try:
+        image._remove_build(build)
+    finally:
+        subprocess.run(["umount", "-l", str(build / "root" / "proc")], capture_output=True)
+    assert not build.exists()
+    assert (precious / "file").read_text() == "keep"
+
+
 def test_memory_check_refuses_in_one_line_what_does_not_fit():
     gib = 1 << 30
     support.check_memory(2, available_bytes=8 * gib)

@@ -31,6 +31,7 @@ from picluster import paths
 from picluster.errors import ClusterError, UsageError
 from picluster.lab import commands
 from picluster.lab.vm import guest, mirror
+from picluster.lifetime import die_with_parent
 
 SUITE = "bookworm"
 # Why each one is there; provisioning's own lists are checked against this one by a test.
@@ -213,7 +214,7 @@ def build(cache: Path, say: Say) -> Image:
     images = cache / "images"
     images.mkdir(parents=True, exist_ok=True)
     for stale in images.glob(".build-*"):  # builders that died (the lock says none is running)
-        shutil.rmtree(stale, ignore_errors=True)
+        _remove_build(stale)
     spec = recipe()
     digest = recipe_hash(spec)
     work = images / f".build-{digest}-{os.getpid()}"
@@ -248,7 +249,7 @@ def build(cache: Path, say: Say) -> Image:
             shutil.rmtree(final)
         os.rename(work, final)
     except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
+        _remove_build(work)
         raise
     say(f"VM image {digest} built in {time.monotonic() - started:.0f} s: {final}")
     return check(final)
@@ -265,7 +266,9 @@ def _debootstrap(root: Path, source: str, log: Path) -> None:
         source,
     ]
     with open(log, "wb") as out:
-        proc = subprocess.run(args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.run(
+            args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+        )
     if proc.returncode != 0:
         lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
         telling = [ln for ln in lines if ln.startswith(("E:", "W:"))] or lines
@@ -310,6 +313,24 @@ def pack(root: Path, out: Path) -> str:
     shutil.copyfile(initrd, out / INITRD)
     commands.run(["mkfs.ext4", "-q", "-F", "-L", guest.ROOT_LABEL, "-d", str(root), str(out / ROOT), ROOT_SIZE], timeout=600)
     return release
+
+
+def _remove_build(path: Path) -> None:
+    """Delete a build dir, after unmounting what a killed debootstrap left mounted in it (/proc,
+    /sys): rmtree descends into mount points, and must never reach this machine's own files."""
+    for target in sorted(_mounts_under(path), reverse=True):
+        subprocess.run(["umount", "-l", target], capture_output=True)
+    left = _mounts_under(path)
+    if left:
+        raise ClusterError(f"cannot remove the unfinished VM image {path}: {left[0]} is still mounted")
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _mounts_under(path: Path) -> list[str]:
+    real = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        targets = [line.split()[4].encode().decode("unicode_escape") for line in f]
+    return [t for t in targets if t == real or t.startswith(real + "/")]
 
 
 def _sha256(path: Path) -> str:

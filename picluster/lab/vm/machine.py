@@ -282,8 +282,7 @@ class VM:
             self.stop(grace=0)
         except ClusterError as exc:
             problems.append(str(exc))
-        stray = [pid for pid in self.processes() if pid != self.pid or self.alive()]
-        left = procs.kill_all(stray)
+        left = procs.kill_all(self.processes())
         if left:
             problems.append(f"qemu {left} would not die")
         self._reap()
