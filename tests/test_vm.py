@@ -166,6 +166,26 @@ def test_support_refusals_say_what_to_do(monkeypatch):
     )
 
 
+@pytest.mark.parametrize(
+    "how, says",
+    [
+        (["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"], "VM test hosts need root"),
+        (["env", "PATH=/usr/sbin:/sbin"], "apt-get install qemu-system-x86 qemu-utils"),
+    ],
+)
+def test_cli_refuses_in_one_line_without_root_or_qemu(how, says, tmp_path):
+    links_before = set(netns.link_names())
+    proc = subprocess.run(
+        [*how, sys.executable, "-m", "picluster.lab.vm", "try", "--nodes", "2"],
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+        env=dict(os.environ, PICLUSTER_STATE_DIR=str(tmp_path / "state")),
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and says in proc.stderr, proc.stderr
+    assert set(netns.link_names()) == links_before
+    assert not (tmp_path / "state").exists()
+
+
 def test_fleet_refuses_before_making_anything(tmp_path, monkeypatch):
     vms = [VM(f"node0{i}", i, f"10.9.9.1{i}", 24, tap.name("zq1", i), "pcl-zq1", tmp_path / f"n{i}") for i in (1, 2)]
     fleet = Fleet(vms, User("pi", 1000, 1000), tmp_path / "key", tmp_path / "known", cache=tmp_path / "cache")

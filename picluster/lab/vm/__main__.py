@@ -9,13 +9,15 @@ VM-NOTES.md's measurements were taken with it.
 """
 
 import argparse
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from picluster.errors import PiclusterError
+from picluster.errors import PiclusterError, UsageError
 from picluster.lab.vm import image as image_mod
+from picluster.lab.vm import support
 from picluster.lab.vm.fleet import Fleet, say_stderr
 from picluster.lab.vm.scratch import ScratchNet
 
@@ -43,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _image(rebuild: bool) -> int:
+    if os.geteuid() != 0:
+        raise UsageError("the VM image is built and kept by root (debootstrap): run as root")
     started = time.monotonic()
     image = image_mod.ensure(say=say_stderr, rebuild=rebuild)
     elapsed = time.monotonic() - started
@@ -55,6 +59,9 @@ def _image(rebuild: bool) -> int:
 
 
 def _try(nodes: int, timeout: float, reboot: str | None, hold: float) -> int:
+    # Fleet.up checks these too; here they come before the scratch bridge is made.
+    support.require_support()
+    support.check_memory(nodes)
     root = image_mod.cache_root() / "runs"
     root.mkdir(parents=True, exist_ok=True)
     run_dir = Path(tempfile.mkdtemp(prefix="try-", dir=root))
