@@ -145,14 +145,16 @@ def check(directory: Path) -> Image:
         raise damaged(f"{MANIFEST} unreadable: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("recipe_hash") != directory.name:
         raise damaged(f"{MANIFEST} is for another recipe")
-    files = manifest.get("files") or {}
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not all(isinstance(files.get(n), dict) for n in (KERNEL, INITRD, ROOT)):
+        raise damaged(f"{MANIFEST} lists no files")
     for name in (KERNEL, INITRD, ROOT):
         path = directory / name
         try:
             size = path.stat().st_size
         except FileNotFoundError:
             raise damaged(f"{name} missing") from None
-        want = files.get(name, {}).get("size")
+        want = files[name].get("size")
         if size != want:
             raise damaged(f"{name} is {size} bytes, built as {want}")
         if size < MIN_SIZES.get(name, 0):
@@ -182,14 +184,6 @@ def ensure(cache: Path | None = None, say: Say | None = None, rebuild: bool = Fa
         if not rebuild and directory.exists():
             return check(directory)
         return build(cache, say)
-
-
-def remove(cache: Path | None = None) -> bool:
-    directory = image_dir(cache)
-    if not directory.exists():
-        return False
-    shutil.rmtree(directory)
-    return True
 
 
 # -- building ----------------------------------------------------------------------------------
