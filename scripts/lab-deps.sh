@@ -21,6 +21,11 @@ packages=(
     nfs-common
     python3-venv
     python3-apt      # Ansible's apt module on the test hosts (else it installs it itself)
+    # VM test hosts (picluster/lab/vm): Debian 12 guests with their own kernel.
+    qemu-system-x86  # qemu-system-x86_64 (with seabios and ipxe-qemu's virtio-net ROM)
+    qemu-utils       # qemu-img: each VM's copy-on-write disk over the cached image
+    debootstrap      # builds that image once from the Debian mirror apt uses
+    e2fsprogs        # mkfs.ext4 -d: root and seed disks made from directories, no loop mount
 )
 
 if [[ $(id -u) -ne 0 ]]; then
@@ -86,6 +91,6 @@ fi
 for tool in /usr/sbin/sshd /usr/lib/openssh/sftp-server; do
     [[ -x $tool ]] || { echo "lab-deps: $tool missing after install" >&2; exit 1; }
 done
-for tool in ip tc unshare nsenter mount umount findmnt sudo nft; do
+for tool in ip tc unshare nsenter mount umount findmnt sudo nft qemu-system-x86_64 qemu-img debootstrap mkfs.ext4; do
     command -v "$tool" >/dev/null || { echo "lab-deps: $tool missing after install" >&2; exit 1; }
 done
