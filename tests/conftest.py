@@ -45,4 +45,4 @@ def picluster(*args, env=None, timeout=300, input=None):
     )
 
 
-from lab_fixtures import lab4, lab_factory, lab_support  # noqa: E402,F401  (test hosts, picluster.lab)
+from lab_fixtures import lab4, lab_factory, lab_support, vm3, vm_image, vm_support  # noqa: E402,F401  (test hosts, picluster.lab)

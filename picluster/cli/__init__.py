@@ -28,6 +28,7 @@ def _register() -> None:
     app.add_command(top.top)
     app.add_command(provision.provision)
     app.add_command(provision.inventory)
+    app.add_command(provision.wheelhouse)
     app.add_command(train.train)
 
 

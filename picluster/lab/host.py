@@ -71,6 +71,11 @@ class Host:
     net_inode: int | None = None
     mnt_inode: int | None = None
 
+    kind = "netns"
+
+    def describe(self) -> str:
+        return f"netns {self.netns}"
+
     # -- state file -----------------------------------------------------------------------
 
     def to_dict(self) -> dict:
@@ -143,7 +148,7 @@ class Host:
             "binds": binds,
             "traversable": traversable,
             "keep_under_tmp": list(keep_under_tmp),
-            "hosts_file": _hosts_file(self.name),
+            "hosts_file": hosts_file(self.name),
             "user": {
                 "name": user.name,
                 "uid": user.uid,
@@ -319,7 +324,7 @@ Subsystem sftp {commands.SFTP_SERVER}
         return snapshot.fingerprint(path)
 
 
-def _hosts_file(name: str) -> str:
+def hosts_file(name: str) -> str:
     # As Raspberry Pi Imager leaves it on a freshly written card whose hostname it set.
     return (
         "127.0.0.1\tlocalhost\n"

@@ -13,7 +13,7 @@ import psutil
 
 from picluster import paths
 from picluster.errors import ClusterError, UsageError
-from picluster.lab import commands, links, naming, netns, procs
+from picluster.lab import commands, kinds, links, naming, netns, procs
 
 _LOCK = Path("/run/lock/picluster-lab.lock")
 
@@ -107,16 +107,18 @@ def lock() -> Iterator[None]:
 
 
 def sweep(lab_id: str, run_dir: Path, hosts: list, children: list) -> list[str]:
-    """End everything of lab ``lab_id``: the hosts' processes, then every kernel object named
-    after it, mounts into its run dir and the run dir.  What could not be removed, as messages."""
+    """End everything of lab ``lab_id``: the hosts' processes (sshds in its namespaces, qemus of
+    its VMs), then every kernel object named after it (a VM's tap is named like a veth), mounts
+    into its run dir and the run dir (a VM's disks).  What could not be removed, as messages."""
     problems = []
-    namespaces = {host.netns for host in hosts} | {
+    namespaces = {host.netns for host in hosts if host.netns} | {
         name for name in netns.netns_names() if naming.lab_of_netns(name) == lab_id
     }
     net = {procs.netns_inode(name) for name in namespaces} | {h.net_inode for h in hosts}
     mnt = {h.mnt_inode for h in hosts}
     pids = set(procs.in_namespaces(net, mnt))
     pids |= {h.pid for h in hosts if h.alive()}
+    pids |= set(kinds.sweep_leftovers(run_dir))  # VMs: qemu, found by its disks
     left = procs.kill_all(sorted(pids))
     if left:
         problems.append(f"processes {left} would not die")

@@ -1,6 +1,8 @@
 """`picluster inventory --ansible`: the inventory as Ansible's YAML inventory.
 
-The variables carry the names the shared nfs/ templates use, so both paths render them alike.
+The variables carry the names the shared nfs/ templates use, so both paths render them alike;
+`coordinator` (picluster.nft.j2) is what each node saw the play's SSH session come from, read by
+the common role as the Fabric path's facts read it.
 Scalars are written as JSON, which is valid YAML, so no YAML library is needed.
 """
 
@@ -9,7 +11,7 @@ from pathlib import Path
 
 from picluster.inventory import Inventory
 from picluster.provision.steps.firewall import template_vars
-from picluster.provision.steps.nfs import MOUNTD_PORT, nfsd_threads
+from picluster.provision.steps.nfs import MOUNTD_PORT, SLOT_TABLE_ENTRIES, nfsd_threads
 
 
 def ansible_inventory(inv: Inventory, known_hosts: Path | None = None, public_key: str | None = None) -> str:
@@ -25,6 +27,7 @@ def ansible_inventory(inv: Inventory, known_hosts: Path | None = None, public_ke
         "nfs_master": master.name,
         "nfsd_threads": nfsd_threads(len(inv.nodes)),
         "mountd_port": MOUNTD_PORT,
+        "slot_table_entries": SLOT_TABLE_ENTRIES,
         "cluster_nodes": [{"name": n.name, "address": n.address} for n in inv.nodes],
         "venv": inv.venv.removeprefix("~/"),  # the role's paths are relative to the home already
     }

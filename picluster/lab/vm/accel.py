@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from picluster.errors import UsageError
 from picluster.cluster.lifetime import die_with_parent
+from picluster.errors import UsageError
 from picluster.lab.vm import support
 
 PROBE_SECONDS = 20.0

@@ -1,11 +1,11 @@
-"""The VM image: Debian 12 built once with debootstrap, cached under the state dir, checked before use.
+"""The VM image: Debian 12 built once with debootstrap, cached on this machine, checked before use.
 
     image = ensure(say=print)      # cached one, or built now (minutes); raises on a damaged cache
     image.kernel, image.initrd     # booted directly by qemu (-kernel/-initrd): no boot loader
     image.root                     # raw ext4, the read-only backing file of every VM's disk
 
-Cache layout: ``<state_dir>/vm/images/<recipe hash>/`` holding vmlinuz, initrd.img, root.img and
-manifest.json.  The hash covers everything that decides the image's content (suite, packages, the
+Cache layout: ``<cache_dir>/vm/images/<recipe hash>/`` (paths.cache_dir(): ~/.cache/picluster)
+holding vmlinuz, initrd.img, root.img and manifest.json.  The hash covers everything that decides the image's content (suite, packages, the
 guest files of guest.py, disk size), so changing the recipe builds a new image beside the old one.
 A build happens in ``.build-<hash>-<pid>`` next to it and is renamed into place as its last step:
 a half-built image never has the final name, and one whose builder died is swept by the next build.
@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from picluster import paths
+from picluster.cluster.lifetime import die_with_parent
 from picluster.errors import ClusterError, UsageError
 from picluster.lab import commands
 from picluster.lab.vm import guest, mirror
-from picluster.cluster.lifetime import die_with_parent
 
 SUITE = "bookworm"
 # Why each one is there; provisioning's own lists are checked against this one by a test.
@@ -113,7 +113,7 @@ def recipe_hash(spec: dict | None = None) -> str:
 
 
 def cache_root() -> Path:
-    return paths.state_dir() / "vm"
+    return paths.cache_dir() / "vm"
 
 
 def image_dir(cache: Path | None = None) -> Path:
@@ -222,7 +222,7 @@ def build(cache: Path, say: Say) -> Image:
         customize(root)
         release = pack(root, work)
         shutil.rmtree(root)
-        files = {name: {"size": (work / name).stat().st_size} for name in (KERNEL, INITRD, ROOT)}
+        files: dict[str, dict[str, int | str]] = {name: {"size": (work / name).stat().st_size} for name in (KERNEL, INITRD, ROOT)}
         for name in (KERNEL, INITRD):
             files[name]["sha256"] = _sha256(work / name)
         manifest = {
@@ -278,12 +278,12 @@ def customize(root: Path) -> None:
             target.unlink()
         target.write_text(text)
         target.chmod(mode)
-    for link, target in guest.SYMLINKS.items():
-        path = root / link.lstrip("/")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.is_symlink() or path.exists():
-            path.unlink()
-        path.symlink_to(target)
+    for link, points_to in guest.SYMLINKS.items():
+        link_path = root / link.lstrip("/")
+        link_path.parent.mkdir(parents=True, exist_ok=True)
+        if link_path.is_symlink() or link_path.exists():
+            link_path.unlink()
+        link_path.symlink_to(points_to)
     # openssh-server's postinst made host keys: every VM would share them.  Each gets its own.
     for key in (root / "etc" / "ssh").glob("ssh_host_*"):
         key.unlink()

@@ -4,43 +4,38 @@
             bridge="pcl-ab12", dir=run_dir / "vms" / "node01")
     host_key = vm.prepare(image, user, authorized_key)   # disks and seed; "ssh-ed25519 AAAA..."
     vm.start(image, accel)                               # returns at once; the guest boots ~30 s
-    vm.stop()                                            # power button, then quit, then kill
-    vm.delete()                                          # process, tap and files: all gone
 
 Its files, all in `dir`: disk.qcow2 (copy-on-write over the image's read-only root.img, so a VM
 costs only what it writes), seed/ and seed.img (its identity, seed.py), console.log (the serial
-console, appended across reboots), qemu.log (qemu's own messages), qmp.sock (qemu's control
-socket).  A guest reboot resets the machine inside the same qemu process with the same disks:
-qemu runs without -no-reboot.
+console, appended across reboots), qemu.log (qemu's own messages).  A guest reboot resets the
+machine inside the same qemu process with the same disks: qemu runs without -no-reboot.  The
+lab ends a VM as it ends everything of its own (registry.sweep): qemu is found by its disks in
+the run dir and killed, the tap by its name, the files with the run dir.
 
 qemu runs with -nodefaults and exactly one NIC, the tap: no user-mode network, so the guest
 reaches nothing but the lab's bridge.
 """
 
-import os
-import shutil
 import subprocess
-import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Self
 
 import psutil
 
+from picluster.cluster.lifetime import die_with_parent
 from picluster.errors import ClusterError
-from picluster.lab import commands, procs
+from picluster.lab import commands
 from picluster.lab.host import HostOptions, User
-from picluster.lab.vm import qmp, seed, support, tap
+from picluster.lab.vm import seed, support, tap
 from picluster.lab.vm.accel import Accel
 from picluster.lab.vm.image import Image
-from picluster.cluster.lifetime import die_with_parent
 
 # net.ifnames=0: the NIC is eth0, as in a namespace host (the seed's network file matches its MAC).
 KERNEL_ARGS = "root=/dev/vda rw console=ttyS0 net.ifnames=0"
 # TCG's translation cache defaults to 1 GiB per VM on 64-bit hosts; a boot uses a fraction.
 TB_CACHE_MIB = 256
-# AF_UNIX paths are limited to 108 bytes; a deep run dir puts the socket here instead.
-SOCKET_DIR = Path("/run/picluster-vm")
 
 
 @dataclass
@@ -75,7 +70,7 @@ class VM:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> "VM":
+    def from_dict(cls, data: dict) -> Self:
         data = dict(data)
         data["dir"] = Path(data["dir"])
         data["options"] = HostOptions(**data.get("options", {}))
@@ -102,11 +97,6 @@ class VM:
     @property
     def qemu_log(self) -> Path:
         return self.dir / "qemu.log"
-
-    @property
-    def qmp_socket(self) -> Path:
-        path = self.dir / "qmp.sock"
-        return path if len(str(path)) < 100 else SOCKET_DIR / f"{self.tap}.qmp"
 
     @property
     def mac(self) -> str:
@@ -156,7 +146,6 @@ class VM:
             "-device", "virtio-rng-pci",
             "-chardev", f"file,id=console,path={self.console_log},append=on",
             "-serial", "chardev:console",
-            "-qmp", f"unix:{self.qmp_socket},server=on,wait=off",
         ]  # fmt: skip
 
     # -- process ----------------------------------------------------------------------------
@@ -170,8 +159,6 @@ class VM:
             raise ClusterError(f"VM {self.name} is running already (pid {self.pid})")
         if not tap.exists(self.tap):
             tap.create(self.tap, self.bridge)
-        if self.qmp_socket.parent == SOCKET_DIR:
-            SOCKET_DIR.mkdir(mode=0o700, exist_ok=True)
         with open(self.qemu_log, "ab") as log:
             proc = subprocess.Popen(
                 self.command(image, accel),
@@ -201,22 +188,6 @@ class VM:
         except psutil.NoSuchProcess:
             return False
 
-    def processes(self) -> list[int]:
-        """Every qemu running this VM's disk: the recorded one, and any other (a crashed owner's)."""
-        needle = f"file={self.disk},"
-        found = {self.pid} if self.alive() else set()
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                    args = f.read().decode(errors="replace").split("\0")
-            except OSError:
-                continue
-            if any(needle in arg for arg in args):
-                found.add(int(entry.name))
-        return sorted(found)
-
     def why_stopped(self) -> str:
         """One line: qemu's last complaint, else the console's last line."""
         for log in (self.qemu_log, self.console_log):
@@ -234,67 +205,3 @@ class VM:
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])
-
-    def stop(self, grace: float = 30.0) -> None:
-        """The power button (ACPI) and `grace` seconds for the guest to shut down, then qemu's
-        quit, then SIGKILL.  grace=0 skips the guest's shutdown (its disk is thrown away anyway)."""
-        if not self.alive():
-            self._reap()
-            return
-        if grace > 0:
-            try:
-                qmp.command(self.qmp_socket, "system_powerdown")
-            except ClusterError:
-                pass
-            if self._wait_gone(grace):
-                return
-        try:
-            qmp.command(self.qmp_socket, "quit", timeout=2.0)
-        except ClusterError:
-            pass
-        if self._wait_gone(5.0):
-            return
-        left = procs.kill_all([self.pid], grace=0)
-        self._reap()
-        if left:
-            raise ClusterError(f"VM {self.name}: qemu {left} would not die")
-
-    def _wait_gone(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while self.alive():
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.1)
-        self._reap()
-        return True
-
-    def _reap(self) -> None:
-        if self._proc is not None:
-            try:
-                self._proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-
-    def delete(self) -> None:
-        """Kill its qemu (however started), delete its tap and its files.  Idempotent."""
-        problems = []
-        try:
-            self.stop(grace=0)
-        except ClusterError as exc:
-            problems.append(str(exc))
-        left = procs.kill_all(self.processes())
-        if left:
-            problems.append(f"qemu {left} would not die")
-        self._reap()
-        try:
-            tap.delete(self.tap)
-        except ClusterError as exc:
-            problems.append(str(exc))
-        if self.qmp_socket.parent == SOCKET_DIR:
-            self.qmp_socket.unlink(missing_ok=True)
-        if self.dir.exists():
-            shutil.rmtree(self.dir, ignore_errors=True)
-            if self.dir.exists():
-                problems.append(f"cannot remove {self.dir}")
-        if problems:
-            raise ClusterError(f"VM {self.name}: {'; '.join(problems)}")

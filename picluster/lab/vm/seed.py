@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from picluster.lab import commands, keys, mockpi
-from picluster.lab.host import DATA_DIR, SHARE_DIR, User, _hosts_file
+from picluster.lab.host import DATA_DIR, SHARE_DIR, User, hosts_file
 from picluster.lab.vm import guest
 
 SIZE = "4M"
@@ -53,7 +53,7 @@ def write_tree(identity: Identity, directory: Path) -> str:
     host_key = keys.make_keypair(directory / "ssh_host_ed25519_key", f"root@{identity.name}")
     (directory / "settings").write_text(settings_text(identity, secrets.token_hex(8)))
     (directory / "authorized_keys").write_text(identity.authorized_key.rstrip("\n") + "\n")
-    (directory / "hosts").write_text(_hosts_file(identity.name))
+    (directory / "hosts").write_text(hosts_file(identity.name))
     # The same MOCK boot partition and device-tree model as a namespace host's (mockpi.py).
     mockpi.seed_boot_partition(directory / "boot-firmware")
     if identity.pi_model:
