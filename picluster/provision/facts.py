@@ -30,7 +30,7 @@ k=/lib/modules/$(uname -r)/kernel/fs
 [ -n "$(find $k/nfs -name 'nfs.ko*' 2>/dev/null | head -n 1)" ] && echo "nfs_module=yes"
 echo "hostname=$(hostname)"
 echo "home=$HOME"
-echo "nfsconf=$(command -v nfsconf)"
+echo "nfsconf=$(PATH="$PATH:/usr/sbin:/sbin" command -v nfsconf)"  # in sbin, off a user's PATH
 echo "nfs_utils=$(dpkg-query -W -f='${Version}' nfs-common 2>/dev/null)"
 if [ -d /run/systemd/system ]; then
     # The network manager in use, not merely installed: systemd ships networkd's wait-online unit
