@@ -203,7 +203,8 @@ def test_support_refusals_say_what_to_do(monkeypatch):
     ],
 )
 def test_lab_up_vm_refuses_in_one_line_and_makes_nothing(how, env, says, tmp_path):
-    links_before = set(netns.link_names())
+    # A lab makes its run dir (under the state dir) before its bridge: no state dir, no bridge.
+    # (Other labs on this machine come and go meanwhile, so links are not compared.)
     state = tmp_path / "state"
     nodes = env.pop("PICLUSTER_TEST_NODES", "2")
     proc = cli(
@@ -213,8 +214,8 @@ def test_lab_up_vm_refuses_in_one_line_and_makes_nothing(how, env, says, tmp_pat
     )  # fmt: skip
     assert proc.returncode == 2 and proc.stdout == "", proc.stdout
     assert proc.stderr.count("\n") == 1 and says in proc.stderr, proc.stderr
-    assert set(netns.link_names()) == links_before
     assert not state.exists() and not (tmp_path / "cache").exists()  # no image built for a refusal
+    assert qemu_pids_under(tmp_path) == []
 
 
 def test_a_lab_refuses_more_vms_than_memory_holds_before_making_anything(tmp_path, monkeypatch):
@@ -334,7 +335,6 @@ def damaged_cache(vm_image, tmp_path: Path) -> Path:
 @pytest.mark.slow
 def test_a_damaged_cached_image_is_refused_before_anything_starts(vm_image, tmp_path):
     cache = damaged_cache(vm_image, tmp_path)
-    links_before = set(netns.link_names())
     proc = cli(
         "lab", "up", "--vm", "--nodes", "2",
         env=dict(os.environ, PICLUSTER_STATE_DIR=str(tmp_path / "state"), PICLUSTER_CACHE_DIR=str(cache)), timeout=120,
@@ -342,7 +342,7 @@ def test_a_damaged_cached_image_is_refused_before_anything_starts(vm_image, tmp_
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1, proc.stderr
     assert "vmlinuz is 1048576 bytes" in proc.stderr and image.REBUILD_HINT in proc.stderr
-    assert set(netns.link_names()) == links_before and not (tmp_path / "state").exists()
+    assert not (tmp_path / "state").exists()
     assert qemu_pids_under(tmp_path) == []
     assert vm_image.kernel.stat().st_size == vm_image.manifest["files"]["vmlinuz"]["size"]
 
