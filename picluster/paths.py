@@ -20,3 +20,14 @@ def data_dir() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "picluster"
+
+
+def cache_dir() -> Path:
+    """What is kept to save time and can be made again (the VM image, downloaded wheels):
+    $PICLUSTER_CACHE_DIR, else $XDG_CACHE_HOME/picluster.  Apart from state_dir() so that a
+    private state dir (every test has one) does not rebuild a VM image."""
+    explicit = os.environ.get("PICLUSTER_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "picluster"

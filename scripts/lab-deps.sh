@@ -24,6 +24,11 @@ packages=(
     # Not for the lab: only its promtool, which lints the node agent's metrics page in the
     # tests (`promtool check metrics`).  Its service is never started (policy below).
     prometheus
+    # VM test hosts (picluster/lab/vm): Debian 12 guests with their own kernel.
+    qemu-system-x86  # qemu-system-x86_64 (with seabios and ipxe-qemu's virtio-net ROM)
+    qemu-utils       # qemu-img: each VM's copy-on-write disk over the cached image
+    debootstrap      # builds that image once from the Debian mirror apt uses
+    e2fsprogs        # mkfs.ext4 -d: root and seed disks made from directories, no loop mount
 )
 
 if [[ $(id -u) -ne 0 ]]; then
@@ -89,6 +94,6 @@ fi
 for tool in /usr/sbin/sshd /usr/lib/openssh/sftp-server; do
     [[ -x $tool ]] || { echo "lab-deps: $tool missing after install" >&2; exit 1; }
 done
-for tool in ip tc unshare nsenter mount umount findmnt sudo nft promtool; do
+for tool in ip tc unshare nsenter mount umount findmnt sudo nft promtool qemu-system-x86_64 qemu-img debootstrap mkfs.ext4; do
     command -v "$tool" >/dev/null || { echo "lab-deps: $tool missing after install" >&2; exit 1; }
 done

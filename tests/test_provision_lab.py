@@ -1,7 +1,11 @@
 """`picluster provision` and the Ansible twin against the test lab: real SSH hosts on this machine.
 
-The kernel here has no NFS: exports, NFS restarts and mounts must say
-`skipped (no NFS support in this kernel)`, which these tests assert exactly.
+The kernel here has no NFS: exports, NFS restarts, the slot table and mounts must say
+`skipped (no NFS support in this kernel)`, which these tests assert exactly (test_provision_vm.py
+runs them for real on VMs).  The first test provisions as a new user would, runtime included: the
+hosts have no route to the internet, so picluster and TensorFlow come from wheels the coordinator
+downloads once and pushes over SFTP.  Tests about other steps point `venv` at the coordinator's
+own venv (the hosts share /usr and this tree) to skip installing TensorFlow again.
 """
 
 import os
@@ -26,19 +30,16 @@ ROOT = Path(__file__).resolve().parents[1]
 VENV = sys.prefix  # the coordinator's venv: the hosts share /usr and this tree, so picluster and TF import
 SUDO_MARK = "/home/pi/.sudo_as_admin_successful"  # sudo's own bookkeeping on Debian, on first use
 
-MASTER_FILES = {
-    "/boot/firmware/config.txt", "/etc/hosts", "/etc/fstab", "/etc/exports", "/etc/default/nfs-kernel-server",
-    "/etc/modprobe.d", "/etc/modprobe.d/sunrpc.conf", "/etc/nftables.conf", "/etc/nftables.d",
-    "/etc/nftables.d/picluster.nft", "/etc/ssh/sshd_config.d/00-picluster.conf", "/srv/picluster", SUDO_MARK,
-}  # fmt: skip
 CLIENT_FILES = {
-    "/boot/firmware/config.txt", "/etc/hosts", "/etc/fstab", "/etc/nftables.conf", "/etc/nftables.d",
+    "/boot/firmware/config.txt", "/etc/hosts", "/etc/fstab", "/etc/modprobe.d", "/etc/modprobe.d/sunrpc.conf",
+    "/etc/sysctl.d", "/etc/sysctl.d/60-picluster-sunrpc.conf", "/etc/nftables.conf", "/etc/nftables.d",
     "/etc/nftables.d/picluster.nft", "/etc/ssh/sshd_config.d/00-picluster.conf", SUDO_MARK,
 }  # fmt: skip
+MASTER_FILES = CLIENT_FILES | {"/etc/exports", "/etc/nfs.conf.d", "/etc/nfs.conf.d/picluster.conf", "/srv/picluster"}
 # What provisioning would write on a Pi, seen on the real machine: none of it may change.
 MACHINE_PATHS = (
-    "/etc/hosts", "/etc/hostname", "/etc/exports", "/etc/fstab", "/etc/default/nfs-kernel-server",
-    "/etc/modprobe.d", "/etc/nftables.conf", "/etc/nftables.d", "/etc/ssh/sshd_config.d", "/boot", "/srv",
+    "/etc/hosts", "/etc/hostname", "/etc/exports", "/etc/fstab", "/etc/default/nfs-kernel-server", "/etc/nfs.conf.d",
+    "/etc/modprobe.d", "/etc/sysctl.d", "/etc/nftables.conf", "/etc/nftables.d", "/etc/ssh/sshd_config.d", "/boot", "/srv",
 )  # fmt: skip
 
 
@@ -46,9 +47,10 @@ def inventory(lab, tmp_path: Path, name: str = "picluster.toml") -> Path:
     return lab.write_inventory(tmp_path / name)
 
 
-def run_cli(lab, inv: Path, *args: str, timeout: float = 300):
+def run_cli(lab, inv: Path, *args: str, timeout: float = 300, venv: str | None = VENV):
+    """`picluster provision`; venv=None: the inventory's own (picluster-venv, made for real)."""
     return picluster(
-        "provision", "-i", inv, "--known-hosts", lab.known_hosts_path, "--venv", VENV, *args,
+        "provision", "-i", inv, "--known-hosts", lab.known_hosts_path, *(["--venv", venv] if venv else []), *args,
         env=dict(os.environ, COLUMNS="250"), timeout=timeout,
     )  # fmt: skip
 
@@ -57,8 +59,15 @@ def options(lab, **kwargs) -> Options:
     return Options(**{"known_hosts": lab.known_hosts_path, "venv": VENV, **kwargs})
 
 
+NODE_VENV = "/home/pi/picluster-venv"  # the inventory's venv, made for real by the first test
+
+
 def changed_paths(lab) -> dict[str, set[str]]:
-    return {name: {c.path for c in changes} for name, changes in lab.changes().items()}
+    """Per host, what provisioning wrote outside the venv it made (thousands of files)."""
+    return {
+        name: {c.path for c in changes if not (c.path + "/").startswith(NODE_VENV + "/")}
+        for name, changes in lab.changes().items()
+    }
 
 
 def machine_state() -> tuple:
@@ -81,24 +90,33 @@ def test_provision_writes_every_file_once_and_a_second_run_changes_nothing(lab4,
     baseline = {h.name: h.manifest() for h in lab4.hosts}
     machine_before = machine_state()
 
-    dry = run_cli(lab4, inv, "--dry-run")
+    # As a new user would: no --venv, so the runtime step makes picluster-venv for real.
+    dry = run_cli(lab4, inv, "--dry-run", venv=None)
     assert dry.returncode == 0, dry.stdout + dry.stderr
-    assert "node01: 11 change(s) planned" in dry.stdout
-    assert "node02: 9 change(s) planned" in dry.stdout  # /etc/hostname and the live name too
+    assert "node01: 13 change(s) planned" in dry.stdout
+    assert "node02: 12 change(s) planned" in dry.stdout  # /etc/hostname and the live name too
     assert "  hostname live: would set the hostname raspberrypi -> node02" in dry.stdout
-    assert "node01: would change (11)" in dry.stdout
+    assert (
+        f"  runtime venv: would install picluster and TensorFlow for cp311-x86_64-glibc{os.confstr('CS_GNU_LIBC_VERSION').split()[1]}"
+        f" into {NODE_VENV}, wheels via the node (no share mounted)"
+    ) in dry.stdout
+    assert "node01: would change (13)" in dry.stdout
     for host in lab4.hosts:
         assert {c.path for c in host.changes(since=baseline[host.name])} <= {SUDO_MARK}, host.name
     assert lab4.host("node02").run(["hostname"]).stdout.strip() == "raspberrypi"
 
-    first = run_cli(lab4, inv)
+    first = run_cli(lab4, inv, venv=None, timeout=3600)
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "node01: changed (11)" in first.stdout
-    assert "node02: changed (9)" in first.stdout
-    assert "node[03-04]: changed (7)" in first.stdout
+    assert "node01: changed (13)" in first.stdout
+    assert "node02: changed (12)" in first.stdout
+    assert "node[03-04]: changed (10)" in first.stdout
     assert "nfs-client mount: skipped (no NFS support in this kernel): node[01-04]" in first.stdout
+    assert "nfs-client slot_table: skipped (no NFS support in this kernel): node[01-04]" in first.stdout
     assert "nfs-server exportfs: skipped (no NFS support in this kernel): node01" in first.stdout
     assert "nfs-server service: skipped (no NFS support in this kernel): node01" in first.stdout
+    # The hosts reach no package index: TensorFlow came from the coordinator's wheels (--no-index).
+    tf = lab4.host("node03").run(["sudo", "-u", "pi", f"{NODE_VENV}/bin/python", "-c", "import tensorflow as tf; print(tf.__version__)"], timeout=300)
+    assert tf.stdout.strip().startswith("2.21.")
 
     changes = changed_paths(lab4)
     assert changes["node01"] == MASTER_FILES
@@ -108,8 +126,7 @@ def test_provision_writes_every_file_once_and_a_second_run_changes_nothing(lab4,
     subnet = str(lab4.subnet)
     master = lab4.host("node01")
     assert master.read_file("/etc/exports").splitlines()[-1] == f"/srv/picluster {subnet}(rw,sync,no_subtree_check,root_squash)"
-    assert "\nRPCNFSDCOUNT=8\n" in master.read_file("/etc/default/nfs-kernel-server")
-    assert "options sunrpc tcp_max_slot_table_entries=128" in master.read_file("/etc/modprobe.d/sunrpc.conf")
+    assert "\nthreads=8\n" in master.read_file("/etc/nfs.conf.d/picluster.conf")
     share = master.run(["stat", "-c", "%U:%G %a", "/srv/picluster"]).stdout.strip()
     assert share == "pi:pi 775"
     for host in lab4.hosts:
@@ -122,16 +139,19 @@ def test_provision_writes_every_file_once_and_a_second_run_changes_nothing(lab4,
         assert host.read_file("/boot/firmware/config.txt").endswith("[all]\ngpu_mem=16\n")
         assert host.read_file("/etc/fstab").splitlines()[-1] == f"{master.address}:/srv/picluster /mnt/picluster nfs defaults,_netdev 0 0"
         assert "PasswordAuthentication no" in host.read_file("/etc/ssh/sshd_config.d/00-picluster.conf")
+        assert "\noptions sunrpc tcp_slot_table_entries=128\n" in host.read_file("/etc/modprobe.d/sunrpc.conf")
+        assert "\nsunrpc.tcp_slot_table_entries = 128\n" in host.read_file("/etc/sysctl.d/60-picluster-sunrpc.conf")
         live = host.run(["nft", "list", "table", "inet", "picluster"]).stdout
         assert f"ip saddr {subnet} tcp dport {{ 111, 2049, 2222, 2223, 9100, 20048 }} accept" in live
+        assert f"ip saddr {lab4.gateway} tcp dport {{ 111, 2049, 2222, 2223, 9100, 20048 }} accept" in live
         assert "tcp dport { 111, 2049, 2222, 2223, 9100, 20048 } drop" in live
 
-    second = run_cli(lab4, inv)
+    second = run_cli(lab4, inv, venv=None)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "node[01-04]: ok" in second.stdout
     assert "changed" not in second.stdout
 
-    reports = provision(load_inventory(inv), options(lab4))
+    reports = provision(load_inventory(inv), options(lab4, venv="picluster-venv"))
     for report in reports:
         assert [s.step for s in report.steps] == list(STEP_NAMES)
         assert report.changes == 0 and not report.failed, report
@@ -139,7 +159,7 @@ def test_provision_writes_every_file_once_and_a_second_run_changes_nothing(lab4,
         assert items(report, "runtime")["venv"][0] is Status.OK
         assert items(report, "raspi")["gpu_mem"][0] is Status.OK
     server = items(reports[0], "nfs-server")
-    assert server["exportfs"] == (Status.SKIPPED, NO_NFS) and server["service"] == (Status.SKIPPED, NO_NFS)
+    assert all(server[name] == (Status.SKIPPED, NO_NFS) for name in ("exportfs", "enabled", "service", "threads", "mountd", "export"))
     assert changed_paths(lab4) == changes
 
     assert machine_state() == machine_before
@@ -153,6 +173,7 @@ def test_missing_package_fails_clearly_and_a_new_venv_is_only_planned(lab4, tmp_
         got = items(report, "packages")
         status, detail = got["picluster-no-such-package"]
         assert status is Status.FAILED and "Unable to locate package picluster-no-such-package" in detail
+        assert "apt-get update:" in detail  # it was tried first, and could not reach a mirror
         assert got["nfs-common"] == (Status.OK, "installed")
         assert report.failed
     assert ("nfs-kernel-server" in items(reports[0], "packages")) and ("nfs-kernel-server" not in items(reports[1], "packages"))
@@ -162,7 +183,7 @@ def test_missing_package_fails_clearly_and_a_new_venv_is_only_planned(lab4, tmp_
     for report in reports:
         status, detail = items(report, "runtime")["venv"]
         assert status is Status.CHANGED
-        assert detail == "would create /home/pi/new-venv and install picluster and tensorflow==2.21.* into /home/pi/new-venv"
+        assert detail.startswith("would install picluster and TensorFlow for cp311-x86_64-glibc") and "into /home/pi/new-venv" in detail
     for host in lab4.hosts:
         assert {c.path for c in host.changes(since=before[host.name])} <= {SUDO_MARK}
         assert not host.path("/home/pi/new-venv").exists()
@@ -181,7 +202,7 @@ def test_unreachable_hosts_and_a_wrong_key(lab_factory, tmp_path):
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith("picluster: error: provisioning failed on node03 (node03: unreachable: ")
     assert "node03: unreachable (no answer to SSH (timed out))" in result.stdout
-    assert "node01: changed (11)" in result.stdout and "node02: changed (7)" in result.stdout
+    assert "node01: changed (12)" in result.stdout and "node02: changed (9)" in result.stdout
 
     # Mid-run: node02 goes away once the hostname step is done everywhere.
     cut = threading.Event()
@@ -241,6 +262,14 @@ def test_ansible_converges_to_the_same_state(lab_factory, tmp_path):
         str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(ansible_inv), "site.yml", "-e", f"venv={VENV}",
     ]  # fmt: skip
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    # A key this play cannot log in with is installed, but password login stays on: no lockout.
+    other = keys.make_keypair(tmp_path / "other", "not-the-login-key").public_line
+    wrong = subprocess.run([*playbook, "-e", f"coordinator_public_key='{other}'"], cwd=ROOT / "ansible",
+                           capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+    assert wrong.returncode == 0, wrong.stdout[-3000:] + wrong.stderr[-2000:]
+    assert "password_login: skipped (a login with the installed key failed: the installed key is not the key of this play)" in wrong.stdout
+    for host in lab.hosts:
+        assert not host.path("/etc/ssh/sshd_config.d/00-picluster.conf").exists()
     first = subprocess.run(playbook, cwd=ROOT / "ansible", capture_output=True, text=True, timeout=300, env=env)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-2000:]
     assert "skipped (no NFS support in this kernel)" in first.stdout
@@ -250,6 +279,9 @@ def test_ansible_converges_to_the_same_state(lab_factory, tmp_path):
     for host in lab.hosts:
         line = next(line for line in recap.splitlines() if line.startswith(host.name))
         assert "changed=0" in line and "failed=0" in line, line
+        assert "PasswordAuthentication no" in host.read_file("/etc/ssh/sshd_config.d/00-picluster.conf")
+        # The other key went in, then the play's own key was tried and worked: both are there.
+        assert other in host.read_file("/home/pi/.ssh/authorized_keys")
     # Same end state: the Fabric path finds nothing to change.
     reports = provision(load_inventory(inv), options(lab))
     for report in reports:
@@ -263,14 +295,15 @@ def test_drift_is_put_back_item_by_item(lab4, tmp_path):
     settle = provision(inv, options(lab4, only=("nfs-server",)))
     assert not settle[0].failed
     master = lab4.host("node01")
-    master.run(["sh", "-c", "chmod 777 /srv/picluster && sed -i 's/^RPCNFSDCOUNT=.*/RPCNFSDCOUNT=2/' /etc/default/nfs-kernel-server"])
+    master.run(["sh", "-c", "chmod 777 /srv/picluster && sed -i 's/^threads=.*/threads=2/' /etc/nfs.conf.d/picluster.conf"])
     reports = provision(inv, options(lab4, only=("nfs-server",)))
     got = items(reports[0], "nfs-server")
-    assert {name for name, (status, _) in got.items() if status is Status.CHANGED} == {"share_dir", "defaults"}
+    assert {name for name, (status, _) in got.items() if status is Status.CHANGED} == {"share_dir", "config"}
+    assert got["config"][1] == "wrote /etc/nfs.conf.d/picluster.conf (nfs-utils reads /etc/nfs.conf.d)"
     assert got["exports"] == (Status.OK, "/etc/exports")
     assert got["exportfs"] == (Status.SKIPPED, NO_NFS) and got["service"] == (Status.SKIPPED, NO_NFS)
     assert master.run(["stat", "-c", "%a", "/srv/picluster"]).stdout.strip() == "775"
-    assert "\nRPCNFSDCOUNT=8\n" in master.read_file("/etc/default/nfs-kernel-server")
+    assert "\nthreads=8\n" in master.read_file("/etc/nfs.conf.d/picluster.conf")
     for report in reports[1:]:
         assert items(report, "nfs-server") == {"server": (Status.SKIPPED, "not the NFS master, node01 is")}
 

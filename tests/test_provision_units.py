@@ -41,11 +41,17 @@ def inv():
 
 TEMPLATE_VARS = {
     "exports.j2": {"share_dir": "/srv/picluster", "subnet": "192.168.1.0/26"},
+    "nfs.conf.j2": {"nfsd_threads": 16, "mountd_port": 20048},
     "nfs-kernel-server.j2": {"nfsd_threads": 16, "mountd_port": 20048},
-    "sunrpc.conf.j2": {},
+    "sunrpc.conf.j2": {"slot_table_entries": 128},
+    "sunrpc-sysctl.conf.j2": {"slot_table_entries": 128},
     "fstab.j2": {"nfs_server": "192.168.1.16", "share_dir": "/srv/picluster", "data_dir": "/mnt/picluster"},
-    "picluster.nft.j2": {"subnet": "192.168.1.0/26", "tcp_ports": [111, 2049], "udp_ports": [111, 2049]},
-}
+    "picluster.nft.j2": {
+        "subnet": "192.168.1.0/26", "coordinator": "192.168.7.2", "tcp_ports": [111, 2049], "udp_ports": [111, 2049],
+    },
+}  # fmt: skip
+# Template variables the Ansible inventory does not carry: the common role reads them on each node.
+FROM_THE_NODE = {"coordinator"}
 
 
 def test_every_template_is_covered_and_renders_like_jinja2():
@@ -70,9 +76,14 @@ def test_template_lines():
     )
     defaults = templates.render("nfs-kernel-server.j2", nfsd_threads=16, mountd_port=20048)
     assert "\nRPCNFSDCOUNT=16\n" in defaults
-    sunrpc = templates.render("sunrpc.conf.j2")
-    assert "options sunrpc tcp_slot_table_entries=128\n" in sunrpc
-    assert "options sunrpc tcp_max_slot_table_entries=128\n" in sunrpc
+    conf = templates.render("nfs.conf.j2", nfsd_threads=16, mountd_port=20048)
+    assert "\n[nfsd]\n" in conf and "\nthreads=16\n" in conf and "\n[mountd]\n" in conf and "\nport=20048\n" in conf
+    sunrpc = templates.render("sunrpc.conf.j2", slot_table_entries=128)
+    assert "\noptions sunrpc tcp_slot_table_entries=128\n" in sunrpc
+    # The kernel's default maximum is 65536: a max of 128 would lower it, not raise anything.
+    assert "options sunrpc tcp_max_slot_table_entries" not in sunrpc
+    sysctl = templates.render("sunrpc-sysctl.conf.j2", slot_table_entries=128)
+    assert "\nsunrpc.tcp_slot_table_entries = 128\n" in sysctl and "max" not in sysctl.split("#")[-1]
 
 
 def test_renderer_refuses_missing_values_and_other_jinja():
@@ -89,11 +100,19 @@ def test_nfsd_threads_at_least_one_per_node():
     assert nfsd_threads(20) == 20
 
 
-def test_firewall_rules_name_the_subnet_and_ports():
-    text = rules_text(inv())
+def test_firewall_rules_name_the_subnet_the_coordinator_and_ports():
+    text = rules_text(inv(), "192.168.7.2")
     assert "ip saddr 192.168.1.0/26 tcp dport { 111, 2049, 2222, 2223, 9100, 20048 } accept" in text
+    assert "ip saddr 192.168.7.2 tcp dport { 111, 2049, 2222, 2223, 9100, 20048 } accept" in text
+    assert "ip saddr 192.168.7.2 udp dport { 111, 2049, 20048 } accept" in text
     assert "tcp dport { 111, 2049, 2222, 2223, 9100, 20048 } drop" in text
     assert "dport 22" not in text and ", 22," not in text
+    # An IPv6 (or unknown) session source: only the cluster's addresses.
+    assert "ip saddr 192.168.1.0/26 udp dport" in rules_text(inv(), "fe80::1")
+    assert "fe80" not in rules_text(inv(), "fe80::1") and "ip saddr  " not in rules_text(inv(), "")
+    # The port the agent moved to (issue 14) is what is admitted: whatever agent_port says.
+    moved = parse_inventory({"cluster": {**INV["cluster"], "agent_port": 19100}})
+    assert "{ 111, 2049, 2222, 2223, 19100, 20048 }" in rules_text(moved, "192.168.7.2")
 
 
 # -- file edits -----------------------------------------------------------------------------------
@@ -149,6 +168,18 @@ def test_facts_of_a_bullseye_pi_and_plain_debian():
     pc = facts.parse("id=debian\ncodename=bookworm\narch=x86_64\nmodel=\nboot_firmware=yes\n")
     assert not pc.is_pi and pc.boot_dir is None and not pc.pi_os
     facts.check_supported(pc)
+
+
+def test_facts_name_nfs_utils_network_python_and_the_coordinator():
+    f = facts.parse(
+        "id=debian\ncodename=bookworm\narch=x86_64\nnfsconf=/usr/sbin/nfsconf\nnfs_utils=1:2.6.2-4\n"
+        "network=systemd-networkd\nwait_online=systemd-networkd-wait-online.service\npython=3.11.2\nglibc=2.36\n"
+        "coordinator=10.213.5.1\n"
+    )
+    assert (f.nfsconf, f.network, f.wait_online) == ("/usr/sbin/nfsconf", "systemd-networkd", "systemd-networkd-wait-online.service")
+    assert (f.python, f.glibc, f.coordinator) == ("3.11.2", "2.36", "10.213.5.1")
+    bare = facts.parse("id=raspbian\ncodename=bullseye\nnfsconf=\nnetwork=dhcpcd\ncoordinator=\n")
+    assert bare.nfsconf is None and bare.wait_online is None and bare.network == "dhcpcd" and bare.coordinator == ""
 
 
 @pytest.mark.parametrize(
@@ -237,7 +268,7 @@ def test_ansible_inventory_is_yaml_with_the_groups_and_template_variables(tmp_pa
     assert list(data["all"]["children"]["worker"]["hosts"]) == ["node02", "node03", "node04"]
     v = data["all"]["vars"]
     for name, variables in TEMPLATE_VARS.items():
-        for key in variables:
+        for key in set(variables) - FROM_THE_NODE:
             assert key in v, (name, key)
     assert v["subnet"] == "192.168.1.0/26" and v["nfs_server"] == "192.168.1.16" and v["nfsd_threads"] == 8
     assert f"UserKnownHostsFile={tmp_path / 'kh'}" in v["ansible_ssh_common_args"]

@@ -45,6 +45,7 @@ def _register() -> None:
     app.add_command(top.top)
     app.add_command(provision.provision)
     app.add_command(provision.inventory)
+    app.add_command(provision.wheelhouse)
     app.add_command(train.train)
     app.add_command(launch.launch)
     app.add_command(jobs.jobs)

@@ -1,4 +1,5 @@
-"""`picluster lab`: test hosts on this machine, real SSH servers in network namespaces (root only)."""
+"""`picluster lab`: test hosts on this machine (root only): real SSH servers in network namespaces,
+or (--vm) virtual machines with their own kernel."""
 
 import os
 import shlex
@@ -14,7 +15,8 @@ from picluster.errors import ClusterError, UsageError
 @click.group()
 def lab() -> None:
     """Test hosts on this machine: each a network namespace with its own address, hostname,
-    private /etc, /boot/firmware (a mock Pi boot partition) and share, and a real sshd."""
+    private /etc, /boot/firmware (a mock Pi boot partition) and share, and a real sshd; or, with
+    --vm, a Debian 12 virtual machine with its own kernel on the same bridge and addresses."""
 
 
 @lab.command()
@@ -29,12 +31,13 @@ def lab() -> None:
     help="Also write the lab's picluster.toml here (it is always written in the lab's state dir).",
 )
 @click.option(
-    "--timeout", type=Real(1, 600), default=60.0, show_default=True, help="Seconds to wait for SSH."
+    "--timeout", type=Real(1, 3600), default=None, help="Seconds to wait for SSH [default: 60; 600 with --vm]."
 )
+@click.option("--vm", is_flag=True, help="Virtual machines with their own kernel (qemu) instead of namespaces.")
 @click.option("--cpu", type=float, default=None, help="Cores of CPU time each host may use, e.g. 0.5 (a cgroup CFS quota).")
 @click.option("--memory", default=None, help="Memory each host may use, swap included, e.g. 1G or 512M (a cgroup limit).")
 @click.option("--profile", default=None, help="Limits of a board: pi3b (1 GB, CPU calibrated to the thesis's Pi); --cpu/--memory override it.")
-def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: float,
+def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: float | None, vm: bool,
        cpu: float | None, memory: str | None, profile: str | None) -> None:
     """Create the hosts and wait until each answers SSH with the run's key."""
     from rich.console import Console
@@ -46,15 +49,15 @@ def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: floa
     console = Console()
     started = time.perf_counter()
     limits = resolve(nodes, cpu, memory, profile) if (cpu, memory, profile) != (None, None, None) else None
-    lab_ = Lab(nodes, lab_id=lab_id, owned=False, limits=limits)
-    with console.status(f"starting {nodes} test hosts…"):
+    lab_ = Lab(nodes, lab_id=lab_id, owned=False, limits=limits, vm=vm)
+    with console.status(f"starting {nodes} test {'VMs' if vm else 'hosts'}…"):
         lab_.up(timeout=timeout)
     elapsed = time.perf_counter() - started
     written = [lab_.inventory_path]
     if inventory_out is not None:
         written.append(lab_.write_inventory(inventory_out))
 
-    table = Table(title=f"lab {lab_.id}: {lab_.subnet} on bridge {lab_.bridge}, coordinator {lab_.gateway}")
+    table = Table(title=f"lab {lab_.id} ({lab_.kind.describe()}): {lab_.subnet} on bridge {lab_.bridge}, coordinator {lab_.gateway}")
     table.add_column("host")
     table.add_column("address")
     table.add_column("ssh", overflow="fold")
@@ -103,13 +106,13 @@ def status_table(title: str, hosts: list):
 
     limited = any(st.limits for st in hosts)
     table = Table(title=title)
-    columns = ["host", "address", "sshd", "link", "shaping"]
+    columns = ["host", "address", "machine", "state", "link", "shaping"]
     if limited:
         columns += ["limits", "mem MiB (peak)", "cpu s", "oom kills"]
     for column in columns:
         table.add_column(column, justify="right" if column in ("cpu s", "oom kills", "mem MiB (peak)") else "left", no_wrap=True)
     for st in hosts:
-        row = [st.name, st.address, st.sshd, st.link, st.shaping or "-"]
+        row = [st.name, st.address, st.machine, st.state, st.link, st.shaping or "-"]
         if limited:
             usage = st.usage or {}
             memory = (f"{usage['memory'] / 2**20:.1f} ({(usage.get('memory_peak') or 0) / 2**20:.1f})"
@@ -125,6 +128,36 @@ def _cgroup_version() -> int | None:
     from picluster.lab.cgroups import version
 
     return version()
+
+
+@lab.command()
+@click.option("--name", "lab_id", default=None, help="The lab [default: the only one].")
+@click.argument("nodes", required=False)
+@click.option("--timeout", type=click.FloatRange(1, 3600), default=600.0, show_default=True,
+              help="Seconds each VM may take to answer SSH again.")
+def reboot(lab_id: str | None, nodes: str | None, timeout: float) -> None:
+    """Reboot VM hosts (all, or NODES such as node[02-03]) and wait until each answers SSH again."""
+    from picluster import nodeset
+
+    if os.geteuid() != 0:
+        raise ClusterError("rebooting lab hosts needs root (they belong to root's lab)")
+    lab_ = _one_lab(lab_id)
+    names = nodeset.expand(nodes) if nodes else [h.name for h in lab_.hosts]
+    for name, seconds in lab_.reboot(*names, timeout=timeout).items():
+        click.echo(f"{name}: back after {seconds:.1f} s")
+
+
+def _one_lab(lab_id: str | None):
+    from picluster.lab import naming
+    from picluster.lab import registry as labs
+    from picluster.lab.lab import Lab
+
+    if lab_id is None:
+        ids = labs.known_ids()
+        if len(ids) != 1:
+            raise UsageError(f"name the lab with --name (labs: {', '.join(ids) or 'none'})")
+        lab_id = ids[0]
+    return Lab.load(naming.check_id(lab_id))
 
 
 @lab.command()

@@ -30,11 +30,13 @@ def _load(inventory: Path | None):
 @click.option("--dry-run", is_flag=True, help="Print the plan per node; change nothing.")
 @click.option("--venv", default=None,
               help="The virtualenv on each node (relative: under the user's home) [the inventory's cluster.venv].")
+@click.option("--nfsd-threads", type=click.IntRange(1, 1024), default=None,
+              help="nfsd threads on the NFS master [default: max(8, number of nodes)].")
 @click.option("--fanout", type=click.IntRange(1, 64), default=8, show_default=True, help="Nodes worked on at once.")
 @click.option("--timeout", type=Real(1, 3600), default=120.0, show_default=True,
               help="Seconds one command may take before its node counts as unreachable (installs get longer).")
 @_known_hosts_option
-def provision(inventory, only, dry_run, venv, fanout, timeout, known_hosts) -> None:
+def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, known_hosts) -> None:
     """Bring every node to the cluster's state: hostname, Pi settings, packages, NFS, SSH, Python, firewall.
 
     Idempotent: a second run reports no changes.  Exit code 1 when any node failed; the others
@@ -51,7 +53,8 @@ def provision(inventory, only, dry_run, venv, fanout, timeout, known_hosts) -> N
     inv = _load(inventory)
     steps = parse_only(only)
     options = Options(
-        dry_run=dry_run, only=steps, venv=inv.venv if venv is None else venv_path(venv, "--venv"), fanout=fanout, timeout=timeout, known_hosts=known_hosts,
+        dry_run=dry_run, only=steps, venv=inv.venv if venv is None else venv_path(venv, "--venv"), nfsd_threads=nfsd_threads,
+        fanout=fanout, timeout=timeout, known_hosts=known_hosts,
         connect_timeout=min(10.0, timeout),
     )  # fmt: skip
     reports = run(inv, options)
@@ -85,3 +88,41 @@ def inventory(inventory, as_ansible, out, known_hosts) -> None:
         from picluster import atomic
 
         atomic.write_text(out, text)  # whole or not at all; a failure is one StorageError line
+
+
+@click.command("wheelhouse")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Directory to fill with wheels (made if missing).")
+@click.option("--arch", default="aarch64", show_default=True, help="The nodes' machine (uname -m).")
+@click.option("--python", "python_version", default="3.11.2", show_default=True, help="The nodes' python3 version.")
+@click.option("--glibc", default="2.36", show_default=True, help="The nodes' C library version (getconf GNU_LIBC_VERSION).")
+@click.argument("requirements", nargs=-1)
+def wheelhouse(out: Path, arch: str, python_version: str, glibc: str, requirements: tuple[str, ...]) -> None:
+    """Download the wheels nodes need, once, for ansible/'s runtime role (`-e wheelhouse=DIR`).
+
+    By default picluster and its dependencies (TensorFlow among them) for Raspberry Pi OS bookworm
+    64-bit; REQUIREMENTS names another set.  `picluster provision` does the same by itself."""
+    import shutil
+
+    from picluster.provision import wheelhouse as wh
+
+    target = wh.Platform.of(arch, python_version, glibc)
+    own = None
+    if requirements:
+        house = wh.download(target, wh.check_requirements(list(requirements)))
+    else:
+        own = wh.own_wheel()
+        house = wh.download(target, wh.requirements_of(own, target))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        files = dict(house.files)
+        for name in files:
+            shutil.copyfile(house.dir / name, out / name)
+        if own is not None:
+            shutil.copyfile(own, out / own.name)
+            files[own.name] = wh.sha256(own)
+            shutil.rmtree(own.parent, ignore_errors=True)
+        (out / wh.MANIFEST).write_text(wh.Wheelhouse(out, files).manifest_text())
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write: {exc.strerror}") from None
+    click.echo(f"{len(files)} wheels for {target.key} in {out}")

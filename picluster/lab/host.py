@@ -75,6 +75,11 @@ class Host:
     mnt_inode: int | None = None
     cgroup: str | None = None  # the host's cgroup (cgroups.cgroup_name), once made
 
+    kind = "netns"
+
+    def describe(self) -> str:
+        return f"netns {self.netns}"
+
     # -- state file -----------------------------------------------------------------------
 
     def to_dict(self) -> dict:
@@ -149,7 +154,7 @@ class Host:
             "binds": binds,
             "traversable": traversable,
             "keep_under_tmp": list(keep_under_tmp),
-            "hosts_file": _hosts_file(self.name),
+            "hosts_file": hosts_file(self.name),
             "cgroup_mounts": host_mounts() if self.options.limits else [],
             "user": {
                 "name": user.name,
@@ -343,7 +348,7 @@ def _chain(*fns):
     return run_all
 
 
-def _hosts_file(name: str) -> str:
+def hosts_file(name: str) -> str:
     # As Raspberry Pi Imager leaves it on a freshly written card whose hostname it set.
     return (
         "127.0.0.1\tlocalhost\n"

@@ -1,46 +1,49 @@
 """A lab: N test hosts on a private bridge of this machine, with a state file so any process can end it.
 
-    lab = Lab(nodes=4)
+    lab = Lab(nodes=4)            # hosts in namespaces of this kernel; Lab(3, vm=True): VMs
     lab.up()                      # every host answers a real SSH login with the run's key
     lab.write_inventory(path)     # picluster.toml for the rest of picluster
     ...
-    lab.down()                    # no namespace, link, process, mount or file left
+    lab.down()                    # no namespace, link, process, VM, mount or file left
 
 State lives in ``registry.state_root() / <id>``: the run's key, known_hosts, the hosts' layers
-and logs, and state.json, which `Lab.load(id)` (and `picluster lab down`) read.  registry.py
-knows which labs exist on this machine; plan.py decides what a new one will be.
+(or disks) and logs, and state.json, which `Lab.load(id)` (and `picluster lab down`) read.
+registry.py knows which labs exist on this machine; plan.py decides what a new one will be;
+kinds.py is what differs between namespace hosts and VM hosts (lab/vm/).
 
 At about 430 lines this module is over the project's ~350: ``Lab`` is the one handle tests and
 ``picluster lab`` hold for a lab's whole life (up, faults, status, down), so its methods stay
-together; every part that stands alone lives beside it (plan, registry, ssh, inventory, host).
+together; every part that stands alone lives beside it (plan, registry, kinds, ssh, inventory, host).
 """
 
 import atexit
 import ipaddress
 import json
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from picluster import atomic
 from picluster.cluster.ssh import connect
 from picluster.errors import ClusterError, UsageError
-from picluster.lab import cgroups, commands, keys, links, naming, netns, registry, ssh
+from picluster.lab import cgroups, keys, kinds, links, naming, netns, registry, ssh
 from picluster.lab import limits as limits_module
-from picluster.lab.host import Host, HostOptions, User, shared_under_tmp, untraversable_dirs
+from picluster.lab.host import HostOptions, User
 from picluster.lab.inventory import inventory_text
 from picluster.lab.plan import Plan, check_run_dir, check_subnet, check_user_name, pick_user
 from picluster.lab.snapshot import Change
 
 STATE_VERSION = 1
+Which = str | int | Any  # a host by name ("node02"), by number (2), or the host itself
 
 
 @dataclass(frozen=True)
 class HostStatus:
     name: str
     address: str
-    netns: str
-    sshd: str  # "running" or "stopped"
+    machine: str  # "netns pcl-ab12-node01" or "vm, qemu pid 4242 (tcg)"
+    state: str  # "running" or "stopped": the host's sshd, or its qemu
     link: str  # "up", "down" (cut), "drop" (black-holed) or "missing"
     shaping: str  # the qdisc on the host's link, "" when unshaped
     limits: str = ""  # "0.05 CPU, 1 GiB", "" when unlimited
@@ -61,12 +64,16 @@ class Lab:
         owned: bool = True,
         root: Path | None = None,
         limits: "limits_module.Limits | None" = None,
+        vm: bool = False,
+        say=None,
     ) -> None:
         """owned: this process owns the lab, which goes down when it exits, however it exits
-        (atexit, and the kernel kills the sshds if it dies; that tie is to the *thread* calling
-        up(), so call it from one that outlives the lab).  `picluster lab up` passes False so
-        the lab outlives the command.  limits: the CPU and memory every host may use (a host's
-        own HostOptions.limits win); checked against this machine here, before anything is made."""
+        (atexit, and the kernel kills the sshds or VMs if it dies; that tie is to the *thread*
+        calling up(), so call it from one that outlives the lab).  `picluster lab up` passes
+        False so the lab outlives the command.  limits: the CPU and memory every host may use (a
+        host's own HostOptions.limits win); checked against this machine here, before anything is
+        made (namespace hosts only).  vm: the hosts are VMs with their own kernel (lab/vm/);
+        say(line) hears what they print while starting (the accelerator, a build)."""
         if not 1 <= nodes <= naming.MAX_NODES:
             raise UsageError(f"a lab has 1 to {naming.MAX_NODES} hosts, not {nodes}")
         self.nodes = nodes
@@ -77,13 +84,16 @@ class Lab:
             raise UsageError(f"host_options name hosts this lab does not have: {', '.join(sorted(unknown))}")
         self.limits = limits or limits_module.Limits()
         if self.limits:
+            if vm:
+                raise UsageError("--cpu, --memory and --profile limit namespace hosts, not VMs: drop --vm or the limits")
             limits_module.resolve(nodes, self.limits.cpu, self.limits.memory)
         self.wanted_subnet = check_subnet(subnet, nodes) if subnet else None
         self.id = naming.check_id(lab_id) if lab_id is not None else None
         self.owned = owned
         self.root = Path(root) if root else registry.state_root()
+        self.kind = kinds.make(kinds.VM if vm else kinds.NETNS, say)
         self.plan: Plan | None = None  # decided by up() under the lab lock, or read by load()
-        self.hosts: list[Host] = []
+        self.hosts: list = []  # Host, or VMHost for a VM lab
         self.phase = "new"
         self._children: list = []
         self._atexit_registered = False
@@ -152,9 +162,9 @@ class Lab:
             raise ClusterError("this lab has no plan yet: call up() first")
         return self.plan
 
-    def host(self, which: "str | int | Host") -> Host:
+    def host(self, which):
         """A host by name ("node02"), by number (2) or itself."""
-        if isinstance(which, Host):
+        if not isinstance(which, str | int):
             return which
         for host in self.hosts:
             if which in (host.name, host.index):
@@ -167,6 +177,7 @@ class Lab:
         state = {
             "version": STATE_VERSION,
             "id": self.id,
+            "kind": self.kind.name,
             "phase": self.phase,
             "subnet": str(self.plan.subnet) if self.plan else None,
             "user": vars(self.plan.user) if self.plan else {"name": self.user_name},
@@ -188,18 +199,17 @@ class Lab:
         except json.JSONDecodeError as exc:
             raise ClusterError(f"state of lab {lab_id} is unreadable: {exc}") from None
         try:
-            hosts = [Host.from_dict(h) for h in state.get("hosts", [])]
+            kind = state.get("kind", kinds.NETNS)
+            count = len(state.get("hosts", []))
             user = state["user"]
-            plan = None
+            lab = cls(max(count, 1), lab_id=lab_id, user=user["name"], owned=False, root=root, vm=kind == kinds.VM)
             if state.get("subnet") and "uid" in user:
-                plan = Plan(lab_id, len(hosts), ipaddress.IPv4Network(state["subnet"]), User(**user))
+                lab.plan = Plan(lab_id, count, ipaddress.IPv4Network(state["subnet"]), User(**user))
+            lab.hosts = [lab.kind.host_from_dict(h, lab) for h in state.get("hosts", [])]
         except (TypeError, KeyError, ValueError, AttributeError) as exc:
             # Another picluster version on this machine may have written it (other fields): such a
             # lab is not this version's to judge, and a reader must not crash on it.
             raise ClusterError(f"state of lab {lab_id} has a shape this version does not know: {exc!r}") from None
-        lab = cls(max(len(hosts), 1), lab_id=lab_id, user=user["name"], owned=False, root=root)
-        lab.hosts = hosts
-        lab.plan = plan
         lab.phase = state.get("phase", "unknown")
         lab.owner = state.get("owner")
         lab._created = True
@@ -215,18 +225,18 @@ class Lab:
 
     # -- up ------------------------------------------------------------------------------------
 
-    def up(self, timeout: float = 60.0) -> "Lab":
-        """Create the hosts and wait until each answers SSH; on any failure, tear down and raise."""
-        commands.require_support()
+    def up(self, timeout: float | None = None) -> "Lab":
+        """Create the hosts and wait until each answers SSH (by default, within 60 s for
+        namespace hosts and 600 s for VMs); on any failure, tear down and raise."""
         if self.phase != "new":
             raise ClusterError(f"lab {self.id} was already brought up once; make a new Lab")
+        self.kind.check(self.nodes)  # refusals come before anything exists
+        timeout = self.kind.default_timeout if timeout is None else timeout
         try:
             self._create_network()
             self._start_hosts()
             self._wait_ready(timeout)
-            for host in self.hosts:
-                host.record_namespaces()
-                host.save_baseline()
+            self.kind.ready(self)
             self.write_inventory(self.inventory_path)
             self.phase = "up"
             if not self.owned:
@@ -259,7 +269,7 @@ class Lab:
             elif any(subnet.overlaps(net) for net in netns.used_networks()):
                 raise UsageError(f"subnet {subnet} overlaps a network this machine already uses")
             self.plan = plan = Plan(self.id, self.nodes, subnet, pick_user(self.user_name))
-            self.hosts = [self._new_host(i) for i in range(1, self.nodes + 1)]
+            self.hosts = [self.kind.new_host(self, i) for i in range(1, self.nodes + 1)]
             self.phase = "starting"
             self.run_dir.mkdir(parents=True, exist_ok=False)
             self._created = True
@@ -272,45 +282,18 @@ class Lab:
             self.save()
             # The bridge claims the subnet for the next lab's pick_subnet: create it under the lock.
             netns.create_bridge(self.bridge, ipaddress.IPv4Interface(f"{plan.gateway}/{subnet.prefixlen}"))
-        for host in self.hosts:
-            netns.create_netns(host.netns)
-            netns.create_host_link(
-                host.netns, host.veth, self.bridge, ipaddress.IPv4Interface(f"{host.address}/{subnet.prefixlen}")
-            )
-
-    def _new_host(self, index: int) -> Host:
-        name = naming.host_name(index)
-        options = self.host_options.get(name, HostOptions())
-        if not options.limits and self.limits:
-            options = replace(options, limits=self.limits)
-        return Host(
-            name=name,
-            index=index,
-            address=self._plan().address(index),
-            netns=naming.netns(self._require_id(), name),
-            veth=naming.veth(self._require_id(), index),
-            dir=self.run_dir / "hosts" / name,
-            options=options,
-        )
+        self.kind.create(self)
 
     def _start_hosts(self) -> None:
         login = keys.make_keypair(self.key_path, f"picluster-lab-{self.id}")
-        traversable = untraversable_dirs([Path(sys.executable).resolve(), Path(sys.executable).parent])
-        label = f"lab {self.id}"
-        keep = shared_under_tmp()
-        known = [
-            f"{h.address} {h.prepare(self.user, login.public_line, traversable, label, keep)}" for h in self.hosts
-        ]
+        known = self.kind.start(self, login.public_line)  # saves the state after each start
         self.known_hosts_path.write_text("\n".join(known) + "\n")
         self.ssh_config_path.write_text(
             "".join(ssh.config_entry(h, self.user.name, self.key_path, self.known_hosts_path) for h in self.hosts))
-        for host in self.hosts:
-            if host.options.limits:
-                host.cgroup = cgroups.cgroup_name(self._require_id(), host.name)
-                self.save()  # before it exists: a teardown after a crash here must find it
-                cgroups.Cgroup(host.cgroup).create(host.options.limits)
-            self._children.append(host.start(self.owned))
-            self.save()
+
+    def adopt(self, child) -> None:
+        """A host's process this lab started (reaped at teardown)."""
+        self._children.append(child)
 
     def _wait_ready(self, timeout: float) -> None:
         ssh.wait_for_logins(self.hosts, self.user.name, self.key_path, self.known_hosts_path, timeout, f"lab {self.id}")
@@ -359,8 +342,8 @@ class Lab:
                 HostStatus(
                     name=host.name,
                     address=host.address,
-                    netns=host.netns,
-                    sshd="running" if host.alive() else "stopped",
+                    machine=host.describe(),
+                    state="running" if host.alive() else "stopped",
                     link=link,
                     shaping=links.qdisc(host.veth) if up is not None else "",
                     limits=host.options.limits.describe() if host.options.limits else "",
@@ -369,22 +352,27 @@ class Lab:
             )
         return result
 
-    def ssh_command(self, which: "str | int | Host") -> list[str]:
+    def ssh_command(self, which: Which) -> list[str]:
         """How a person reaches a host with OpenSSH's client."""
         return ["ssh", "-F", str(self.ssh_config_path), self.host(which).name]
 
-    def connect(self, which: "str | int | Host", key: Path | None = None, timeout: float = 10.0):
+    def connect(self, which: Which, key: Path | None = None, timeout: float = 10.0):
         """A fabric.Connection to a host as the cluster user (with the run's key unless `key`)."""
         host = self.host(which)
         return connect(host.address, self.user.name, key or self.key_path, self.known_hosts_path, timeout)
 
     def changes(self) -> dict[str, list[Change]]:
-        """Per host, what changed in its private layers since the lab came up."""
+        """Per host, what changed in its private layers since the lab came up (namespace hosts)."""
         return {host.name: host.changes() for host in self.hosts}
+
+    def reboot(self, *which: Which, timeout: float | None = None) -> dict[str, float]:
+        """Reboot hosts (all by default) together, VM hosts only; seconds until each answered SSH."""
+        hosts = [self.host(w) for w in which] or self.hosts
+        return dict(self.kind.reboot(self, hosts, self.kind.default_timeout if timeout is None else timeout))
 
     # -- faults and limits ---------------------------------------------------------------------
 
-    def make_unreachable(self, which: "str | int | Host", how: str = "down") -> None:
+    def make_unreachable(self, which: Which, how: str = "down") -> None:
         """Cut a host off mid-run: "down" sets its link down, as if its cable were pulled; "drop"
         discards its frames at the bridge with the link still up, as a dead switch port would.
         Either way open connections stall and new ones fail or time out."""
@@ -396,21 +384,20 @@ class Lab:
         else:
             raise UsageError(f"make_unreachable how={how!r}: use one of {', '.join(links.HOW)}")
 
-    def restore(self, which: "str | int | Host") -> None:
+    def restore(self, which: Which) -> None:
         host = self.host(which)
         links.unblock(self.nft_table, host.veth)
         netns.set_link(host.veth, up=True)
 
     def shape(
         self,
-        which: "str | int | Host",
+        which: Which,
         rate: str | None = "100mbit",
         delay: str | None = None,
         loss: str | None = None,
     ) -> None:
         """Limit both directions of a host's link; delay and loss need tc netem (see links.py)."""
-        host = self.host(which)
-        links.shape(host.veth, host.netns, rate, delay, loss)
+        links.shape(self._shapeable(which).veth, self._shapeable(which).netns, rate, delay, loss)
 
     def set_limits(self, which: "str | int | Host", new: "limits_module.Limits") -> None:
         """Change a limited host's CPU and memory while it runs, as if it were moved to another board."""
@@ -424,11 +411,17 @@ class Lab:
 
     def netem_supported(self) -> bool:
         """Whether shape() can add delay and loss on this kernel (rate always works)."""
-        return links.netem_supported(self.hosts[0].netns)
+        return links.netem_supported(self._shapeable(1).netns)
 
-    def unshape(self, which: "str | int | Host") -> None:
-        host = self.host(which)
+    def unshape(self, which: Which) -> None:
+        host = self._shapeable(which)
         links.unshape(host.veth, host.netns)
+
+    def _shapeable(self, which: Which):
+        host = self.host(which)
+        if host.netns is None:  # both ends of the link are shaped; a VM's end is in its own kernel
+            raise UsageError("shaping works on namespace hosts only, not on VM hosts")
+        return host
 
     # -- inventory -----------------------------------------------------------------------------
 

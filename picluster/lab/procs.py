@@ -3,6 +3,7 @@
 import os
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 import psutil
 
@@ -39,6 +40,36 @@ def in_namespaces(net: Iterable[int | None], mnt: Iterable[int | None]) -> list[
         if namespace_inode(pid, "net") in net or namespace_inode(pid, "mnt") in mnt:
             found.append(pid)
     return found
+
+
+def naming_path(directory: Path) -> list[int]:
+    """Processes whose command line names a file under `directory` (a VM's qemu names its disks),
+    this process and its ancestors excepted."""
+    root = os.path.realpath(directory)
+    spared = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) in spared:
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                args = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if any(root in arg and _names_under(arg, root) for arg in args):
+            found.append(int(entry.name))
+    return found
+
+
+def _names_under(arg: str, root: str) -> bool:
+    # "file=/x/run/hosts/node01/disk.qcow2,format=qcow2" names /x/run; "/x/run2/..." does not.
+    at = arg.find(root)
+    while at != -1:
+        rest = arg[at + len(root) :]
+        if rest == "" or rest[0] in "/,":
+            return True
+        at = arg.find(root, at + 1)
+    return False
 
 
 def kill_all(pids: Iterable[int], grace: float = 2.0) -> list[int]:

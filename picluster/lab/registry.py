@@ -13,7 +13,7 @@ import psutil
 
 from picluster import paths
 from picluster.errors import ClusterError, UsageError
-from picluster.lab import cgroups, commands, links, naming, netns, procs
+from picluster.lab import cgroups, commands, kinds, links, naming, netns, procs
 
 _LOCK = Path("/run/lock/picluster-lab.lock")
 
@@ -108,10 +108,11 @@ def lock() -> Iterator[None]:
 
 
 def sweep(lab_id: str, run_dir: Path, hosts: list, children: list) -> list[str]:
-    """End everything of lab ``lab_id``: the hosts' processes, then every kernel object named
-    after it, mounts into its run dir and the run dir.  What could not be removed, as messages."""
+    """End everything of lab ``lab_id``: the hosts' processes (sshds in its namespaces, qemus of
+    its VMs), then every kernel object named after it (a VM's tap is named like a veth), mounts
+    into its run dir and the run dir (a VM's disks).  What could not be removed, as messages."""
     problems = []
-    namespaces = {host.netns for host in hosts} | {
+    namespaces = {host.netns for host in hosts if host.netns} | {
         name for name in netns.netns_names() if naming.lab_of_netns(name) == lab_id
     }
     net = {procs.netns_inode(name) for name in namespaces} | {h.net_inode for h in hosts}
@@ -123,6 +124,7 @@ def sweep(lab_id: str, run_dir: Path, hosts: list, children: list) -> list[str]:
     pids |= {h.pid for h in hosts if h.alive()}
     for group in held:  # a host's cgroup holds all it ever started, wherever that went
         pids |= set(group.pids())
+    pids |= set(kinds.sweep_leftovers(run_dir))  # VMs: qemu, found by its disks
     left = procs.kill_all(sorted(pids))
     if left:
         problems.append(f"processes {left} would not die")

@@ -1,6 +1,8 @@
 """`picluster inventory --ansible`: the inventory as Ansible's YAML inventory.
 
-The variables carry the names the shared nfs/ templates use, so both paths render them alike.
+The variables carry the names the shared nfs/ templates use, so both paths render them alike;
+`coordinator` (picluster.nft.j2) is what each node saw the play's SSH session come from, read by
+the common role as the Fabric path's facts read it.
 Ansible evaluates Jinja in inventory values (a ``{{ lookup('pipe', ...) }}`` in one runs on the
 controller), so every string is written as ``!unsafe`` and a JSON-quoted scalar (valid YAML):
 Ansible then uses it as data, never as a template.  The values the templates substitute are
@@ -14,7 +16,7 @@ from pathlib import Path
 from picluster import tokens
 from picluster.inventory import Inventory
 from picluster.provision.steps.firewall import template_vars
-from picluster.provision.steps.nfs import MOUNTD_PORT, nfsd_threads
+from picluster.provision.steps.nfs import MOUNTD_PORT, SLOT_TABLE_ENTRIES, nfsd_threads
 
 # Ansible's own settings and free text: not substituted into a node's configuration file.
 _NOT_CONFIG = {"ansible_user", "ansible_ssh_private_key_file", "ansible_ssh_common_args", "coordinator_public_key"}
@@ -33,6 +35,7 @@ def ansible_inventory(inv: Inventory, known_hosts: Path | None = None, public_ke
         "nfs_master": master.name,
         "nfsd_threads": nfsd_threads(len(inv.nodes)),
         "mountd_port": MOUNTD_PORT,
+        "slot_table_entries": SLOT_TABLE_ENTRIES,
         "cluster_nodes": [{"name": n.name, "address": n.address} for n in inv.nodes],
         "venv": inv.venv.removeprefix("~/"),  # the role's paths are relative to the home already
     }

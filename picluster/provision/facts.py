@@ -1,4 +1,6 @@
-"""Step 1, facts: what a node is (OS release, architecture, Pi model, boot directory, kernel NFS)."""
+"""Step 1, facts: what a node is (OS release, architecture, Pi model, boot directory, kernel NFS,
+how its nfs-utils is configured, which network manager it has, its Python and C library, and the
+address it sees the coordinator at)."""
 
 from dataclasses import dataclass
 
@@ -28,6 +30,23 @@ k=/lib/modules/$(uname -r)/kernel/fs
 [ -n "$(find $k/nfs -name 'nfs.ko*' 2>/dev/null | head -n 1)" ] && echo "nfs_module=yes"
 echo "hostname=$(hostname)"
 echo "home=$HOME"
+echo "nfsconf=$(PATH="$PATH:/usr/sbin:/sbin" command -v nfsconf)"  # in sbin, off a user's PATH
+echo "nfs_utils=$(dpkg-query -W -f='${Version}' nfs-common 2>/dev/null)"
+if [ -d /run/systemd/system ]; then
+    # The network manager in use, not merely installed: systemd ships networkd's wait-online unit
+    # everywhere, and where networkd manages no link that unit waits two minutes and fails.
+    for pair in NetworkManager:NetworkManager-wait-online systemd-networkd:systemd-networkd-wait-online \
+                networking:ifupdown-wait-online dhcpcd:; do
+        if systemctl is-active --quiet "${pair%%:*}" 2>/dev/null; then
+            echo "network=${pair%%:*}"
+            [ -n "${pair#*:}" ] && systemctl cat "${pair#*:}.service" >/dev/null 2>&1 && echo "wait_online=${pair#*:}.service"
+            break
+        fi
+    done
+fi
+echo "python=$(python3 -V 2>/dev/null | cut -d' ' -f2)"
+echo "glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | cut -d' ' -f2)"
+echo "coordinator=${SSH_CONNECTION%% *}"
 """
 
 
@@ -46,6 +65,13 @@ class Facts:
     nfs_client_kernel: bool
     hostname: str
     home: str
+    nfsconf: str | None = None  # nfsconf's path: nfs-utils reads /etc/nfs.conf.d (bookworm), not /etc/default
+    nfs_utils: str = ""  # nfs-common's package version
+    network: str = ""  # the active network service: NetworkManager, systemd-networkd, networking (ifupdown), dhcpcd
+    wait_online: str | None = None  # its unit that makes boot wait for the network, when it has one
+    python: str = ""  # python3's version, "3.11.2"
+    glibc: str = ""  # "2.36"
+    coordinator: str = ""  # the address this node sees the coordinator's SSH session come from
 
     @property
     def is_pi(self) -> bool:
@@ -93,6 +119,13 @@ def parse(text: str) -> Facts:
         nfs_client_kernel=values.get("nfs") == "yes" or values.get("nfs_module") == "yes",
         hostname=values.get("hostname", ""),
         home=values.get("home", ""),
+        nfsconf=values.get("nfsconf") or None,
+        nfs_utils=values.get("nfs_utils", ""),
+        network=values.get("network", ""),
+        wait_online=values.get("wait_online") or None,
+        python=values.get("python", ""),
+        glibc=values.get("glibc", ""),
+        coordinator=values.get("coordinator", ""),
     )
 
 

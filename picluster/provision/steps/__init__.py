@@ -4,6 +4,7 @@ import shlex
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from picluster.cluster.ssh import Remote
 from picluster.inventory import Inventory, Node
@@ -16,11 +17,26 @@ NOT_A_PI = "not a Raspberry Pi"
 
 
 @dataclass(frozen=True)
+class Runtime:
+    """What the runtime step puts in each node's venv.  By default picluster (its wheel, built on
+    the coordinator) and its dependencies, TensorFlow among them; `requirements` names another
+    set instead (the VM tests install psutil and prometheus-client: TensorFlow under emulation
+    would take most of an hour)."""
+
+    requirements: tuple[str, ...] = ()
+    imports: tuple[str, ...] = ("picluster", "tensorflow")
+
+    def describe(self) -> str:
+        return ", ".join(self.requirements) if self.requirements else "picluster and TensorFlow"
+
+
+@dataclass(frozen=True)
 class Options:
     dry_run: bool = False
     only: tuple[str, ...] | None = None  # step names; facts always runs
     venv: str = "picluster-venv"  # on each node; relative paths are under the user's home
-    tensorflow: str = "tensorflow==2.21.*"
+    runtime: Runtime = Runtime()
+    nfsd_threads: int | None = None  # None: max(8, number of nodes)
     extra_packages: tuple[str, ...] = ()
     known_hosts: Path | None = None
     fanout: int = 8
@@ -31,11 +47,13 @@ class Options:
 
 @dataclass
 class Shared:
-    """What every node's steps share: the coordinator's public key, the wheel built once."""
+    """What every node's steps share: the coordinator's public key, picluster's wheel built once,
+    the wheels downloaded once per kind of node (or why that failed)."""
 
     public_key: str | None
     lock: threading.Lock = field(default_factory=threading.Lock)
     wheel: Path | None = None
+    bundles: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -2,8 +2,13 @@
 
 TensorFlow's servers have no authentication and execute any graph they are sent (its
 SECURITY.md), so the TensorFlow ports, the node agent's and NFS's (2049, 111 and mountd's
-fixed port) accept only the cluster subnet; everything else, SSH included, is left alone.
+fixed port) accept only the cluster subnet and the coordinator; everything else, SSH included,
+is left alone.  The coordinator is the address the node sees this SSH session come from: with
+`subnet` omitted the cluster's range is the nodes' own, and a coordinator elsewhere on the LAN
+would otherwise be dropped (`top` and `run` time out).
 """
+
+import ipaddress
 
 from picluster.provision import templates
 from picluster.provision.result import Item, Status
@@ -32,14 +37,25 @@ def template_vars(inv) -> dict[str, object]:
     }
 
 
-def rules_text(inv) -> str:
-    return templates.render("picluster.nft.j2", **template_vars(inv))
+def coordinator(seen: str, inv) -> str:
+    """The coordinator as the rules name it: the IPv4 address a node saw, else the subnet again
+    (an IPv6 or unknown source: the cluster's addresses only)."""
+    try:
+        return str(ipaddress.IPv4Address(seen))
+    except ValueError:
+        return str(inv.cluster_subnet)
+
+
+def rules_text(inv, seen: str) -> str:
+    return templates.render("picluster.nft.j2", **template_vars(inv), coordinator=coordinator(seen, inv))
 
 
 def run(ctx: Context):
     remote = ctx.remote
-    rules = file_item(ctx, "rules", RULES, rules_text(ctx.inv))
-    yield rules
+    rules = file_item(ctx, "rules", RULES, rules_text(ctx.inv, ctx.facts.coordinator))
+    who = coordinator(ctx.facts.coordinator, ctx.inv)
+    admitted = str(ctx.inv.cluster_subnet) + ("" if who == str(ctx.inv.cluster_subnet) else f" and {who}")
+    yield Item(rules.name, rules.status, f"{rules.detail} (admits {admitted})")
     main = remote.read(MAIN)
     wanted = managed_line(main or "#!/usr/sbin/nft -f\n", INCLUDE, lambda line: line.strip() == INCLUDE)
     yield file_item(ctx, "include", MAIN, wanted, mode="0755", current=main)

@@ -1,4 +1,8 @@
-"""Step 4, packages: installed only when missing (dpkg-query first; apt-get -s before a real install)."""
+"""Step 4, packages: installed only when missing (dpkg-query first).  When one is missing, apt's
+package lists are brought up to date first (a freshly written Raspberry Pi OS card has none:
+"Unable to locate package"), then `apt-get -s` names what apt cannot install before a real install.
+A node with everything installed is never asked to reach a mirror.
+"""
 
 from picluster.provision.result import Item, Status
 from picluster.provision.steps import Context, q
@@ -30,12 +34,18 @@ def run(ctx: Context):
     if not missing:
         return
     args = " ".join(q(n) for n in missing)
+    note = ""
+    if not ctx.dry_run:
+        update = ctx.remote.run("apt-get update -q", sudo=True, check=False, timeout=INSTALL_TIMEOUT)
+        complaints = [line for line in (update.stderr + update.stdout).splitlines() if line.startswith(("E:", "W:"))]
+        if update.exited != 0 or complaints:
+            note = f"; apt-get update: {(complaints or [f'exit code {update.exited}'])[-1][2:].strip()}"
     sim = ctx.remote.run(f"apt-get -s -q install --no-install-recommends {args}", check=False)
     if sim.exited != 0:
         why = [line for line in (sim.stderr + sim.stdout).splitlines() if line.startswith("E:")]
         reason = why[0][2:].strip() if why else f"apt-get -s exit code {sim.exited}"
         for name in missing:
-            yield Item(name, Status.FAILED, f"apt cannot install it: {reason} (is the package name right? apt-get update?)")
+            yield Item(name, Status.FAILED, f"apt cannot install it: {reason} (is the package name right?{note})")
         return
     if ctx.dry_run:
         for name in missing:

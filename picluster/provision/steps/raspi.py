@@ -71,15 +71,18 @@ def _gpu_mem(ctx: Context) -> Item:
 
 
 def _wait_network(ctx: Context) -> Item:
-    unit = "NetworkManager-wait-online.service"
-    if ctx.facts.systemd and ctx.remote.ok(f"systemctl cat {unit} >/dev/null 2>&1"):
+    """Boot waits for the network (the NFS mount needs it), through the network manager in use:
+    NetworkManager (Raspberry Pi OS bookworm), systemd-networkd, ifupdown, or raspi-config's
+    do_boot_wait for dhcpcd (bullseye).  Facts name the one that runs; none is assumed."""
+    unit, network = ctx.facts.wait_online, ctx.facts.network or "no network service found"
+    if unit:
         if ctx.remote.ok(f"systemctl is-enabled --quiet {unit}"):
-            return Item("wait_network", Status.OK, f"{unit} enabled")
-        return action_item(ctx, "wait_network", f"systemctl enable {unit}", f"enable {unit}")
+            return Item("wait_network", Status.OK, f"{unit} enabled ({network})")
+        return action_item(ctx, "wait_network", f"systemctl enable {unit}", f"enable {unit} ({network})")
     if _has_function(ctx, "do_boot_wait"):
         if ctx.remote.out("raspi-config nonint get_boot_wait", sudo=True) == "0":
-            return Item("wait_network", Status.OK, "boot waits for network")
-        return action_item(ctx, "wait_network", "raspi-config nonint do_boot_wait 0", "wait for network at boot")
+            return Item("wait_network", Status.OK, f"boot waits for network ({network})")
+        return action_item(ctx, "wait_network", "raspi-config nonint do_boot_wait 0", f"wait for network at boot ({network})")
     if not ctx.facts.systemd:
         return Item("wait_network", Status.SKIPPED, NO_SYSTEMD)
-    return Item("wait_network", Status.SKIPPED, f"neither {unit} nor raspi-config do_boot_wait")
+    return Item("wait_network", Status.SKIPPED, f"{network}: no wait-online unit for it, no raspi-config do_boot_wait")

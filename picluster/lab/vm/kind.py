@@ -1,0 +1,89 @@
+"""VM hosts behind the lab's host-kind seam (lab/kinds.py): Debian 12 guests with their own kernel.
+
+    Lab(3, vm=True).up()   # check (root, qemu, memory, image, accelerator), taps, disks, qemu x 3, SSH
+
+Everything that can refuse does so in ``check()``, before the lab has an id, a bridge or a file:
+not root, qemu missing, more VMs than memory holds, a damaged cached image.  The image is built
+there too when there is none (minutes, once per machine), and the accelerator chosen (KVM only
+where a kernel really boots under it, else TCG), and said once.
+"""
+
+from collections.abc import Callable
+
+from picluster.errors import ClusterError
+from picluster.fanout import fan_out
+from picluster.lab import naming
+from picluster.lab.host import HostOptions
+from picluster.lab.vm import accel as accel_mod
+from picluster.lab.vm import image as image_mod
+from picluster.lab.vm import support, tap
+from picluster.lab.vm.host import Login, VMHost
+
+
+class VMHosts:
+    name = "vm"
+    # TCG on a shared 2-core machine: ~30 s alone, minutes when other jobs run (VM-NOTES.md).
+    default_timeout = 600.0
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.image: image_mod.Image | None = None
+        self.accel: accel_mod.Accel | None = None
+
+    def check(self, nodes: int) -> None:
+        support.require_support()
+        support.check_memory(nodes)
+        cache = image_mod.cache_root()
+        self.image = image_mod.ensure(cache, self.say)
+        self.accel = accel_mod.choose(self.image.kernel, cache, self.say)
+        self.say(f"VMs use {self.accel.describe()}")
+
+    def new_host(self, lab, index: int) -> VMHost:
+        name = naming.host_name(index)
+        host = VMHost(
+            name=name,
+            index=index,
+            address=lab.plan.address(index),
+            prefix=lab.subnet.prefixlen,
+            tap=tap.name(lab.id, index),
+            bridge=lab.bridge,
+            dir=lab.run_dir / "hosts" / name,
+            options=lab.host_options.get(name, HostOptions()),
+        )
+        host.login = login_of(lab)
+        return host
+
+    def host_from_dict(self, data: dict, lab) -> VMHost:
+        host = VMHost.from_dict(data)
+        host.login = login_of(lab)
+        return host
+
+    def create(self, lab) -> None:
+        for host in lab.hosts:
+            tap.create(host.tap, host.bridge)
+
+    def start(self, lab, login_line: str) -> list[str]:
+        if self.image is None or self.accel is None:
+            raise ClusterError("VM hosts start only after check()")
+        known = [f"{h.address} {h.prepare(self.image, lab.user, login_line)}" for h in lab.hosts]
+        # From this thread, one after the other (each returns at once): PDEATHSIG ties qemu to
+        # the thread that forked it, so no pool threads here.
+        for host in lab.hosts:
+            lab.adopt(host.start(self.image, self.accel, owned=lab.owned))
+            lab.save()
+        return known
+
+    def ready(self, lab) -> None:
+        pass
+
+    def reboot(self, lab, hosts: list, timeout: float) -> dict[str, float]:
+        """Reboot `hosts` together; seconds each took to answer SSH again."""
+        results = fan_out(lambda host: host.reboot(timeout), hosts, limit=len(hosts) or 1)
+        return results.raise_failures("reboot")
+
+    def describe(self) -> str:
+        return f"VMs ({self.accel.name.upper()})" if self.accel else "VMs"
+
+
+def login_of(lab) -> Login:
+    return Login(lab.user.name, lab.key_path, lab.known_hosts_path)

@@ -1,0 +1,208 @@
+"""Wheels for the nodes, downloaded once by the coordinator, so nodes install without the internet.
+
+    target = Platform.of("aarch64", "3.11.2", "2.36")       # what facts read on a node
+    house = download(target, requirements_of(wheel, target))  # pip download, cached per machine
+    # ... the runtime step stages house.dir on the share (or pushes it) and runs
+    # pip install --no-index --find-links <there> on each node.
+
+pip evaluates environment markers for the Python that runs it, not for ``--platform`` (pip issues
+#4304, #11664): picluster's own ``tensorflow-cpu; platform_machine == 'x86_64'`` would be chosen on
+an x86 coordinator for aarch64 Pis.  So picluster's direct requirements are evaluated here for the
+target (packaging.markers), and pip is handed the result; deeper dependencies keep pip's
+evaluation, which only differs from the target's in platform_machine.
+
+The download lands in ``<cache_dir>/wheels/<platform>-<requirements hash>/`` (renamed into place
+when whole), so a second run, or a new node of the same kind, needs no network at all.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from email.parser import Parser
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from picluster import paths
+from picluster.errors import ClusterError, UsageError
+
+MANIFEST = "MANIFEST.json"
+OLDEST_GLIBC = 17  # manylinux2014 = manylinux_2_17: nothing older is worth listing
+DOWNLOAD_TIMEOUT = 3600.0
+
+
+@dataclass(frozen=True)
+class Platform:
+    """A node's machine, Python and C library, as pip's wheel tags name them."""
+
+    arch: str  # uname -m: "aarch64", "x86_64"
+    python: str  # "3.11"
+    full_python: str  # "3.11.2"
+    glibc: tuple[int, int]  # (2, 36)
+
+    @classmethod
+    def of(cls, arch: str, python: str, glibc: str) -> "Platform":
+        try:
+            major, minor = (int(p) for p in python.split(".")[:2])
+            g_major, g_minor = (int(p) for p in glibc.split(".")[:2])
+        except ValueError:
+            raise ClusterError(f"cannot tell the node's Python ({python or '?'}) and C library ({glibc or '?'}) versions") from None
+        if not arch or "/" in arch:
+            raise ClusterError(f"cannot tell the node's architecture ({arch or '?'})")
+        return cls(arch, f"{major}.{minor}", python, (g_major, g_minor))
+
+    @property
+    def key(self) -> str:
+        """cp311-aarch64-glibc2.36: one wheelhouse per key."""
+        return f"cp{self.python.replace('.', '')}-{self.arch}-glibc{self.glibc[0]}.{self.glibc[1]}"
+
+    def tags(self) -> list[str]:
+        """Platform tags newest first: manylinux_2_36_aarch64 ... manylinux_2_17_aarch64, manylinux2014_aarch64.
+        pip expands manylinux2014 to 2010 and 1 itself but does not expand manylinux_2_X."""
+        major, minor = self.glibc
+        tags = [f"manylinux_{major}_{m}_{self.arch}" for m in range(minor, OLDEST_GLIBC - 1, -1)]
+        return tags + [f"manylinux2014_{self.arch}"]
+
+    def pip_args(self) -> list[str]:
+        args = ["--only-binary=:all:", "--implementation", "cp", "--python-version", self.python]
+        args += ["--abi", f"cp{self.python.replace('.', '')}"]
+        for tag in self.tags():
+            args += ["--platform", tag]
+        return args
+
+    def markers(self) -> dict[str, str]:
+        """PEP 508 marker values on such a node (Linux, CPython)."""
+        return {
+            "implementation_name": "cpython",
+            "implementation_version": self.full_python,
+            "os_name": "posix",
+            "platform_machine": self.arch,
+            "platform_python_implementation": "CPython",
+            "platform_system": "Linux",
+            "python_full_version": self.full_python,
+            "python_version": self.python,
+            "sys_platform": "linux",
+            "extra": "",
+        }
+
+
+@dataclass(frozen=True)
+class Wheelhouse:
+    dir: Path
+    files: dict[str, str]  # file name -> sha256
+
+    @property
+    def name(self) -> str:
+        return self.dir.name
+
+    def manifest_text(self) -> str:
+        return json.dumps({"files": self.files}, indent=1, sort_keys=True) + "\n"
+
+
+def requirements_of(wheel: Path, target: Platform) -> list[str]:
+    """A wheel's own requirements that apply on `target`, markers dropped ("numpy>=1.26,<3")."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+            metadata = Parser().parsestr(archive.read(name).decode())
+    except (OSError, StopIteration, zipfile.BadZipFile) as exc:
+        raise ClusterError(f"cannot read the requirements of {wheel.name}: {exc}") from None
+    wanted = []
+    for line in metadata.get_all("Requires-Dist") or []:
+        req = Requirement(line)
+        if req.marker is None or req.marker.evaluate(target.markers()):
+            req.marker = None
+            wanted.append(str(req))
+    return wanted
+
+
+def check_requirements(requirements: list[str]) -> list[str]:
+    """Requirement strings as pip reads them; a bad one is a one-line UsageError."""
+    for text in requirements:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement as exc:
+            raise UsageError(f"requirement {text!r}: {str(exc).splitlines()[0]}") from None
+        if req.url:
+            raise UsageError(f"requirement {text!r}: URLs are not downloaded for nodes; name a package")
+    return list(requirements)
+
+
+def key_of(target: Platform, requirements: list[str]) -> str:
+    digest = hashlib.sha256("\n".join(sorted(requirements)).encode()).hexdigest()[:12]
+    return f"{target.key}-{digest}"
+
+
+def cache_root() -> Path:
+    return paths.cache_dir() / "wheels"
+
+
+def download(target: Platform, requirements: list[str], cache: Path | None = None) -> Wheelhouse:
+    """Every wheel `requirements` need on `target`: cached, else `pip download` now."""
+    root = cache or cache_root()
+    final = root / key_of(target, requirements)
+    if (final / MANIFEST).is_file():
+        return _load(final)
+    root.mkdir(parents=True, exist_ok=True)
+    partial = root / f".{final.name}.partial-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    try:
+        args = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q", "--dest", str(partial)]
+        proc = subprocess.run(
+            [*args, *target.pip_args(), *requirements], capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT
+        )
+        if proc.returncode != 0:
+            lines = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
+            errors = [ln for ln in lines if ln.startswith("ERROR:")] or lines or ["no output"]
+            raise ClusterError(f"pip download for {target.key} failed: {errors[-1].removeprefix('ERROR: ')}")
+        files = {p.name: sha256(p) for p in sorted(partial.glob("*.whl"))}
+        (partial / MANIFEST).write_text(Wheelhouse(final, files).manifest_text())
+        os.rename(partial, final)
+    except subprocess.TimeoutExpired:
+        raise ClusterError(f"pip download for {target.key} did not finish within {DOWNLOAD_TIMEOUT:g} s") from None
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return _load(final)
+
+
+def _load(directory: Path) -> Wheelhouse:
+    try:
+        files = json.loads((directory / MANIFEST).read_text())["files"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise ClusterError(f"wheelhouse {directory} is damaged ({exc}): delete it and run again") from None
+    return Wheelhouse(directory, dict(files))
+
+
+SOURCE_DIR = Path(__file__).resolve().parents[2]  # picluster's source: the checkout holding picluster/
+
+
+def own_wheel(source_dir: Path = SOURCE_DIR) -> Path:
+    """picluster's own wheel, built from its source into a new temporary directory (the caller
+    removes it)."""
+    import tempfile
+
+    out = Path(tempfile.mkdtemp(prefix="picluster-wheel-"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(source_dir)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    wheels = sorted(out.glob("picluster-*.whl"))
+    if proc.returncode != 0 or not wheels:
+        shutil.rmtree(out, ignore_errors=True)
+        last = (proc.stderr.strip().splitlines() or ["no wheel"])[-1]
+        raise ClusterError(f"cannot build picluster's wheel: {last}")
+    return wheels[0]
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
