@@ -64,5 +64,5 @@ def one_line(result, code: int, *needles: str) -> str:
 
 
 from lab_fixtures import lab4, lab_factory, lab_support, vm3, vm_image, vm_support  # noqa: E402,F401  (test hosts, picluster.lab)
-from storage_fixtures import small_disk  # noqa: E402,F401  (a tmpfs to fill or make read-only)
 from launch_fixtures import launch  # noqa: E402,F401  (picluster launch in the background, stopped after the test)
+from storage_fixtures import small_disk  # noqa: E402,F401  (a tmpfs to fill or make read-only)

@@ -399,7 +399,7 @@ class Lab:
         """Limit both directions of a host's link; delay and loss need tc netem (see links.py)."""
         links.shape(self._shapeable(which).veth, self._shapeable(which).netns, rate, delay, loss)
 
-    def set_limits(self, which: "str | int | Host", new: "limits_module.Limits") -> None:
+    def set_limits(self, which: Which, new: "limits_module.Limits") -> None:
         """Change a limited host's CPU and memory while it runs, as if it were moved to another board."""
         host = self.host(which)
         if not host.cgroup:
