@@ -17,8 +17,9 @@ def _one_error_line(result, code):
 def _tethers(state) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["cmdline", "environ"]):
-        cmd = proc.info["cmdline"] or []
-        if "picluster.cluster.tether" in cmd:
+        cmd, env = proc.info["cmdline"] or [], proc.info["environ"] or {}
+        # Only this test's: other runs on the machine (another checkout's suite) have their own state dir.
+        if "picluster.cluster.tether" in cmd and env.get("PICLUSTER_STATE_DIR") == str(state):
             found.append(proc)
     return found
 
