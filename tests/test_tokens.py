@@ -85,9 +85,10 @@ def test_the_renderer_refuses_what_validation_would_have_refused():
     with pytest.raises(UsageError, match="subnet"):
         templates.render("exports.j2", share_dir="/srv/x", subnet="10.0.0.0/24 *")
     with pytest.raises(UsageError, match="tcp_ports"):
-        templates.render("picluster.nft.j2", subnet="10.0.0.0/24", tcp_ports=["22 } accept; tcp dport { 1"], udp_ports=[111])
-    assert "tcp dport { 111, 2049 }" in templates.render("picluster.nft.j2", subnet="10.0.0.0/24", tcp_ports=[111, 2049],
-                                                         udp_ports=[111])
+        templates.render("picluster.nft.j2", subnet="10.0.0.0/24", coordinator="10.0.0.5",
+                         tcp_ports=["22 } accept; tcp dport { 1"], udp_ports=[111])
+    assert "tcp dport { 111, 2049 }" in templates.render("picluster.nft.j2", subnet="10.0.0.0/24", coordinator="10.0.0.5",
+                                                         tcp_ports=[111, 2049], udp_ports=[111])
 
 
 def test_public_key_must_be_one_plain_key_line(tmp_path):
