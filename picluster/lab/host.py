@@ -48,6 +48,13 @@ class HostOptions:
     pi_model: str | None = mockpi.DEFAULT_MODEL  # None: no MOCK device-tree model
     limits: Limits = field(default_factory=Limits)  # CPU and memory of this machine the host may use (limits.py, cgroups.py)
 
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "HostOptions":
+        """From a state file (both kinds of host keep their options this way)."""
+        options = dict(data or {})
+        options["limits"] = Limits.from_dict(options.get("limits"))
+        return cls(**options)
+
 
 @dataclass(frozen=True)
 class User:
@@ -91,9 +98,7 @@ class Host:
     def from_dict(cls, data: dict) -> "Host":
         data = dict(data)
         data["dir"] = Path(data["dir"])
-        options = dict(data.get("options", {}))
-        options["limits"] = Limits.from_dict(options.get("limits"))
-        data["options"] = HostOptions(**options)
+        data["options"] = HostOptions.from_dict(data.get("options"))
         return cls(**data)
 
     # -- files of the host in the run dir ---------------------------------------------------

@@ -73,7 +73,7 @@ class VM:
     def from_dict(cls, data: dict) -> Self:
         data = dict(data)
         data["dir"] = Path(data["dir"])
-        data["options"] = HostOptions(**data.get("options", {}))
+        data["options"] = HostOptions.from_dict(data.get("options"))
         return cls(**data)
 
     # -- its files --------------------------------------------------------------------------
