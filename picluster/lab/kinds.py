@@ -13,7 +13,8 @@ kinds of host sits behind this seam, one object per lab:
 
 Both kinds give their hosts the same attributes the lab's life cycle reads: name, index, address,
 veth (the link on the bridge: a veth or a tap), netns (None for a VM), net_inode/mnt_inode,
-pid, alive(), log_tail(), to_dict(), and run/read_file/write_file as root inside the host.
+pid, cgroup (None for a VM), alive(), log_tail(), to_dict(), and run/read_file/write_file as root
+inside the host.
 """
 
 import ipaddress

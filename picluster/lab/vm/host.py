@@ -45,6 +45,10 @@ class VMHost(VM):
         return None
 
     @property
+    def cgroup(self) -> None:
+        return None  # a VM's size is its own (qemu -m, -smp), not a cgroup of this machine
+
+    @property
     def net_inode(self) -> None:
         return None
 
