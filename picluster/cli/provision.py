@@ -4,7 +4,7 @@ from pathlib import Path
 
 import click
 
-from picluster.cli.options import Real, node_inventory_option
+from picluster.cli.options import Real, Whole, node_inventory_option
 from picluster.errors import ClusterError, UsageError
 
 _known_hosts_option = click.option(
@@ -30,7 +30,7 @@ def _load(inventory: Path | None):
 @click.option("--dry-run", is_flag=True, help="Print the plan per node; change nothing.")
 @click.option("--venv", default=None,
               help="The virtualenv on each node (relative: under the user's home) [the inventory's cluster.venv].")
-@click.option("--fanout", type=click.IntRange(1, 64), default=8, show_default=True, help="Nodes worked on at once.")
+@click.option("--fanout", type=Whole(1, 64), default=8, show_default=True, help="Nodes worked on at once.")
 @click.option("--timeout", type=Real(1, 3600), default=120.0, show_default=True,
               help="Seconds one command may take before its node counts as unreachable (installs get longer).")
 @_known_hosts_option
