@@ -77,11 +77,17 @@ def inventory(inventory, as_ansible, out, known_hosts) -> None:
 
     if not as_ansible:
         raise UsageError("say which format: --ansible")
+    if out is not None:
+        from picluster import atomic
+        from picluster.errors import StorageError
+
+        try:
+            atomic.not_a_file(out)  # a rename would replace a device or a pipe
+        except StorageError as exc:
+            raise UsageError(f"--out {out}: {exc}") from None
     inv = _load(inventory)
     text = ansible_inventory(inv, known_hosts=known_hosts, public_key=public_key(inv.ssh_key))
     if out is None:
         click.echo(text, nl=False)
     else:
-        from picluster import atomic
-
         atomic.write_text(out, text)  # whole or not at all; a failure is one StorageError line
