@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import secrets
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +32,7 @@ def replacing(path: Path, binary: bool = False, mode: int = 0o666, newline: str 
     readable by every node's user, a key or a state file can ask for 0o600.
     """
     path = Path(path)
+    not_a_file(path)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.part")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
@@ -54,6 +56,21 @@ def replacing(path: Path, binary: bool = False, mode: int = 0o666, newline: str 
         if isinstance(exc, OSError) and not isinstance(exc, StorageError) and exc.errno in STORAGE_ERRNOS:
             raise StorageError(path, exc) from None  # the close after a failed flush, or the rename
         raise
+
+
+def not_a_file(path: Path) -> None:
+    """Raise StorageError when ``path`` exists as something other than a regular file.
+
+    A rename would replace it: ``--csv /dev/sda`` run as root would swap the disk's device node
+    for a CSV file, ``/dev/full`` would stop being full.  A symbolic link to a file is replaced
+    as a link (the file it points to is left as it was)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # absent (or unreachable: the write itself will say why)
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "a device, pipe or socket"
+        raise StorageError(path, f"it is {kind}, not a regular file; name a file")
 
 
 def write_bytes(path: Path, data: bytes, mode: int = 0o666) -> None:

@@ -40,6 +40,7 @@ _CLUSTER_KEYS = {
 _ROLE_KEYS = {"ps", "worker", "nfs_master"}
 _NODE_KEYS = {"name", "address"}
 _TOP_KEYS = {"cluster", "roles", "node"}
+MAX_BYTES = 1024 * 1024  # 64 nodes as [[node]] tables take about 4 KiB
 
 # The node agent's port: not node_exporter's 9100 (a Pi may run both), outside the 9100-9999 range
 # Prometheus exporters have taken, below the ephemeral ports.
@@ -103,19 +104,24 @@ def load_inventory(path: Path | str) -> Inventory:
     path = Path(path).expanduser()
     where = f"inventory {path}"
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)  # not all of /dev/zero
     except FileNotFoundError:
         raise UsageError(f"{where}: no such file (pass --inventory or set PICLUSTER_INVENTORY)") from None
     except IsADirectoryError:
         raise UsageError(f"{where}: is a directory, expected a picluster.toml file") from None
     except OSError as exc:
         raise UsageError(f"{where}: cannot read: {exc.strerror}") from None
+    if len(raw) > MAX_BYTES:
+        raise UsageError(f"{where}: larger than {MAX_BYTES // 1024} KiB; not an inventory")
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise UsageError(f"{where}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{where}: invalid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise UsageError(f"{where}: invalid TOML: nested too deeply") from None
     return parse_inventory(data, where, source=path)
 
 

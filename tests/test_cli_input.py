@@ -70,3 +70,15 @@ def test_inventory_directory_and_env_variable(state, tmp_path, monkeypatch):
 def test_help_is_not_an_error():
     result = picluster("run", "montecarlo", "--help")
     assert result.returncode == 0 and "--samples" in result.stdout
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"layout": {"ps": []}, "pids": 7}', "[]"])
+def test_a_damaged_local_cluster_state_is_one_line(state, text):
+    """The state directory is ours, but whatever is in it must not become a traceback (a deep
+    nesting was a RecursionError from json)."""
+    (state / "local").mkdir(parents=True)
+    (state / "local" / "cluster.json").write_text(text)
+    result = picluster("cluster", "status", timeout=60)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cluster.json is damaged" in lines[0] and f"remove {state / 'local'}" in lines[0], lines

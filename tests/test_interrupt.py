@@ -43,7 +43,9 @@ def test_ctrl_c_while_python_loads_the_command_line(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("after", [0.3, 1.0, 2.5])
+# Not earlier than 1 s: before ~0.2 s (more on a loaded machine) the interrupt lands in Python's own
+# start-up, which is not ours; the moment click loads is covered deterministically above.
+@pytest.mark.parametrize("after", [1.0, 2.5])
 def test_ctrl_c_while_preparing_har_data(tmp_path, after):
     out = tmp_path / "har"
     code, err = interrupted(["data", "har", "--force", "--out", out], after)

@@ -1,10 +1,15 @@
 import ipaddress
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from picluster.errors import UsageError
 from picluster.inventory import load_inventory
+
+from conftest import ROOT, one_line
 
 GOOD = """
 [cluster]
@@ -86,6 +91,30 @@ def test_unreadable_and_invalid_toml(tmp_path):
         load_inventory(write(tmp_path, "[cluster\nname="))
     with pytest.raises(UsageError, match=r"missing \[cluster\]"):
         load_inventory(write(tmp_path, "[roles]\n"))
+
+
+@pytest.mark.parametrize("text,message", [
+    ("a = " + "[" * 5000 + "]" * 5000, "nested too deeply"),  # tomllib recursed into a RecursionError traceback
+    ("a = " + "{b = " * 5000 + "1" + "}" * 5000, "nested too deeply"),
+    ("# " + "x" * (2 * 1024 * 1024), "larger than 1024 KiB"),
+])
+def test_hostile_toml_is_one_line(tmp_path, text, message):
+    path = tmp_path / "picluster.toml"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=message) as err:
+        load_inventory(path)
+    assert "\n" not in str(err.value)
+
+
+def test_a_device_is_not_read_to_its_end():
+    """`-i /dev/zero` was read until memory ran out: in a child capped at 1 GiB, so a regression
+    fails quickly (MemoryError) instead of eating the machine's memory."""
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    result = subprocess.run([sys.executable, "-m", "picluster", "inventory", "--ansible", "-i", "/dev/zero"],
+                            capture_output=True, text=True, timeout=120, preexec_fn=cap, cwd=ROOT)
+    one_line(result, 2, "inventory /dev/zero: larger than 1024 KiB")
 
 
 def test_the_shipped_example_is_the_readmes_and_describes_a_16_pi_cluster():

@@ -130,6 +130,8 @@ def start_long_run(state):
     proc = subprocess.Popen(
         [sys.executable, "-m", "picluster", "run", "montecarlo", "--samples", "1e13", "--nodes", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=os.environ.copy(),
+        # pytest started as a background job (`cmd &` without job control) passes SIGINT on ignored: undo that.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     # Wait until both servers are up and the coordinator is computing.
     started = wait_for(lambda: len(server_processes(state)) == 2 and

@@ -58,6 +58,12 @@ def test_train_refuses_bad_numbers_before_anything_starts(state, args, needle):
     (["provision", "--timeout", "inf"], "is not a finite decimal number"),
     (["top", "--interval", "nan"], "is not a finite decimal number"),
     (["lab", "up", "--timeout", "nan"], "is not a finite decimal number"),
+    # click's IntRange took int()'s spaces, underscores and non-ASCII digits: these started a cluster.
+    (["cluster", "up", "--workers", "٣"], "is not a whole number"),
+    (["cluster", "up", "--ps", " 1"], "' 1' is not a whole number"),
+    (["provision", "--fanout", "1_6"], "'1_6' is not a whole number"),
+    (["lab", "up", "--nodes", "2 "], "'2 ' is not a whole number"),
+    (["cluster", "up", "--port", "70000"], "70000 is above the maximum 65535"),
 ])
 def test_other_numeric_options_refuse_stray_characters_and_non_finite_values(state, args, needle):
     assert_one_line_exit_2(picluster(*args, timeout=60), needle)

@@ -97,6 +97,22 @@ def test_csv_where_the_user_may_not_write(tmp_path):
         shutil.rmtree(folder)
 
 
+def test_a_device_or_a_pipe_is_never_replaced_by_a_file(tmp_path, state):
+    """`--csv /dev/full` (found by hand) replaced the device node with a CSV file: as root,
+    `--csv /dev/sda` would have done the same to a disk.  A FIFO stands in for any non-file."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(StorageError, match="not a regular file"):
+        atomic.write_text(fifo, "x")
+    inventory = tmp_path / "picluster.toml"
+    inventory.write_text('[cluster]\nname = "c"\nuser = "pi"\nnodes = "n1"\naddresses = "10.0.0.1"\n')
+    one_line(picluster("inventory", "--ansible", "-i", inventory, "--out", fifo, timeout=60), 2, f"--out {fifo}", "not a regular file")
+    one_line(picluster("run", "montecarlo", "--sweep", "1e5", "--nodes-list", "1", "--csv", fifo, timeout=120), 2,
+             f"--csv {fifo}", "not a regular file")
+    assert fifo.is_fifo() and sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "picluster.toml"]
+    assert not state.exists() or not server_processes(state)
+
+
 def test_ansible_inventory_onto_a_full_disk(small_disk, tmp_path):
     inventory = tmp_path / "picluster.toml"
     inventory.write_text('[cluster]\nname = "c"\nuser = "pi"\nnodes = "n[1-64]"\naddresses = "10.0.0.[1-64]"\n')

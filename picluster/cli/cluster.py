@@ -5,7 +5,7 @@ import sys
 import click
 from rich.console import Console
 
-from picluster.cli.options import inventory_option, node_inventory_option
+from picluster.cli.options import Whole, inventory_option, node_inventory_option
 from picluster.errors import UsageError
 from picluster.views.status import local_tasks_table, node_tasks_table
 
@@ -17,9 +17,9 @@ def cluster() -> None:
 
 @cluster.command()
 @inventory_option
-@click.option("--ps", "ps", type=click.IntRange(0, 16), default=1, show_default=True, help="ps tasks (local cluster)")
-@click.option("--workers", type=click.IntRange(1, 63), default=2, show_default=True, help="worker tasks (local cluster)")
-@click.option("--port", type=click.IntRange(1024, 65535), default=None, help="first port: the tasks' ports, then the agent's (local cluster; default: free ports)")
+@click.option("--ps", "ps", type=Whole(0, 16), default=1, show_default=True, help="ps tasks (local cluster)")
+@click.option("--workers", type=Whole(1, 63), default=2, show_default=True, help="worker tasks (local cluster)")
+@click.option("--port", type=Whole(1024, 65535), default=None, help="first port: the tasks' ports, then the agent's (local cluster; default: free ports)")
 def up(inventory, ps, workers, port) -> None:
     """Start the servers and wait until every task answers."""
     if inventory is not None:
@@ -114,8 +114,8 @@ def _print_status(cluster_, console: Console) -> None:
 @click.command()
 @node_inventory_option
 @click.option("--job", type=click.Choice(["ps", "worker"]), default=None, help="task's job (default: from this node's address)")
-@click.option("--task", "index", type=click.IntRange(0, None), default=None, help="task's index within its job")
-@click.option("--threads", type=click.IntRange(0, 256), default=0, help="intra-op threads (0: all cores)")
+@click.option("--task", "index", type=Whole(0), default=None, help="task's index within its job")
+@click.option("--threads", type=Whole(0, 256), default=0, help="intra-op threads (0: all cores)")
 def server(inventory, job, index, threads) -> None:
     """Run this node's TensorFlow task in the foreground (as the thesis's per-Pi script did)."""
     import os

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from picluster.cli.options import Real
+from picluster.cli.options import Real, Whole
 from picluster.errors import ClusterError, UsageError
 
 
@@ -20,7 +20,7 @@ def lab() -> None:
 
 
 @lab.command()
-@click.option("--nodes", "-n", type=click.IntRange(1, 99), default=4, show_default=True, help="How many hosts.")
+@click.option("--nodes", "-n", type=Whole(1, 99), default=4, show_default=True, help="How many hosts.")
 @click.option(
     "--name", "lab_id", default=None, help="Lab name: 1-6 lowercase letters or digits [default: random]."
 )

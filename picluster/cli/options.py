@@ -60,7 +60,21 @@ class Count(click.ParamType):
         return int(number)
 
 
-class Whole(click.ParamType):
+class _Bounded(click.ParamType):
+    """Shows its range in --help as click's IntRange and FloatRange do (e.g. ``INTEGER 1-64``)."""
+
+    minimum: float | None
+    maximum: float | None
+
+    def get_metavar(self, *args, **kwargs) -> str | None:
+        if self.minimum is None and self.maximum is None:
+            return None
+        low = "" if self.minimum is None else f"{self.minimum:g}"
+        high = "" if self.maximum is None else f"{self.maximum:g}"
+        return f"{self.name} {low}-{high}"
+
+
+class Whole(_Bounded):
     """A whole number written as digits; ``minimum``/``maximum`` bound it when given (else the
     command's own validation does, e.g. TrainConfig for the training options)."""
 
@@ -80,7 +94,7 @@ class Whole(click.ParamType):
         return number
 
 
-class Real(click.ParamType):
+class Real(_Bounded):
     """A finite decimal number (1, 0.001, 1e-3); ``minimum``/``maximum`` bound it when given."""
 
     name = "NUMBER"

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import click
 
-from picluster.cli.options import Real, node_inventory_option
+from picluster.cli.options import Real, Whole, node_inventory_option
 from picluster.errors import ClusterError, UsageError
 
 _known_hosts_option = click.option(
@@ -30,9 +30,9 @@ def _load(inventory: Path | None):
 @click.option("--dry-run", is_flag=True, help="Print the plan per node; change nothing.")
 @click.option("--venv", default=None,
               help="The virtualenv on each node (relative: under the user's home) [the inventory's cluster.venv].")
-@click.option("--nfsd-threads", type=click.IntRange(1, 1024), default=None,
+@click.option("--nfsd-threads", type=Whole(1, 1024), default=None,
               help="nfsd threads on the NFS master [default: max(8, number of nodes)].")
-@click.option("--fanout", type=click.IntRange(1, 64), default=8, show_default=True, help="Nodes worked on at once.")
+@click.option("--fanout", type=Whole(1, 64), default=8, show_default=True, help="Nodes worked on at once.")
 @click.option("--timeout", type=Real(1, 3600), default=120.0, show_default=True,
               help="Seconds one command may take before its node counts as unreachable (installs get longer).")
 @_known_hosts_option
@@ -80,13 +80,19 @@ def inventory(inventory, as_ansible, out, known_hosts) -> None:
 
     if not as_ansible:
         raise UsageError("say which format: --ansible")
+    if out is not None:
+        from picluster import atomic
+        from picluster.errors import StorageError
+
+        try:
+            atomic.not_a_file(out)  # a rename would replace a device or a pipe
+        except StorageError as exc:
+            raise UsageError(f"--out {out}: {exc}") from None
     inv = _load(inventory)
     text = ansible_inventory(inv, known_hosts=known_hosts, public_key=public_key(inv.ssh_key))
     if out is None:
         click.echo(text, nl=False)
     else:
-        from picluster import atomic
-
         atomic.write_text(out, text)  # whole or not at all; a failure is one StorageError line
 
 

@@ -48,6 +48,7 @@ def montecarlo(inventory, samples, nodes, seed, as_json, live, sweep, nodes_list
         if not parent.is_dir():
             raise UsageError(f"--csv {csv_path}: directory {parent} does not exist")
         try:
+            atomic.not_a_file(csv_path)
             atomic.check_writable(parent)  # before the sweep, not after it
         except StorageError as exc:
             raise UsageError(f"--csv {csv_path}: {exc}") from None

@@ -189,7 +189,7 @@ class LocalCluster:
             return cluster
         except FileNotFoundError:
             return None
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:  # any shape, any depth
             raise ClusterError(f"local cluster state {run_dir / _STATE} is damaged ({exc}); remove {run_dir}") from None
 
     def status(self) -> list[TaskState]:

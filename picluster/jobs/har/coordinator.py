@@ -259,7 +259,7 @@ def _changed(path: Path, stamps: dict) -> bool:
 def _read_json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
 
 
