@@ -238,6 +238,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-lab", action="store_true", help="the local cluster only (no root needed)")
     args = parser.parse_args()
+    # Started from a background job, SIGINT arrives ignored and the commands below would inherit
+    # that: launch would not take the Ctrl-C that stop() sends it.  A handler here resets to default on exec.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     state = tempfile.mkdtemp(prefix="picluster-bench-launch-")
     os.environ["PICLUSTER_STATE_DIR"] = state
     os.environ.pop("PICLUSTER_INVENTORY", None)
