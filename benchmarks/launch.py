@@ -111,7 +111,10 @@ def direct(layout, mode: str, coordinator: str, ssh=None) -> list[Proc]:
             procs.append(Proc([sys.executable, str(script), *args], dict(os.environ, TF_CONFIG=config)))
         else:  # the hosts see this machine's /work and venv
             command = f"TF_CONFIG='{config}' PYTHONUNBUFFERED=1 {sys.executable} {script} {' '.join(args)}"
-            procs.append(Proc([*ssh(task.node), command]))
+            # -tt: a terminal, so stopping the ssh client hangs the remote script up (without one
+            # it would go on training on the host and load every measurement after it).
+            ssh_argv = ssh(task.node)
+            procs.append(Proc([ssh_argv[0], "-tt", *ssh_argv[1:], command]))
     return procs
 
 
@@ -171,7 +174,7 @@ def measure(place: str, inventory, layout, coordinator: str, repeats: int, ssh=N
 def _restart(run: Proc) -> tuple[str, str]:
     run.first("worker 1: step 1 ")
     victim = next(p for p in psutil.process_iter(["cmdline"]) if _runs(p.info["cmdline"] or [], EACH[0].name)
-                  and '"index": 1' in p.environ().get("TF_CONFIG", ""))  # here or on a host: one pid namespace
+                  and '"index": 1' in p.environ().get("TF_CONFIG", "") and "PICLUSTER_JOB_ID" in p.environ())  # here or on a host: one pid namespace
     victim.kill()
     killed = time.monotonic()
     noticed = run.first("restart 1 of 1", after=killed) - (killed - run.start)
@@ -238,6 +241,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-lab", action="store_true", help="the local cluster only (no root needed)")
     args = parser.parse_args()
+    # Started from a background job, SIGINT arrives ignored and the commands below would inherit
+    # that: launch would not take the Ctrl-C that stop() sends it.  A handler here resets to default on exec.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     state = tempfile.mkdtemp(prefix="picluster-bench-launch-")
     os.environ["PICLUSTER_STATE_DIR"] = state
     os.environ.pop("PICLUSTER_INVENTORY", None)

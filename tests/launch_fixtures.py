@@ -16,6 +16,11 @@ from conftest import ROOT
 
 EXAMPLES = ROOT / "examples"
 
+# pytest started from a background job inherits SIGINT ignored, and so would every launch it starts:
+# the Ctrl-C the tests send would be lost.  A handler here is reset to the default in each child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 class Launched:
     """``picluster launch ...`` in the background; its output collected line by line as it comes."""

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -117,6 +118,31 @@ def test_output_keeps_each_tasks_log_and_the_stream(tmp_path):
     assert (tmp_path / "output.log").read_text().splitlines()[:2] == ["node02: start", "node03: start"]
     # TensorFlow's own log lines and picluster's notes stay in the logs, out of the summary.
     assert out.summary() == ["node[02-03]: step 1", "node[02-03]: done"]
+
+
+def test_lines_from_tasks_printing_at_once_never_interleave(tmp_path):
+    """The display writes a line in two parts (as print() does: text, then newline); tasks' pump
+    threads call in at once, so the stream must take one whole line at a time, in the log's order."""
+    written: list[str] = []
+
+    def emit(line: str) -> None:
+        written.append(line)
+        time.sleep(0.0005)  # another task's thread gets in here unless emit runs under the lock
+        written.append("\n")
+
+    out = Output(tmp_path, emit)
+    labels = [f"worker:{i}" for i in range(4)]
+    for i, label in enumerate(labels):
+        out.add(label, f"node{i + 2:02d}")
+    threads = [threading.Thread(target=lambda lb=label: [out.line(lb, f"step {n}") for n in range(50)]) for label in labels]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    out.close()
+    stream = "".join(written).splitlines()
+    assert len(stream) == 200 and all(line.startswith("node0") and line.count(":") == 1 for line in stream)
+    assert stream == (tmp_path / "output.log").read_text().splitlines()
 
 
 # -- TF_CONFIG --------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ class Output:
             self._combined.flush()
             if text.strip() and not text.startswith(OWN_PREFIX) and not TF_LOG.match(text):
                 self._tails[label].append(text)
-        self.emit(shown)
+            self.emit(shown)  # under the lock: lines from several tasks never interleave mid-line
 
     def note(self, label: str, text: str) -> None:
         """picluster's own line in a task's log and stream (a restart, say)."""
