@@ -123,8 +123,8 @@ def test_provision_writes_every_file_once_and_a_second_run_changes_nothing(lab4,
         assert host.read_file("/etc/fstab").splitlines()[-1] == f"{master.address}:/srv/picluster /mnt/picluster nfs defaults,_netdev 0 0"
         assert "PasswordAuthentication no" in host.read_file("/etc/ssh/sshd_config.d/00-picluster.conf")
         live = host.run(["nft", "list", "table", "inet", "picluster"]).stdout
-        assert f"ip saddr {subnet} tcp dport {{ 111, 2049, 2222, 2223, 9100, 20048 }} accept" in live
-        assert "tcp dport { 111, 2049, 2222, 2223, 9100, 20048 } drop" in live
+        assert f"ip saddr {subnet} tcp dport {{ 111, 2049, 2222, 2223, 19100, 20048 }} accept" in live
+        assert "tcp dport { 111, 2049, 2222, 2223, 19100, 20048 } drop" in live
 
     second = run_cli(lab4, inv)
     assert second.returncode == 0, second.stdout + second.stderr

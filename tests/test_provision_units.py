@@ -88,8 +88,8 @@ def test_nfsd_threads_at_least_one_per_node():
 
 def test_firewall_rules_name_the_subnet_and_ports():
     text = rules_text(inv())
-    assert "ip saddr 192.168.1.0/26 tcp dport { 111, 2049, 2222, 2223, 9100, 20048 } accept" in text
-    assert "tcp dport { 111, 2049, 2222, 2223, 9100, 20048 } drop" in text
+    assert "ip saddr 192.168.1.0/26 tcp dport { 111, 2049, 2222, 2223, 19100, 20048 } accept" in text
+    assert "tcp dport { 111, 2049, 2222, 2223, 19100, 20048 } drop" in text
     assert "dport 22" not in text and ", 22," not in text
 
 
