@@ -17,6 +17,10 @@ Every 0.5 s it reads each process's /proc status and smaps (picluster.monitor.fo
 the peaks; "node" sums the worker node's processes with shared libraries counted once.  Under
 qemu-user a process's RSS includes the emulator (its translated-code cache grows with the code
 run); the bare-interpreter row shows that overhead's floor.
+
+``--train-seconds T`` stops each training client after T s of training (emulated, one epoch takes
+far longer than the memory needs to reach its plateau): the table then says how many steps of the
+epoch each run took, so a reader knows which part of training the peaks cover.
 """
 
 import argparse
@@ -70,6 +74,7 @@ class Runtime:
 class Peaks:
     by_label: dict[str, ProcessMemory] = field(default_factory=dict)
     node: int = 0
+    steps: str = ""  # "done of per-epoch" training steps the peaks cover
 
 
 def free_ports(n: int) -> list[int]:
@@ -109,7 +114,15 @@ def wait_file(path: Path, proc: subprocess.Popen, timeout: float, what: str) -> 
         time.sleep(0.2)
 
 
-def scenario(rt: Runtime, mode: str, har_file: Path, timeout: float) -> Peaks:
+def steps_done(run: Path) -> str:
+    try:
+        live = json.loads((run / "live.json").read_text())
+    except (OSError, ValueError):
+        return "0 steps (training not started)"
+    return f"{live['step']} of {live['steps']} steps"
+
+
+def scenario(rt: Runtime, mode: str, har_file: Path, timeout: float, train_seconds: float | None) -> Peaks:
     host, inside = rt.workdir(mode)
     (host / "har").mkdir()
     shutil.copy2(har_file, host / "har" / CACHE_NAME)
@@ -149,7 +162,17 @@ def scenario(rt: Runtime, mode: str, har_file: Path, timeout: float) -> Peaks:
         else:
             client = start("client serving its task", ["picluster.jobs.har.replica", "--run-dir", f"{inside}/run", "--serve"],
                            {"TF_CONFIG": tf_config})
-        code = client.wait(timeout)
+        if train_seconds is None:
+            code = client.wait(timeout)
+        else:  # the cap counts from the first training step (live.json), not from the start
+            deadline = time.monotonic() + timeout
+            while not (host / "run" / "live.json").exists() and client.poll() is None and time.monotonic() < deadline:
+                time.sleep(1)
+            try:
+                code = client.wait(max(0.0, min(train_seconds, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                code = 0  # stopped by the cap (terminated below)
+        peaks.steps = steps_done(host / "run")
         if code != 0:
             raise SystemExit(f"{rt.name} {mode}: the training client failed (exit {code}); see {host}")
     finally:
@@ -197,6 +220,7 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=arm64root.DEFAULT_ROOT, help="the cached arm64 root")
     parser.add_argument("--x86-only", action="store_true", help="skip the emulated runs")
     parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument("--train-seconds", type=float, help="stop each client after this many seconds of training")
     parser.add_argument("--json", type=Path, default=Path(__file__).resolve().parent / "results" / "arm64_memory.json")
     args = parser.parse_args()
     if os.geteuid() != 0 and not args.x86_only:
@@ -221,7 +245,7 @@ def main() -> None:
             for mode in ("separate", "shared"):
                 print(f"{rt.name}: {mode} ...", file=sys.stderr, flush=True)
                 t0 = time.perf_counter()
-                runs[mode] = scenario(rt, mode, har_file, args.timeout)
+                runs[mode] = scenario(rt, mode, har_file, args.timeout, args.train_seconds)
                 print(f"{rt.name}: {mode} done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         results[rt.name] = (imported, bare, runs)
 
@@ -237,9 +261,11 @@ def main() -> None:
         print(f"| {text} | " + " | ".join(cell(results[n][2][mode].by_label.get(label)) for n in names) + " |")
     for mode, text in (("separate", "worker node, separate: server + client + agent"), ("shared", "worker node, shared: client + agent")):
         print(f"| **{text}** (libraries once) | " + " | ".join(f"**{results[n][2][mode].node / MiB:.0f}**" for n in names) + " |")
+    print("| training steps the peaks cover (separate; shared) | "
+          + " | ".join(f"{results[n][2]['separate'].steps}; {results[n][2]['shared'].steps}" for n in names) + " |")
     print("\n" + "; ".join(f"{n}: import tensorflow {results[n][0]:.1f} s" for n in names))
     out = {n: {"import_s": r[0], "bare": vars(r[1]) | {"files": None},
-               "runs": {m: {"node": p.node, "processes": {k: vars(v) | {"files": None} for k, v in p.by_label.items()}}
+               "runs": {m: {"node": p.node, "steps": p.steps, "processes": {k: vars(v) | {"files": None} for k, v in p.by_label.items()}}
                         for m, p in r[2].items()}} for n, r in results.items()}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(out, indent=1))

@@ -106,12 +106,16 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--profile", default="pi3b")
+    parser.add_argument("--report", action="store_true", help="only print the tables of the last run (results/har_memory.json)")
     args = parser.parse_args()
+    profile = resolve(3, profile=args.profile)
+    limits = Limits(cpu=0.66, memory=profile.memory, profile=args.profile)
+    if args.report:
+        report(json.loads((RESULTS / "har_memory.json").read_text()), args.epochs, limits)
+        return
     har = har_dir() / CACHE_NAME
     if not har.exists():
         raise SystemExit(f"no prepared HAR data at {har}: run 'picluster data har' first")
-    profile = resolve(3, profile=args.profile)
-    limits = Limits(cpu=0.66, memory=profile.memory, profile=args.profile)
     out = {}
     with lab_cluster(3, limits) as (lab, inventory, inv):
         workers = lab.hosts[1:]
@@ -125,15 +129,21 @@ def main() -> None:
             out[mode] = run(mode, inventory, groups, args.epochs, Path(lab.run_dir) / f"run-{mode}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "har_memory.json").write_text(json.dumps(out, indent=1))
+    report(out, args.epochs, limits)
 
-    print(f"\nHAR training, {args.epochs} epochs, default model, 1 ps + 2 workers on test hosts limited to "
+
+def report(out: dict, epochs: int, limits: Limits) -> None:
+    print(f"\nHAR training, {epochs} epochs, default model, 1 ps + 2 workers on test hosts limited to "
           f"{limits.describe()} (no swap beyond it)\n")
     print("| worker runtime | process (on node02) | peak RSS MiB (anon + file) |")
     print("|---|---|---|")
     for mode, r in out.items():
         for key, m in sorted(r["processes"].items()):
             if key.startswith("node02 "):
-                print(f"| {mode} | {key[7:]} | {m['rss'] / MiB:.0f} ({m['anon'] / MiB:.0f} + {m['file'] / MiB:.0f}) |")
+                name = key[7:]
+                if mode == "shared" and name == "worker server":
+                    name += " (cluster up's, until the run stops it)"
+                print(f"| {mode} | {name} | {m['rss'] / MiB:.0f} ({m['anon'] / MiB:.0f} + {m['file'] / MiB:.0f}) |")
     print("\n| worker runtime | ran | node02 / node03 resident, libraries once (MiB) | cgroup peak (MiB) | OOM kills | swap |")
     print("|---|---|---|---|---|---|")
     for mode, r in out.items():

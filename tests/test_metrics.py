@@ -154,3 +154,21 @@ def test_grafana_dashboard_reads_only_metrics_the_agent_serves():
     assert used and used <= served, used - served
     assert any("picluster_task_up" in e for e in exprs)
     assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+
+
+def test_grafana_dashboard_queries_are_valid_promql(tmp_path):
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: scripts/lab-deps.sh installs it (Debian package prometheus)"
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    # Grafana fills its variables before Prometheus sees a query; promtool parses each as a rule.
+    filled = [e.replace("$__rate_interval", "1m").replace("$job", "picluster") for e in exprs]
+    rules = {"groups": [{"name": "dashboard", "rules": [{"record": f"dashboard:q{i}", "expr": e} for i, e in enumerate(filled)]}]}
+    path = tmp_path / "rules.json"  # YAML is a superset of JSON
+    path.write_text(json.dumps(rules))
+    result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(filled)} rules found" in result.stdout + result.stderr
+    # and a broken query is caught, so the check can fail
+    path.write_text(json.dumps({"groups": [{"name": "d", "rules": [{"record": "dashboard:bad", "expr": "rate(x[$__rate_interval])"}]}]}))
+    assert subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=30).returncode != 0
