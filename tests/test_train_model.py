@@ -127,11 +127,11 @@ def test_fused_and_loop_cells_compute_the_same_function():
 )
 def test_bad_config_is_a_usage_error(kwargs, words):
     with pytest.raises(UsageError, match=words):
-        TrainConfig(**kwargs)
+        TrainConfig(**{"model": "resbidir"} | kwargs)
 
 
 def test_odd_hidden_is_fine_without_bidir():
-    assert TrainConfig(hidden=3, bidir=False).hidden == 3
+    assert TrainConfig(model="resbidir", hidden=3, bidir=False).hidden == 3
 
 
 def test_accuracy_by_volunteer():
@@ -163,7 +163,7 @@ def test_graph_keeps_the_input_moments_as_untrained_variables():
     tf.compat.v1.disable_eager_execution()
     x = (np.random.default_rng(4).normal(size=(300, 128, 9)) * 3 + 1).astype(np.float32)
     data = types.SimpleNamespace(x_train=x)
-    config = TrainConfig(layers=1, hidden=4, batch=100, standalone=True, standardise=True, lr_schedule="cosine", epochs=2)
+    config = TrainConfig(model="resbidir", layers=1, hidden=4, batch=100, standalone=True, standardise=True, lr_schedule="cosine", epochs=2)
     g = Graph(config, 0, data=data)
     assert g.parameters == g.shape.parameter_count()  # the moments are not trained
     with g.graph.as_default(), tf.compat.v1.Session() as session:
@@ -188,7 +188,7 @@ def test_ema_evaluates_the_moving_average_and_trains_the_raw_weights():
     rng = np.random.default_rng(5)
     x = rng.normal(size=(100, 128, 9)).astype(np.float32)
     y = rng.integers(0, 6, 100)
-    config = TrainConfig(layers=1, residual=2, hidden=4, batch=100, standalone=True, ema=0.9)
+    config = TrainConfig(model="resbidir", layers=1, residual=2, hidden=4, batch=100, standalone=True, ema=0.9)
     g = Graph(config, 0, data=types.SimpleNamespace(x_train=x))
     assert g.parameters == g.shape.parameter_count()  # the averages are not trained
     with g.graph.as_default(), tf.compat.v1.Session() as session:
