@@ -38,6 +38,7 @@ def train() -> None:
                    "[convlstm: rotate:45,mirror:0.5,scale:0.1,shift:8; resbidir: none]")
 @click.option("--label-smoothing", type=Real(), default=None, help="of the training loss's targets [0]")
 @click.option("--epochs", type=Whole(), default=None, help="epochs [convlstm: 60; resbidir: 40]")
+@click.option("--batch", type=Whole(), default=None, help="windows per update; split across workers in sync mode [100]")
 @click.option("--lr", "learning_rate", type=Real(), default=None, help="Adam learning rate [0.001]")
 @click.option("--lr-schedule", type=click.Choice(["constant", "cosine"]), default=None, help="learning rate over the epochs [constant]")
 @click.option("--l2", type=Real(), default=None, help="L2 weight on the weights [convlstm: 0.0005; resbidir: 0.005]")

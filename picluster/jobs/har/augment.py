@@ -86,7 +86,7 @@ def augment(x: np.ndarray, rng: np.random.Generator, spec: dict[str, float]) -> 
         x *= rng.uniform(1 - spec["scale"], 1 + spec["scale"], size=(n, 1, 1)).astype(np.float32)
     if spec.get("shift"):
         most = int(spec["shift"])
-        shifts = rng.integers(-most, most + 1, size=n)
+        shifts = np.asarray(rng.integers(-most, most + 1, size=n))
         idx = np.clip(np.arange(t)[None, :] - shifts[:, None], 0, t - 1)
         x = np.take_along_axis(x, idx[:, :, None], axis=1)
     return x
