@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from picluster.cli.options import Count, Real, Whole
 from picluster.errors import UsageError
-from picluster.jobs.har.config import TrainConfig
+from picluster.jobs.har.config import RESBIDIR_ONLY, TrainConfig
 
 from conftest import picluster
 
@@ -78,7 +78,9 @@ ANY_VALUE = st.one_of(st.integers(-2**70, 2**70), st.floats(allow_nan=True, allo
 @given(st.sampled_from(NUMERIC), ANY_VALUE)
 def test_every_numeric_training_option_is_finite_and_in_its_stated_range(f, value):
     try:
-        config = TrainConfig(**{f.name: value}, bidir=f.name != "hidden")
+        model = "resbidir" if f.name in RESBIDIR_ONLY else "convlstm"
+        config = TrainConfig(**{f.name: value}, model=model, bidir=f.name not in ("hidden", "rnn_hidden"),
+                             standalone=f.name == "threads")
     except UsageError as exc:
         message = str(exc)
         assert "\n" not in message

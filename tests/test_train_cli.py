@@ -37,8 +37,8 @@ def _one_line_usage_error(result):
 @pytest.mark.parametrize(
     "args, words",
     [
-        (["--layers", "0"], "--layers 0"),
-        (["--hidden", "3"], "--hidden 3 must be even"),
+        (["--model", "resbidir", "--layers", "0"], "--layers 0"),
+        (["--model", "resbidir", "--hidden", "3"], "--hidden 3 must be even"),
         (["--epochs", "-2"], "--epochs -2"),
         (["--workers", "-1"], "--workers -1"),
         (["--batch", "1"], "smaller than --workers"),
@@ -50,6 +50,28 @@ def test_bad_options_fail_in_one_line(state, tiny, args, words):
     result = picluster("train", "har", "--data-dir", tiny, *args)
     _one_line_usage_error(result)
     assert words in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--model", "gpt"], "--model"),
+        (["--conv-filters", "32", "--model", "resbidir"], "--conv-filters applies to --model convlstm only, not resbidir"),
+        (["--model", "resbidir", "--readout", "last"], "--readout applies to --model convlstm only"),  # even at its default
+        (["--layers", "2"], "--layers applies to --model resbidir only, not convlstm"),
+        (["--window-stats"], "--window-stats applies to --model resbidir only"),
+        (["--augment", "rotate:270"], "--augment 'rotate:270': rotate must be a number from 0 to 180"),
+        (["--augment", "spin:3"], "unknown part 'spin'"),
+        (["--label-smoothing", "1"], "--label-smoothing 1.0 must be in [0, 1)"),
+        (["--threads", "2"], "--threads sets a standalone run's threads"),
+        (["--rnn-hidden", "7"], "--rnn-hidden 7 must be even"),
+    ],
+)
+def test_options_of_the_other_model_and_bad_augmentation_fail_in_one_line(state, tiny, args, words):
+    result = picluster("train", "har", "--data-dir", tiny, "--run-dir", tiny.parent / "run", *args)
+    _one_line_usage_error(result)
+    assert words in result.stderr
+    assert not (tiny.parent / "run").exists()  # nothing half written
 
 
 def test_missing_dataset_names_the_command_that_prepares_it(state, tmp_path):
@@ -247,3 +269,25 @@ def test_each_run_on_a_running_cluster_starts_from_fresh_variables(state, tiny, 
         assert firsts == [12, 12]  # 240 windows / 2 workers / 10 per worker, counted from zero both times
     finally:
         picluster("cluster", "down")
+
+
+TINY_CONV = ["--model", "convlstm", "--conv-layers", "1", "--conv-filters", "4", "--conv-pool", "8", "--rnn-hidden", "8",
+             "--batch", "20", "--lr", "0.01"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", [["--standalone"], ["--mode", "sync"]])
+def test_the_same_seed_gives_the_same_metrics(state, tiny, tmp_path, mode):
+    """Seeded initialisation, dropout, input order and augmentation: two runs, identical numbers."""
+    columns = ("train_loss", "train_acc", "val_loss", "val_acc", "test_loss", "test_acc")
+    runs = []
+    for i in range(2):
+        run_dir = tmp_path / f"run{i}"
+        result = picluster("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *TINY_CONV, "--epochs", "3",
+                           "--seed", "7", *mode, "--json", timeout=240)  # the default augmentation
+        assert result.returncode == 0, result.stderr
+        runs.append([[r[c] for c in columns] for r in _rows(run_dir)])
+        final = json.loads(result.stdout)
+        assert final["model"] == "convlstm" and final["augment"] == "rotate:45,mirror:0.5,scale:0.1,shift:8"
+        assert final["deterministic"] == {"seed": 7, "op_determinism": False, "reproducible": True, "threads": None}
+    assert len(runs[0]) == 3 and runs[0] == runs[1]

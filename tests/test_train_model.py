@@ -127,11 +127,11 @@ def test_fused_and_loop_cells_compute_the_same_function():
 )
 def test_bad_config_is_a_usage_error(kwargs, words):
     with pytest.raises(UsageError, match=words):
-        TrainConfig(**kwargs)
+        TrainConfig(**{"model": "resbidir"} | kwargs)
 
 
 def test_odd_hidden_is_fine_without_bidir():
-    assert TrainConfig(hidden=3, bidir=False).hidden == 3
+    assert TrainConfig(model="resbidir", hidden=3, bidir=False).hidden == 3
 
 
 def test_accuracy_by_volunteer():
@@ -163,7 +163,7 @@ def test_graph_keeps_the_input_moments_as_untrained_variables():
     tf.compat.v1.disable_eager_execution()
     x = (np.random.default_rng(4).normal(size=(300, 128, 9)) * 3 + 1).astype(np.float32)
     data = types.SimpleNamespace(x_train=x)
-    config = TrainConfig(layers=1, hidden=4, batch=100, standalone=True, standardise=True, lr_schedule="cosine", epochs=2)
+    config = TrainConfig(model="resbidir", layers=1, hidden=4, batch=100, standalone=True, standardise=True, lr_schedule="cosine", epochs=2)
     g = Graph(config, 0, data=data)
     assert g.parameters == g.shape.parameter_count()  # the moments are not trained
     with g.graph.as_default(), tf.compat.v1.Session() as session:
@@ -188,7 +188,7 @@ def test_ema_evaluates_the_moving_average_and_trains_the_raw_weights():
     rng = np.random.default_rng(5)
     x = rng.normal(size=(100, 128, 9)).astype(np.float32)
     y = rng.integers(0, 6, 100)
-    config = TrainConfig(layers=1, residual=2, hidden=4, batch=100, standalone=True, ema=0.9)
+    config = TrainConfig(model="resbidir", layers=1, residual=2, hidden=4, batch=100, standalone=True, ema=0.9)
     g = Graph(config, 0, data=types.SimpleNamespace(x_train=x))
     assert g.parameters == g.shape.parameter_count()  # the averages are not trained
     with g.graph.as_default(), tf.compat.v1.Session() as session:
@@ -230,3 +230,41 @@ def test_window_stats_feed_each_channels_mean_and_deviation_to_the_output_layer(
     np.testing.assert_allclose(g[4:4 + 9, 0], [0, 0, 1, 0, 0, 0, 1, 0, 0], atol=1e-5)
     np.testing.assert_allclose(g[4 + 9:, 0], [0, 0, 1, 0, 0, 0, 0, 0, 0], atol=1e-2)
     assert not g[4:, 1:].any()
+
+
+def test_the_defaults_are_the_chosen_recipe_and_resbidir_keeps_its_former_ones():
+    recipe = TrainConfig.for_model(model="convlstm", standardise=True, l2=0.0005, epochs=60,
+                                   augment="rotate:45,mirror:0.5,scale:0.1,shift:8")
+    assert TrainConfig.for_model() == recipe == TrainConfig()
+    thesis = TrainConfig.for_model(model="resbidir")
+    assert (thesis.standardise, thesis.l2, thesis.augment, thesis.epochs) == (False, 0.005, "", 40)
+    assert TrainConfig.for_model(model="resbidir", augment="rotate:15", epochs=5).augment == "rotate:15"  # given wins
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"layers": 3}, "--layers applies to --model resbidir only, not convlstm"),  # given, even at its default
+    ({"model": "resbidir", "conv_norm": False}, "--conv-norm applies to --model convlstm only"),
+])
+def test_an_option_of_the_other_model_is_refused_even_at_its_default(kwargs, words):
+    with pytest.raises(UsageError, match=words):
+        TrainConfig.for_model(**kwargs)
+
+
+def test_the_training_graph_is_seeded_so_two_graphs_start_from_the_same_weights():
+    """The seed fix: set on the default graph (before), the graph's initial weights differed per build."""
+    import types
+
+    import tensorflow as tf
+
+    from picluster.jobs.har.graph import Graph
+
+    tf.compat.v1.disable_eager_execution()
+    data = types.SimpleNamespace(x_train=np.random.default_rng(6).normal(size=(50, 128, 9)).astype(np.float32))
+    weights = []
+    for task in (0, 0, 1):
+        g = Graph(TrainConfig(standalone=True, conv_filters=4, rnn_hidden=4), task, data=data)
+        with g.graph.as_default(), tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            weights.append(session.run(g.variables[0]))
+    np.testing.assert_array_equal(weights[0], weights[1])
+    assert not np.array_equal(weights[0], weights[2])  # another task, another stream

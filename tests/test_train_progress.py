@@ -1,5 +1,7 @@
 """The training job's live panel, rendered to a fixed-width console from recorded chief files."""
 
+import pytest
+
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.progress import Follower
 from picluster.views.live import JobDisplay
@@ -78,3 +80,18 @@ def test_a_slow_agent_does_not_stall_the_redraw():
         assert time.perf_counter() - started < 0.5  # drawn while the scrape is still waiting
         assert "30.0 %" in text
         monitor.release.set()
+
+
+@pytest.mark.parametrize("options, warned", [({"mode": "async"}, True), ({"mode": "sync"}, False),
+                                             ({"mode": "async", "standalone": True}, False)])
+def test_the_run_line_names_the_model_and_async_says_it_is_not_reproducible(options, warned):
+    from picluster.jobs.har.progress import Printer
+
+    out = console(200)
+    Printer(TrainConfig(epochs=3, **options), "RUN", console=out)
+    printed = text(out)
+    assert "run RUN: convlstm: 3 convolutions x 64, 1 bidir LSTM 64, augment rotate:45,mirror:0.5,scale:0.1,shift:8" in printed
+    assert ("async mode is not reproducible" in printed) == warned
+    out = console(200)
+    Printer(TrainConfig.for_model(model="resbidir"), "RUN", console=out)
+    assert "run RUN: resbidir: 3x2 bidir LSTM, hidden 32, no augmentation, sync, 1 ps + 2 workers, 40 epochs" in text(out)

@@ -39,7 +39,7 @@ def _run_with(tmp_path, tiny, config: object, rows: int = 0):
 
 
 def _good(tiny) -> dict:
-    return json.loads(TrainConfig(standalone=True, data_dir=str(tiny)).to_json())
+    return json.loads(TrainConfig.for_model(model="resbidir", standalone=True, data_dir=str(tiny)).to_json())
 
 
 @pytest.mark.parametrize("change,needle", [
@@ -53,7 +53,11 @@ def _good(tiny) -> dict:
     (lambda c: c | {"learning_rate": [0.1]}, "field 'learning_rate' [0.1] must be a number"),
     (lambda c: c | {"l2": {"a": {"b": {}}}}, "field 'l2'"),
     (lambda c: c | {"mode": "semi"}, "field 'mode' 'semi' must be one of sync, async"),
-    (lambda c: c | {"model": "gpt"}, "unknown field 'model'"),
+    (lambda c: c | {"model_name": "gpt"}, "unknown field 'model_name'"),
+    (lambda c: c | {"model": "gpt"}, "field 'model' 'gpt' must be one of convlstm, resbidir"),
+    (lambda c: c | {"conv_filters": 32}, "--conv-filters applies to --model convlstm only, not resbidir"),
+    (lambda c: c | {"model": "convlstm", "layers": 2}, "--layers applies to --model resbidir only, not convlstm"),
+    (lambda c: c | {"augment": "spin:3"}, "field 'augment' 'spin:3': unknown part 'spin'"),
     (lambda c: {k: v for k, v in c.items() if k != "epochs"}, "field 'epochs' is missing"),
     (lambda c: json.dumps(c).replace('"l2": 0.005', '"l2": NaN'), "field 'l2' nan must be a finite number"),
     (lambda c: json.dumps(c).replace('"epochs": 40', '"epochs": -Infinity'), "field 'epochs' -inf must be a whole number"),
@@ -78,6 +82,17 @@ def test_the_command_refuses_it_in_one_line_before_anything_starts(state, tmp_pa
     run = _run_with(tmp_path, tiny, change(_good(tiny)))
     before = (run / "config.json").read_bytes()
     one_line(picluster("train", "har", "--resume", run, timeout=60), 2, str(run / "config.json"), needle)
+    assert (run / "config.json").read_bytes() == before and not (run / "worker-0.log").exists()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "convlstm"], "trained --model resbidir; it cannot continue as --model convlstm"),
+    (["--model", "resbidir", "--layers", "2"], "only --epochs may change (got --layers)"),
+])
+def test_resume_refuses_another_model_in_one_line(state, tmp_path, tiny, args, needle):
+    run = _run_with(tmp_path, tiny, _good(tiny))
+    before = (run / "config.json").read_bytes()
+    one_line(picluster("train", "har", "--resume", run, *args, timeout=60), 2, needle)
     assert (run / "config.json").read_bytes() == before and not (run / "worker-0.log").exists()
 
 

@@ -16,26 +16,44 @@ def train() -> None:
 
 @train.command()
 @inventory_option
-@click.option("--layers", type=Whole(), default=None, help="stacked blocks [3]")
-@click.option("--residual", type=Whole(), default=None, help="residual LSTMs summed per block; 1 = none [2]")
-@click.option("--hidden", type=Whole(), default=None, help="hidden units per block, split over directions [32]")
+@click.option("--model", type=click.Choice(["convlstm", "resbidir"]), default=None,
+              help="convlstm: convolutions, then a bidir LSTM (the chosen recipe); resbidir: the thesis' residual bidir LSTM [convlstm]")
+@click.option("--conv-layers", type=Whole(), default=None, help="convlstm: 1-D convolutions, each with a max-pool [3]")
+@click.option("--conv-filters", type=Whole(), default=None, help="convlstm: filters per convolution [64]")
+@click.option("--conv-kernel", type=Whole(), default=None, help="convlstm: kernel length in steps [5]")
+@click.option("--conv-pool", type=Whole(), default=None, help="convlstm: max-pool after each convolution [2]")
+@click.option("--conv-norm/--no-conv-norm", default=None, help="convlstm: layer norm after each convolution [no-conv-norm]")
+@click.option("--rnn-layers", type=Whole(), default=None, help="convlstm: (bi)LSTM layers [1]")
+@click.option("--rnn-hidden", type=Whole(), default=None, help="convlstm: LSTM layer output, split over directions [64]")
+@click.option("--readout", type=click.Choice(["last", "mean", "both"]), default=None, help="convlstm: last states, mean over time, or both [last]")
+@click.option("--layers", type=Whole(), default=None, help="resbidir: stacked blocks [3]")
+@click.option("--residual", type=Whole(), default=None, help="resbidir: residual LSTMs summed per block; 1 = none [2]")
+@click.option("--hidden", type=Whole(), default=None, help="resbidir: hidden units per block, split over directions [32]")
+@click.option("--norm", type=click.Choice(["window", "step", "batch", "none"]), default=None, help="resbidir: normalisation of residual block outputs [window]")
+@click.option("--relu-logits/--linear-logits", default=None, help="resbidir: ReLU on the output layer, as in the thesis [linear-logits]")
+@click.option("--window-stats/--no-window-stats", default=None, help="resbidir: feed each input channel's window mean and deviation to the output layer [no-window-stats]")
 @click.option("--bidir/--no-bidir", default=None, help="bidirectional LSTMs [bidir]")
-@click.option("--epochs", type=Whole(), default=None, help="epochs [40]")
+@click.option("--standardise/--raw-inputs", default=None, help="scale inputs per channel by training-set moments [convlstm: standardise; resbidir: raw-inputs]")
+@click.option("--augment", type=str, default=None, metavar="SPEC",
+              help="augment training windows: rotate:DEG,mirror:P,scale:S,shift:STEPS; '' = none "
+                   "[convlstm: rotate:45,mirror:0.5,scale:0.1,shift:8; resbidir: none]")
+@click.option("--label-smoothing", type=Real(), default=None, help="of the training loss's targets [0]")
+@click.option("--epochs", type=Whole(), default=None, help="epochs [convlstm: 60; resbidir: 40]")
 @click.option("--batch", type=Whole(), default=None, help="windows per update; split across workers in sync mode [100]")
 @click.option("--lr", "learning_rate", type=Real(), default=None, help="Adam learning rate [0.001]")
 @click.option("--lr-schedule", type=click.Choice(["constant", "cosine"]), default=None, help="learning rate over the epochs [constant]")
-@click.option("--l2", type=Real(), default=None, help="L2 weight on the weights [0.005]")
+@click.option("--l2", type=Real(), default=None, help="L2 weight on the weights [convlstm: 0.0005; resbidir: 0.005]")
 @click.option("--ema", type=Real(), default=None, help="evaluate a moving average of the weights with this decay; 0 = off [0]")
 @click.option("--keep-prob", type=Real(), default=None, help="dropout keep probability [0.85]")
-@click.option("--norm", type=click.Choice(["window", "step", "batch", "none"]), default=None, help="normalisation of residual block outputs [window]")
-@click.option("--standardise/--raw-inputs", default=None, help="scale inputs per channel by training-set moments [raw-inputs]")
-@click.option("--relu-logits/--linear-logits", default=None, help="ReLU on the output layer, as in the thesis [linear-logits]")
-@click.option("--window-stats/--no-window-stats", default=None, help="feed each input channel's window mean and deviation to the output layer [no-window-stats]")
 @click.option("--mode", type=click.Choice(["sync", "async"]), default=None, help="gradient aggregation [sync]")
 @click.option("--workers", type=Whole(), default=None, help="worker tasks, one client each [2; with --inventory all of its workers]")
 @click.option("--ps", type=Whole(), default=None, help="parameter-server tasks [1; with --inventory all of its ps tasks]")
 @click.option("--standalone", is_flag=True, default=None, help="one process, no ps (the baseline for benchmarks)")
-@click.option("--seed", type=Whole(), default=None, help="shuffling and initialisation seed [1]")
+@click.option("--seed", type=Whole(), default=None, help="initialisation, dropout, input order and augmentation seed [1]")
+@click.option("--select", type=click.Choice(["best", "last"]), default=None, help="the model kept: the best epoch on validation, or the last [best]")
+@click.option("--deterministic/--no-deterministic", default=None,
+              help="op determinism (TF_DETERMINISTIC_OPS); sync and standalone runs repeat exactly without it [no-deterministic]")
+@click.option("--threads", type=Whole(), default=None, help="standalone: intra- and inter-op threads; 0 = every core [0]")
 @click.option("--target-val-accuracy", type=Real(), default=None, help="stop once validation accuracy reaches this")
 @click.option("--checkpoint-epochs", type=Whole(), default=None, help="epochs between checkpoints [1]")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="prepared HAR folder [picluster data har's]")
@@ -47,7 +65,15 @@ def train() -> None:
               help="shared: each worker node's client hosts its server (one TensorFlow runtime per node, fits a 1 GB Pi); "
                    "separate: the client beside the node's server; auto: shared on inventory nodes")
 def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **options) -> None:
-    """Deep residual bidirectional LSTM on UCI HAR windows, between-graph replicated."""
+    """Train a HAR classifier on UCI HAR windows, between-graph replicated.
+
+    \b
+    Two models (--model): convlstm, the default, with the recipe chosen on the validation
+    volunteers (standardised inputs, L2 0.0005, augmentation, 60 epochs); resbidir, the
+    thesis' deep residual bidirectional LSTM, with its former defaults (raw inputs, L2 0.005,
+    no augmentation, 40 epochs).  An option of the other model is refused.  Standalone and
+    sync runs are reproducible: the same config and --seed give the same metrics.csv.
+    """
     from dataclasses import replace
 
     from picluster import nodeset
@@ -63,6 +89,8 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
         if run_dir is not None:
             raise UsageError("give --resume or --run-dir, not both")
         config = coordinator.resume_config(resume)
+        if given.get("model", config.model) != config.model:
+            raise UsageError(f"--resume {resume} trained --model {config.model}; it cannot continue as --model {given['model']}: start a new run")
         if given:
             # The model and its data stream must stay as checkpointed; only the length may grow.
             if set(given) - {"epochs"}:
@@ -78,7 +106,7 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
             inv = load_inventory(inventory)
             given = _inventory_defaults(inv, inventory, given)
             data_dir = data_dir or har_dir(inv)  # the share, as the nodes mount it
-        config = TrainConfig(**given, data_dir=str(data_dir or har_dir()))
+        config = TrainConfig.for_model(**given, data_dir=str(data_dir or har_dir()))
         run = None
     coordinator.worker_runtime(worker_runtime, None if config.standalone else inventory)  # bad choices fail before anything starts
     if inventory is None:

@@ -76,7 +76,8 @@ class Chief:
         metrics.append_row(self.csv, row)
         self._summaries(row, step)
         best = self.state.get("best")
-        if best is None or val["acc"] > best["val_acc"] or (val["acc"] == best["val_acc"] and val["loss"] < best["val_loss"]):
+        better = best is None or val["acc"] > best["val_acc"] or (val["acc"] == best["val_acc"] and val["loss"] < best["val_loss"])
+        if better or self.cfg.select == "last":
             self.state["best"] = {"epoch": epoch, "global_step": step, "val_acc": val["acc"], "val_loss": val["loss"],
                                   "val_f1": val["f1"], "test_acc": test["acc"], "test_f1": test["f1"],
                                   "test_loss": test["loss"], "confusion": test["confusion"],
@@ -123,7 +124,13 @@ class Chief:
         best = self.state.get("best", {})
         rows = metrics.read_rows(self.csv)
         result = {
-            "selected_on": "validation",
+            "selected_on": "validation" if self.cfg.select == "best" else "last epoch",
+            # What the numbers depend on, at the top (config holds them all too).
+            "model": self.cfg.model,
+            "augment": self.cfg.augment,
+            "deterministic": {"seed": self.cfg.seed, "op_determinism": self.cfg.deterministic,
+                              "reproducible": self.cfg.standalone or self.cfg.mode == "sync" or self.cfg.workers == 1,
+                              "threads": self.cfg.threads or None},
             "best_epoch": best.get("epoch"),
             "test_accuracy": best.get("test_acc"),
             "test_f1": best.get("test_f1"),

@@ -97,6 +97,11 @@ def train(config: TrainConfig, run_dir: Path, inventory: Path | None = None,
     from picluster.cluster.attach import attach
     from picluster.monitor.record import Recorder
 
+    if config.deterministic:
+        # The ops run on the servers: a temporary local cluster's servers inherit this
+        # (a running cluster's servers keep the setting they were started with).
+        os.environ["TF_DETERMINISTIC_OPS"] = "1"
+
     with attach(inventory, workers=config.workers, ps=config.ps) as cluster:
         on_cluster(cluster)
         # Only the tasks we use go in the replicas' ClusterSpec: spare ones must not be waited for.

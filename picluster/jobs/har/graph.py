@@ -10,18 +10,37 @@ import numpy as np
 import tensorflow as tf
 
 from picluster.jobs.har.config import TrainConfig
+from picluster.jobs.har.convlstm import ConvShape, conv_logits
 from picluster.jobs.har.model import STEPS, Shape, channel_moments, l2_penalty, logits, standardise
+
+# Each worker's graph-level seed: the chief's (task 0, which initialises the weights) is the
+# seed itself, as in a standalone run; the others get their own dropout streams.
+TASK_SEED_STRIDE = 1_000_003
+
+
+def network(config: TrainConfig):
+    """(shape, forward): the chosen model's shape and ``forward(x, keep_prob) -> logits``."""
+    if config.model == "convlstm":
+        conv = ConvShape(config.conv_layers, config.conv_filters, config.conv_kernel, config.conv_pool, config.rnn_layers,
+                         config.rnn_hidden, config.bidir, config.readout, config.conv_norm)
+        return conv, lambda x, keep: conv_logits(x, conv, keep)
+    thesis = Shape(config.layers, config.residual, config.hidden, config.bidir,
+                   norm=config.norm, relu_logits=config.relu_logits, window_stats=config.window_stats)
+    return thesis, lambda x, keep: logits(x, thesis, keep)
 
 
 class Graph:
     def __init__(self, config: TrainConfig, task: int, data, cluster: dict | None = None, launch: str = "") -> None:
         self.graph = tf.Graph()
-        self.shape = Shape(config.layers, config.residual, config.hidden, config.bidir,
-                           norm=config.norm, relu_logits=config.relu_logits, window_stats=config.window_stats)
+        self.shape, self.forward = network(config)
         workers = 1 if config.standalone else config.workers
         # A container per launch: a persistent cluster's ps keeps variables between sessions, and
         # a new run must not start from the last one's weights (a resumed one restores its checkpoint).
         with self.graph.as_default(), tf.compat.v1.container(f"picluster-{launch}" if launch else ""):  # [A-Za-z0-9.-/] only
+            # The graph-level seed belongs to the graph it is set on: set on the default graph
+            # (as it was until issue 13), it seeded nothing, and initial weights and dropout masks
+            # changed from run to run.  Set first, so every op's seed is the same in every run.
+            tf.compat.v1.set_random_seed(config.seed + TASK_SEED_STRIDE * task)
             if cluster is None:
                 setter = None
                 here = None
@@ -45,9 +64,14 @@ class Graph:
                     x = tf.identity(self.x)
                 if config.standardise:
                     x = standardise(x, *channel_moments(data.x_train))
-                out = logits(x, self.shape, self.keep)
+                out = self.forward(x, self.keep)
                 xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=self.y, logits=out)
-                self.xent = tf.reduce_mean(xent)
+                if config.label_smoothing:  # the training loss only; evaluation's stays the plain one
+                    smooth = config.label_smoothing
+                    target = tf.one_hot(self.y, self.shape.classes) * (1.0 - smooth) + smooth / self.shape.classes
+                    self.xent = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=target, logits=out))
+                else:
+                    self.xent = tf.reduce_mean(xent)
                 self.loss = self.xent + config.l2 * l2_penalty(tf.compat.v1.trainable_variables())
                 self.correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(out, 1), self.y), tf.int64))
                 lr = config.learning_rate
@@ -71,7 +95,7 @@ class Graph:
                     else:
                         with tf.control_dependencies([self.train]):
                             self.train = ema.apply(variables)
-                    out = _averaged_logits(ema, x, self.shape)
+                    out = _averaged_logits(ema, x, self.forward)
                     xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=self.y, logits=out)
                 self.pred = tf.argmax(out, 1)  # evaluation: the averaged weights when --ema
                 self.xent_sum = tf.reduce_sum(xent)
@@ -99,7 +123,7 @@ class Graph:
         self.zero_values = {z: np.zeros(v.shape, np.float32) for v, z in self.zeros.items()}
 
 
-def _averaged_logits(ema, x, shape):
+def _averaged_logits(ema, x, forward):
     """The same network reading each weight's moving average: the model that is evaluated."""
     def averaged(getter, name, *args, **kwargs):
         var = getter(name, *args, **kwargs)
@@ -107,7 +131,7 @@ def _averaged_logits(ema, x, shape):
         return var if average is None else average  # the input moments have none: they never move
 
     with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True, custom_getter=averaged):
-        return logits(x, shape, 1.0)
+        return forward(x, 1.0)
 
 
 def _sync_step(opt, grads, variables, global_step, config, task, workers, launch):

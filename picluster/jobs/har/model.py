@@ -104,14 +104,14 @@ def _lstm_variables(n_in, units, name):
     return w, b
 
 
-def _lstm_block(x, units, name):
-    """x [T, B, n] -> h [T, B, units] with one fused kernel."""
+def lstm_block(x, units, name):
+    """x [T, B, n] -> h [T, B, units] with one fused kernel (any T: convlstm runs it over 16 steps)."""
     w, b = _lstm_variables(int(x.shape[-1]), units, name)
     batch = tf.shape(x)[1]
     zeros = tf.zeros(tf.stack([batch, units]))
     no_peep = tf.zeros([units])
     out = tf.raw_ops.BlockLSTM(
-        seq_len_max=tf.constant(STEPS, tf.int64), x=x, cs_prev=zeros, h_prev=zeros, w=w,
+        seq_len_max=tf.constant(int(x.shape[0]), tf.int64), x=x, cs_prev=zeros, h_prev=zeros, w=w,
         wci=no_peep, wcf=no_peep, wco=no_peep, b=b,
         forget_bias=FORGET_BIAS, cell_clip=-1.0, use_peephole=False,
     )
@@ -169,7 +169,7 @@ def _normalise(h, name, norm):
 
 def logits(x, shape: Shape, keep_prob, cell: str = "block"):
     """x [B, 128, 9] -> logits [B, classes]."""
-    lstm = {"block": _lstm_block, "loop": _lstm_loop}[cell]
+    lstm = {"block": lstm_block, "loop": _lstm_loop}[cell]
     h = tf.nn.dropout(x, rate=1.0 - keep_prob)
     h = tf.transpose(h, [1, 0, 2])  # time-major for the fused kernel
     for block in range(shape.layers):

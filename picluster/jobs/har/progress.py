@@ -8,6 +8,15 @@ from rich.table import Table
 from picluster.data.har.spec import CLASSES
 
 
+def describe_model(config) -> str:
+    bidir = "bidir " if config.bidir else ""
+    if config.model == "convlstm":
+        model = f"convlstm: {config.conv_layers} convolutions x {config.conv_filters}, {config.rnn_layers} {bidir}LSTM {config.rnn_hidden}"
+    else:
+        model = f"resbidir: {config.layers}x{config.residual} {bidir}LSTM, hidden {config.hidden}"
+    return model + (f", augment {config.augment}" if config.augment else ", no augmentation")
+
+
 class Printer:
     def __init__(self, config, run_dir, quiet: bool = False, console: Console | None = None) -> None:
         self.config = config
@@ -16,8 +25,10 @@ class Printer:
         self.console = console or Console(file=sys.stderr, highlight=False, soft_wrap=True)
         if not quiet:
             kind = "one process" if config.standalone else f"{config.mode}, {config.ps} ps + {config.workers} workers"
-            self.console.print(f"run {run_dir}: {config.layers}x{config.residual} {'bidir ' if config.bidir else ''}"
-                               f"LSTM, hidden {config.hidden}, {kind}, {config.epochs} epochs")
+            self.console.print(f"run {run_dir}: {describe_model(config)}, {kind}, {config.epochs} epochs")
+            if config.mode == "async" and not config.standalone and config.workers > 1:
+                self.console.print("async mode is not reproducible: which weights each gradient is computed against "
+                                   "depends on timing, so the same --seed gives different numbers (README: HAR)")
 
     def event(self, message: str) -> None:
         self.console.print(message)  # on stderr, so even with --json a lost worker is reported

@@ -32,7 +32,7 @@ from picluster import atomic
 from picluster.atomic import STORAGE_ERRNOS
 from picluster.cluster.lifetime import die_with_parent
 from picluster.errors import STORAGE_EXIT, ClusterError, PiclusterError, StorageError, UsageError
-from picluster.jobs.har import checkpoints, metrics
+from picluster.jobs.har import augment, checkpoints, metrics
 from picluster.jobs.har.chief import Chief
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import load_data, shard
@@ -50,11 +50,12 @@ def train(run_dir: Path, launch: str = "", serve: bool = False) -> None:
     chief = task == 0
     t0 = time.perf_counter()
 
+    if cfg.deterministic:
+        tf.config.experimental.enable_op_determinism()
     data = load_data(cfg)
     tf.compat.v1.disable_eager_execution()
-    tf.compat.v1.set_random_seed(cfg.seed)
     server = serve_task(cluster, task) if serve and cluster else None  # noqa: F841  (serves while it lives)
-    g = Graph(cfg, task, data, cluster, launch)
+    g = Graph(cfg, task, data, cluster, launch)  # it seeds its own graph: seed + TASK_SEED_STRIDE * task
     mine = shard(len(data.x_train), task, workers, cfg.seed)
     batch = cfg.worker_batch(workers)
     steps, global_per_epoch = cfg.steps_per_epoch(len(data.x_train), workers)
@@ -63,7 +64,7 @@ def train(run_dir: Path, launch: str = "", serve: bool = False) -> None:
     if chief:  # the newest intact checkpoint, or a refusal when the run has records but none is intact
         restore = checkpoints.prepare(run_dir / "checkpoints", has_records=bool(metrics.read_rows(run_dir / "metrics.csv")))
     with g.graph.as_default():
-        session = open_session(g, cluster, task, run_dir / "checkpoints")
+        session = open_session(g, cfg, cluster, task, run_dir / "checkpoints")
         with_raw = session_fn(session)
 
         def raw(fetches, feed=None):
@@ -84,9 +85,11 @@ def train(run_dir: Path, launch: str = "", serve: bool = False) -> None:
         for epoch in range(start_epoch + 1, cfg.epochs + 1):
             if session.should_stop():
                 break
+            # Input order and augmentation: seeded by (seed, epoch, task), so a resumed epoch is the same too.
             order = mine[np.random.default_rng([cfg.seed, epoch, task]).permutation(len(mine))]
+            jitter = np.random.default_rng([cfg.seed, epoch, task, 1])
             live = run_dir / "live.json" if chief else None
-            stats = train_epoch(session, g, data, order, steps, batch, cfg, epoch, cluster is not None, live)
+            stats = train_epoch(session, g, data, order, jitter, steps, batch, cfg, epoch, cluster is not None, live)
             stats["exchange_s"] = min(stats["compute_s"], steps * exchange_seconds(raw, g))
             stats["compute_s"] -= stats["exchange_s"]
             # What this worker did last, for the coordinator.
@@ -140,13 +143,14 @@ def shim_for_serving() -> None:
     reexec_with_shim(host, int(port), "picluster.jobs.har.replica")
 
 
-def open_session(g: Graph, cluster: dict | None, task: int, checkpoint_dir: Path):
+def open_session(g: Graph, cfg: TrainConfig, cluster: dict | None, task: int, checkpoint_dir: Path):
     """A MonitoredTrainingSession: the chief restores the checkpoint the state file names
     (checkpoints.prepare made it the newest intact one) or initialises."""
     if cluster is None:
         target = ""
-        cores = os.cpu_count() or 1
-        config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=cores, inter_op_parallelism_threads=cores)
+        # A fixed thread count: a different one is a different (still reproducible) run.
+        threads = cfg.threads or os.cpu_count() or 1
+        config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads)
     else:
         target = f"grpc://{cluster['worker'][task]}"
         # A dead spare worker must not block us: only the ps and our own task must answer.
@@ -191,9 +195,11 @@ def barrier(raw, g: Graph, workers: int) -> None:
         joined = int(raw(g.joined))
 
 
-def train_epoch(session, g: Graph, data, order, steps: int, batch: int, cfg: TrainConfig, epoch: int,
-                distributed: bool, live: Path | None) -> dict:
-    """One pass over this worker's shard, in ``order``; the epoch's timings and training scores."""
+def train_epoch(session, g: Graph, data, order, jitter: np.random.Generator, steps: int, batch: int, cfg: TrainConfig,
+                epoch: int, distributed: bool, live: Path | None) -> dict:
+    """One pass over this worker's shard, in ``order``, each batch augmented with ``jitter``'s
+    draws (--augment); the epoch's timings and training scores."""
+    spec = augment.parse(cfg.augment)
     t_input = t_step = loss_sum = 0.0
     correct = seen = 0
     staleness = []
@@ -202,7 +208,7 @@ def train_epoch(session, g: Graph, data, order, steps: int, batch: int, cfg: Tra
     for s in range(steps):
         t0 = time.perf_counter()
         idx = np.sort(order[s * batch:(s + 1) * batch])
-        feed = {g.x: data.x_train[idx], g.y: data.y_train[idx], g.keep: cfg.keep_prob}
+        feed = {g.x: augment.augment(data.x_train[idx], jitter, spec), g.y: data.y_train[idx], g.keep: cfg.keep_prob}
         t1 = time.perf_counter()
         _, loss, ok, before, after = session.run([g.train, g.xent, g.correct, g.step_before, g.step_after], feed)
         t2 = time.perf_counter()
