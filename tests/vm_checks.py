@@ -143,8 +143,11 @@ def check_nfs_and_firewall(lab: Lab, inv: Inventory, threads: int) -> None:
     mountd = sh(master, "rpcinfo -p 127.0.0.1 | awk '$5 == \"mountd\" {print $3 \"/\" $4}' | sort -u").split()
     assert mountd == ["tcp/20048", "udp/20048"]
     assert sh(master, "systemctl is-enabled nfs-server; systemctl is-active nfs-server").split() == ["enabled", "active"]
-    exported = sh(master, "exportfs -v").split()
-    assert str(inv.share_dir) in exported and any(w.startswith(f"{inv.cluster_subnet}(rw,") for w in exported), exported
+    # exportfs -v: "/srv/picluster  10.0.0.8/29(sync,wdelay,hide,no_subtree_check,sec=sys,rw,secure,root_squash,...)"
+    share, client = sh(master, "exportfs -v").split()
+    subnet, _, flags = client.rstrip(")").partition("(")
+    assert (share, subnet) == (str(inv.share_dir), str(inv.cluster_subnet)), client
+    assert {"rw", "sync", "root_squash", "no_subtree_check"} <= set(flags.split(",")), flags
     source = f"{master.address}:{inv.share_dir}"
     for host in lab.hosts:
         assert sh(host, "cat /proc/sys/sunrpc/tcp_slot_table_entries") == "128", host.name
