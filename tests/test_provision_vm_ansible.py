@@ -46,7 +46,7 @@ def test_ansible_converges_fresh_vms_to_the_same_state(lab_factory, vm_image, tm
     for host in lab.hosts:
         line = next(line for line in recap.splitlines() if line.startswith(host.name))
         assert "changed=0" in line and "failed=0" in line, line
-    assert "skipped (no NFS support" not in first.stdout
+    assert "skipped (" not in first.stdout  # none of the debug lines for what a host cannot take (no NFS, no systemd, no key login)
     assert sh(lab.host("node03"), f"dpkg-query -W -f='${{db:Status-Status}}' {REMOVED}") == "installed"
     for host in lab.hosts:
         assert sh(host, "systemctl is-enabled systemd-networkd-wait-online.service") == "enabled"
