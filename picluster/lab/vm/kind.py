@@ -22,7 +22,7 @@ from picluster.lab.vm.host import Login, VMHost
 
 class VMHosts:
     name = "vm"
-    # TCG on a shared 2-core machine: ~30 s alone, minutes when other jobs run (VM-NOTES.md).
+    # TCG on a shared 2-core machine: ~30 s alone, minutes when other jobs run (docs/vm-hosts.md).
     default_timeout = 600.0
 
     def __init__(self, say: Callable[[str], None]) -> None:

@@ -14,7 +14,7 @@ QEMU = "qemu-system-x86_64"
 QEMU_IMG = "qemu-img"
 GUEST_MIB = 1024  # a Raspberry Pi 3B+'s memory
 # qemu's own memory beside the guest's: device emulation plus TCG's translation cache, which is
-# capped at TB_CACHE_MIB (machine.py); measured RSS is in VM-NOTES.md.
+# capped at TB_CACHE_MIB (machine.py); measured RSS is in docs/vm-hosts.md.
 OVERHEAD_MIB = 384
 # What the coordinator itself needs while its VMs run (tests, TensorFlow on this side).
 MARGIN_MIB = 1024
