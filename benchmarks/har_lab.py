@@ -2,8 +2,8 @@
 efficiency for 1, 2, 4 and 8 workers, sync and async.
 
 Run as root, on a quiet machine (one configuration per run keeps each run short; results merge):
-    /work/bin/quiet .venv/bin/python benchmarks/har_lab.py --workers 1 --modes sync
-    /work/bin/quiet .venv/bin/python benchmarks/har_lab.py --workers 2,4,8 --modes sync,async
+    .venv/bin/python benchmarks/har_lab.py --workers 1 --modes sync
+    .venv/bin/python benchmarks/har_lab.py --workers 2,4,8 --modes sync,async
     .venv/bin/python benchmarks/har_lab.py --report        # table and figures from what was measured
 
 1 + max(--hosts-for) test hosts (node01 ps, the rest workers), every host limited to the same CPU

@@ -1,6 +1,6 @@
 """Calibrate the CPU share of a Pi-profile test host: Monte-Carlo pi as fast as the thesis's single Pi.
 
-Run as root, on a quiet machine: /work/bin/quiet .venv/bin/python benchmarks/lab_calibrate.py
+Run as root, on a quiet machine: .venv/bin/python benchmarks/lab_calibrate.py
 
 The thesis's Table 5 has one Raspberry Pi 3 B+ draw 6e7 samples in 7.713 s.  Two test hosts
 (node01 ps, node02 the worker) come up with 1 GiB each; `cluster up` starts their servers over

@@ -1,6 +1,6 @@
 """Monte-Carlo pi on Pi-shaped test hosts: the thesis's Table 5 sweep on 1, 2, 4, 8 and 16 "Pis".
 
-Run as root, on a quiet machine: /work/bin/quiet .venv/bin/python benchmarks/montecarlo_lab.py [--quick]
+Run as root, on a quiet machine: .venv/bin/python benchmarks/montecarlo_lab.py [--quick]
 
 17 test hosts (node01 ps, node02-17 workers), each in a cgroup with the pi3b profile (1 GiB, the
 CPU share calibrated by benchmarks/lab_calibrate.py so one host draws 6e7 samples in about the
