@@ -21,6 +21,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Self
 
 import psutil
 
@@ -67,8 +68,24 @@ class User:
         return f"/home/{self.name}"
 
 
+class StateFileEntry:
+    """A host as the lab's state.json keeps it (both kinds of host: this one and lab/vm's)."""
+
+    def to_dict(self) -> dict:
+        data = asdict(self)  # type: ignore[call-overload]  # the subclasses are dataclasses
+        data["dir"] = str(data["dir"])
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Self:
+        data = dict(data)
+        data["dir"] = Path(data["dir"])
+        data["options"] = HostOptions.from_dict(data.get("options"))
+        return cls(**data)
+
+
 @dataclass
-class Host:
+class Host(StateFileEntry):
     name: str
     index: int
     address: str
@@ -86,20 +103,6 @@ class Host:
 
     def describe(self) -> str:
         return f"netns {self.netns}"
-
-    # -- state file -----------------------------------------------------------------------
-
-    def to_dict(self) -> dict:
-        data = asdict(self)
-        data["dir"] = str(self.dir)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "Host":
-        data = dict(data)
-        data["dir"] = Path(data["dir"])
-        data["options"] = HostOptions.from_dict(data.get("options"))
-        return cls(**data)
 
     # -- files of the host in the run dir ---------------------------------------------------
 

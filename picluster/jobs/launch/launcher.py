@@ -225,11 +225,8 @@ class Launch:
         silent = probe.unanswered(watched, tries=2, timeout=1.0, pause=0.2)
         if not silent:
             return None
-        gone_ps = [t for t in silent if t.job == "ps"]
-        if gone_ps:
-            return self._stopped_answering(gone_ps, "the job cannot go on without its parameter server")
-        if self.config.mode == "each-worker":
-            return self._stopped_answering(silent, "its task cannot go on without its server")
+        if self.config.mode == "each-worker" or any(t.job == "ps" for t in silent):
+            return self._silent_servers(silent)
         for task in silent:
             decision, why = self.budget.decide(None)
             self.codes.setdefault(task.label, []).append(None)
@@ -259,8 +256,10 @@ class Launch:
         """When tasks fail because a server died under them, the server is the news."""
         needed = [t for t in self.cluster.layout.tasks if t.job == "ps" or self.config.mode == "each-worker"]
         silent = probe.unanswered(needed, tries=2, timeout=1.0, pause=0.2)
-        if not silent:
-            return None
+        return self._silent_servers(silent) if silent else None
+
+    def _silent_servers(self, silent: list) -> ClusterError:
+        """The job's failure when servers went silent: a ps first (nothing goes on without it)."""
         gone_ps = [t for t in silent if t.job == "ps"]
         if gone_ps:
             return self._stopped_answering(gone_ps, "the job cannot go on without its parameter server")

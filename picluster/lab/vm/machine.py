@@ -18,16 +18,15 @@ reaches nothing but the lab's bridge.
 
 import subprocess
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
 
 import psutil
 
 from picluster.cluster.lifetime import die_with_parent
 from picluster.errors import ClusterError
 from picluster.lab import commands
-from picluster.lab.host import HostOptions, User
+from picluster.lab.host import HostOptions, StateFileEntry, User
 from picluster.lab.vm import seed, support, tap
 from picluster.lab.vm.accel import Accel
 from picluster.lab.vm.image import Image
@@ -39,7 +38,7 @@ TB_CACHE_MIB = 256
 
 
 @dataclass
-class VM:
+class VM(StateFileEntry):
     name: str
     index: int
     address: str
@@ -61,20 +60,6 @@ class VM:
     def __post_init__(self) -> None:
         self.dir = Path(self.dir)
         self._proc: subprocess.Popen | None = None
-
-    # -- state file -----------------------------------------------------------------------
-
-    def to_dict(self) -> dict:
-        data = asdict(self)
-        data["dir"] = str(self.dir)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict) -> Self:
-        data = dict(data)
-        data["dir"] = Path(data["dir"])
-        data["options"] = HostOptions.from_dict(data.get("options"))
-        return cls(**data)
 
     # -- its files --------------------------------------------------------------------------
 
