@@ -51,6 +51,8 @@ def test_the_pi3b_profile_is_1_gib_with_a_calibrated_cpu_share_and_flags_overrid
     ({"nodes": 4, "cpu": 1.0}, "4 hosts x 1 CPU = 4 cores, more than this machine's 2"),
     ({"nodes": 17, "cpu": 0.118}, "use --cpu 0.117 or fewer nodes"),  # the advice itself must fit
     ({"nodes": 1, "cpu": 0.001}, "below 0.01 of a core"),
+    ({"nodes": 1, "cpu": float("nan")}, "--cpu nan is not a number of cores"),
+    ({"nodes": 1, "cpu": float("inf")}, "--cpu inf is not a number of cores"),
     ({"nodes": 1, "memory": "8M"}, "below the 16 MiB a host's sshd and one login need"),
     ({"nodes": 1, "memory": "32G"}, "more than this machine's 24.0 GiB"),
     ({"nodes": 30, "profile": "pi3b"}, "30 hosts x"),

@@ -41,6 +41,21 @@ def svg(path: Path) -> tuple[dict[str, ET.Element], str]:
     return ids, text
 
 
+def points(group: ET.Element) -> list[tuple[float, float]]:
+    """The (x, y) display coordinates of the line drawn in a gid group."""
+    path = next(group.iter(f"{SVG}path"))
+    numbers = [float(n) for n in re.findall(r"-?[\d.]+(?:e-?\d+)?", path.get("d", ""))]
+    return list(zip(numbers[::2], numbers[1::2]))
+
+
+def height_at(line: list[tuple[float, float]], x: float) -> float:
+    """The line's y where it crosses x (between its two nearest vertices)."""
+    for (x0, y0), (x1, y1) in zip(line, line[1:]):
+        if min(x0, x1) <= x <= max(x0, x1):
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    raise AssertionError(f"the line does not reach x={x}")
+
+
 def vertices(group: ET.Element) -> int:
     """Points of the line drawn in a gid group (its path: M x y L x y ...)."""
     path = next(group.iter(f"{SVG}path"))
@@ -108,6 +123,19 @@ def test_scaling_csv_gives_speedup_and_efficiency(tmp_path):
     ids, text = svg(tmp_path / "har_scaling.svg")
     assert vertices(ids["speedup-sync"]) == 3 and vertices(ids["efficiency-async"]) == 2
     assert "efficiency" in text
+
+
+def test_scaling_figure_draws_linear_where_it_is_and_keeps_efficiency_above_100_percent(tmp_path):
+    # async 2 workers exactly linear (2.0x), async 4 above it (4.9x: 122 %); sync 8 is the other mode.
+    source = write_csv(tmp_path / "har_scaling.csv", ["mode", "workers", "s_per_epoch", "time_to_90_s"],
+                       [["async", 1, 44, ""], ["async", 2, 22, ""], ["async", 4, 9, ""], ["sync", 1, 44, ""], ["sync", 8, 11, ""]])
+    assert picluster("plot", source, "--format", "svg").returncode == 0
+    ids, _ = svg(tmp_path / "har_scaling.svg")
+    _, (x2, y2), _ = points(ids["speedup-async"])
+    assert height_at(points(ids["linear"]), x2) == pytest.approx(y2, abs=0.5)  # 2 workers, 2x: on the line
+    _, _, (_, best) = points(ids["efficiency-async"])
+    axes_top = min(y for _, y in points(ids["axes_2"]))  # the efficiency panel's frame (SVG y grows downwards)
+    assert best > axes_top  # 122 % is drawn inside the panel, not cut off above it
 
 
 @pytest.mark.parametrize(("make", "args", "words"), [

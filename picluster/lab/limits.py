@@ -121,7 +121,9 @@ def resolve(nodes: int, cpu: float | None = None, memory: str | int | None = Non
     )
     cores, ram = capacity or machine()
     if limits.cpu is not None:
-        if not math.isfinite(limits.cpu) or limits.cpu < MIN_CPU:
+        if not math.isfinite(limits.cpu):
+            raise UsageError(f"--cpu {limits.cpu:g} is not a number of cores; give one such as 0.5")
+        if limits.cpu < MIN_CPU:
             raise UsageError(f"--cpu {limits.cpu:g} is below {MIN_CPU:g} of a core, too little for a host's sshd to answer")
         if limits.cpu > cores:
             raise UsageError(f"--cpu {limits.cpu:g} is more than this machine's {cores:g} cores")

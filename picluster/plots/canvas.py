@@ -1,5 +1,6 @@
 """Matplotlib, set up once for files (no display), and figures written in each asked-for format."""
 
+import math
 from pathlib import Path
 
 from picluster.errors import UsageError
@@ -48,3 +49,12 @@ def check_formats(formats: str) -> tuple[str, ...]:
 def color(index: int) -> str:
     """The n-th colour of matplotlib's default cycle: ours and the thesis's line for one node count match."""
     return f"C{index % 10}"
+
+
+def linear_reference(ax, top: int, label: str = "linear") -> None:
+    """Speedup = count, drawn as a curve: on a log-2 count axis a straight segment from (1, 1) to
+    (top, top) would show 2 workers "ideally" at 3.3x.  Sampled 16 times per doubling."""
+    steps = max(1, round(16 * math.log2(max(top, 1))))
+    xs = [2 ** (i / 16) for i in range(steps + 1)]
+    (ideal,) = ax.plot(xs, xs, ":", color="grey", label=label)
+    ideal.set_gid("linear")

@@ -4,7 +4,7 @@ node count, the thesis's own numbers dashed beside ours; and the speedup over on
 from pathlib import Path
 
 from picluster.jobs.montecarlo import thesis
-from picluster.plots.canvas import color, pyplot, save
+from picluster.plots.canvas import color, linear_reference, pyplot, save
 
 
 def time_figure(seconds: dict[tuple[int, int], float], out_dir: Path, name: str, formats, title: str = "") -> list[Path]:
@@ -48,8 +48,7 @@ def speedup_figure(seconds: dict[tuple[int, int], float], out_dir: Path, name: s
             (dashed,) = ax.plot([n for n, _ in theirs], [base / t for _, t in theirs if t], "--", color=color(i), alpha=0.7,
                                 label=f"thesis, {s:.0e}")
             dashed.set_gid(f"thesis-{s:.0e}")
-    (ideal,) = ax.plot([1, top], [1, top], ":", color="grey", label="linear")
-    ideal.set_gid("linear")
+    linear_reference(ax, top)
     ax.set_xscale("log", base=2)
     ax.set_xticks([n for n in thesis.NODES if n <= max(top, 1)], [str(n) for n in thesis.NODES if n <= max(top, 1)])
     ax.set_xlabel("nodes")

@@ -3,7 +3,7 @@ input, compute and exchange, and a scaling table's speedup and efficiency by wor
 
 from pathlib import Path
 
-from picluster.plots.canvas import color, pyplot, save
+from picluster.plots.canvas import color, linear_reference, pyplot, save
 
 
 def curves_figure(rows: list[dict], out_dir: Path, name: str, formats, title: str = "") -> list[Path]:
@@ -59,7 +59,7 @@ def scaling_figure(rows: list[dict], out_dir: Path, name: str, formats, title: s
     plt = pyplot()
     fig, (speed, eff) = plt.subplots(1, 2, figsize=(10, 4))
     modes = sorted({r["mode"] for r in rows})
-    top = 1
+    top, most = 1, 1.0
     for i, mode in enumerate(modes):
         mine = sorted((int(r["workers"]), float(r["s_per_epoch"])) for r in rows if r["mode"] == mode and r.get("s_per_epoch"))
         base = next((t for w, t in mine if w == 1), None)
@@ -69,10 +69,11 @@ def scaling_figure(rows: list[dict], out_dir: Path, name: str, formats, title: s
         top = max(top, *workers)
         (line,) = speed.plot(workers, [base / t for _, t in mine], "o-", color=color(i), label=mode)
         line.set_gid(f"speedup-{mode}")
-        (line,) = eff.plot(workers, [base / t / w for w, t in mine], "o-", color=color(i), label=mode)
+        efficiency = [base / t / w for w, t in mine]
+        most = max(most, *efficiency)
+        (line,) = eff.plot(workers, efficiency, "o-", color=color(i), label=mode)
         line.set_gid(f"efficiency-{mode}")
-    (ideal,) = speed.plot([1, top], [1, top], ":", color="grey", label="linear")
-    ideal.set_gid("linear")
+    linear_reference(speed, top)
     for ax in (speed, eff):
         ax.set_xscale("log", base=2)
         ticks = [w for w in (1, 2, 4, 8, 16, 32, 64) if w <= top]
@@ -81,6 +82,6 @@ def scaling_figure(rows: list[dict], out_dir: Path, name: str, formats, title: s
         ax.legend(fontsize="small")
     speed.set_ylabel("speedup in epoch time over one worker")
     eff.set_ylabel("efficiency (speedup / workers)")
-    eff.set_ylim(0, 1.1)
+    eff.set_ylim(0, 1.1 * most)  # above 100 % is a finding to show, not to cut off
     fig.suptitle(title or "HAR: scaling by worker count")
     return save(fig, out_dir, name, formats)
