@@ -21,6 +21,7 @@ packages=(
     nfs-common
     python3-venv
     python3-apt      # Ansible's apt module on the test hosts (else it installs it itself)
+    python3-packaging  # Ansible's pip module on the test hosts (the runtime role)
     # Not for the lab: only its promtool, which lints the node agent's metrics page in the
     # tests (`promtool check metrics`).  Its service is never started (policy below).
     prometheus

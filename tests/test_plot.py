@@ -1,6 +1,7 @@
 """`picluster plot`: real figures rendered to files, checked as valid PNG and SVG holding the expected series."""
 
 import csv
+import itertools
 import re
 import struct
 import sys
@@ -50,7 +51,7 @@ def points(group: ET.Element) -> list[tuple[float, float]]:
 
 def height_at(line: list[tuple[float, float]], x: float) -> float:
     """The line's y where it crosses x (between its two nearest vertices)."""
-    for (x0, y0), (x1, y1) in zip(line, line[1:]):
+    for (x0, y0), (x1, y1) in itertools.pairwise(line):
         if min(x0, x1) <= x <= max(x0, x1):
             return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
     raise AssertionError(f"the line does not reach x={x}")

@@ -27,15 +27,14 @@ import psutil
 
 from picluster.cluster.lifetime import die_with_parent
 from picluster.errors import ClusterError
-from picluster.lab import commands, keys, mockpi, procs, snapshot
+from picluster.lab import commands, keys, mockpi, procs
 from picluster.lab.cgroups import Cgroup, host_mounts
+from picluster.lab.changes import Changes
 from picluster.lab.limits import Limits
 
 OVERLAID = ("/etc", "/var", "/home", "/srv", "/mnt", "/boot")
 SHARE_DIR = "/srv/picluster"
 DATA_DIR = "/mnt/picluster"
-# sshd records every login here; those are not changes anybody made to the host.
-LOGIN_RECORDS = ("/var/log/wtmp", "/var/log/btmp", "/var/log/lastlog")
 
 HOSTINIT = Path(__file__).with_name("hostinit.py")
 SSHD_DIR_INSIDE = "/run/picluster-lab"  # where hostinit binds the host's sshd/ dir
@@ -85,7 +84,7 @@ class StateFileEntry:
 
 
 @dataclass
-class Host(StateFileEntry):
+class Host(StateFileEntry, Changes):
     name: str
     index: int
     address: str
@@ -299,49 +298,6 @@ Subsystem sftp {commands.SFTP_SERVER}
 
     def write_file(self, inside: str, text: str) -> None:
         self.path(inside).write_text(text)
-
-    # -- what changed -----------------------------------------------------------------------
-
-    def manifest(self) -> dict[str, str | None]:
-        """Fingerprint (as the host sees it) of everything written to the host's private layers."""
-        result: dict[str, str | None] = {}
-        for target, upper in self.layers():
-            for rel, value in snapshot.tree(upper).items():
-                result[os.path.join(target, rel)] = value
-        return result
-
-    def save_baseline(self) -> None:
-        (self.dir / "baseline.json").write_text(json.dumps(self.manifest(), sort_keys=True))
-
-    def baseline(self) -> dict[str, str | None]:
-        """The manifest when the lab came up: the lab's own seeding (user, mocks, hostname)."""
-        return json.loads((self.dir / "baseline.json").read_text())
-
-    def changes(
-        self,
-        since: dict[str, str | None] | None = None,
-        ignore: tuple[str, ...] = LOGIN_RECORDS,
-    ) -> list[snapshot.Change]:
-        """What was added, modified or deleted inside the host's layers since `since`.
-
-        `since` is an earlier manifest(); by default the one taken when the lab came up.  A path
-        that is in neither manifest shows the machine's own file, which is the overlay's lower.
-        """
-        before = self.baseline() if since is None else since
-        now = self.manifest()
-        view_before, view_after = {}, {}
-        for path in set(before) | set(now):
-            if path in ignore:
-                continue
-            lower = None if (path in before and path in now) else self._lower(path)
-            view_before[path] = before.get(path, lower)
-            view_after[path] = now.get(path, lower)
-        return snapshot.diff(view_before, view_after)
-
-    def _lower(self, path: str) -> str | None:
-        if path == mockpi.BOOT_FIRMWARE or path.startswith(mockpi.BOOT_FIRMWARE + "/"):
-            return None  # the mock boot partition has nothing below it
-        return snapshot.fingerprint(path)
 
 
 def _chain(*fns):

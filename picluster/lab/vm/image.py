@@ -47,6 +47,7 @@ PACKAGES = (
     "python3",  # Ansible, and picluster's own remote checks
     "python3-venv",  # provisioning: the TensorFlow venv
     "python3-apt",  # Ansible's apt module
+    "python3-packaging",  # Ansible's pip module (the runtime role)
     "nftables",  # provisioning: the firewall
     "iproute2",
     "kmod",  # modprobe nfsd
