@@ -52,6 +52,24 @@ def picluster(*args, env=None, timeout=300, input=None):
     )
 
 
+def ansible_playbook(inventory: Path, *extra: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`ansible-playbook -i INVENTORY site.yml EXTRA...` with this venv's Ansible, in ansible/, no colour."""
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(inventory), "site.yml", *extra],
+        cwd=ROOT / "ansible", capture_output=True, text=True, timeout=timeout,
+        env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0"),
+    )  # fmt: skip
+
+
+def assert_converged(result: subprocess.CompletedProcess, hosts) -> None:
+    """A play that ran and changed nothing: `changed=0 failed=0` in every host's PLAY RECAP line."""
+    assert result.returncode == 0, result.stdout[-4000:]
+    recap = result.stdout.split("PLAY RECAP")[-1]
+    for host in hosts:
+        line = next(line for line in recap.splitlines() if line.startswith(host.name))
+        assert "changed=0" in line and "failed=0" in line, line
+
+
 def one_line(result, code: int, *needles: str) -> str:
     """The single "picluster: error:" line of a failed command (progress lines may precede it),
     after checking the exit code, that no traceback was printed and that it says each needle."""

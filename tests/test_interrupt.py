@@ -11,14 +11,19 @@ import pytest
 from conftest import ROOT, server_processes
 
 
-def interrupted(args, after: float, env=None):
-    """Run the CLI and send SIGINT (the terminal's Ctrl-C) after ``after`` seconds."""
-    proc = subprocess.Popen(
+def started(args, env=None) -> subprocess.Popen:
+    """The CLI running in the background, as from a terminal."""
+    return subprocess.Popen(
         [sys.executable, "-m", "picluster", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         cwd=ROOT, env=env,
         # A shell without job control starts background jobs with SIGINT ignored: undo that, as a terminal would.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
+
+
+def interrupted(args, after: float, env=None):
+    """Run the CLI and send SIGINT (the terminal's Ctrl-C) after ``after`` seconds."""
+    proc = started(args, env)
     time.sleep(after)
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=120)
@@ -60,11 +65,7 @@ def _writing(pid: int, out: Path) -> bool:
 @pytest.mark.parametrize("phase", [_filtering, _writing], ids=["making-windows", "writing-cache"])
 def test_ctrl_c_while_preparing_har_data(tmp_path, phase):
     out = tmp_path / "har"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "picluster", "data", "har", "--force", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )  # fmt: skip
+    proc = started(["data", "har", "--force", "--out", out])
     deadline = time.monotonic() + 120
     while proc.poll() is None and not phase(proc.pid, out) and time.monotonic() < deadline:
         time.sleep(0.002)

@@ -6,17 +6,13 @@ three VMs run at once on a 2-core machine.
 """
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from picluster.inventory import load_inventory
 
-from conftest import picluster
-from vm_checks import REMOVED, ROOT, RUNTIME, apt_repository, as_a_fresh_card, check_nfs_and_firewall, check_runtime, inventory, served, sh
+from conftest import ansible_playbook, assert_converged, picluster
+from vm_checks import REMOVED, RUNTIME, apt_repository, as_a_fresh_card, check_nfs_and_firewall, check_runtime, inventory, served, sh
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
@@ -34,18 +30,12 @@ def test_ansible_converges_fresh_vms_to_the_same_state(lab_factory, vm_image, tm
     made = picluster("wheelhouse", "--out", wheels, "--arch", "x86_64", "--python", "3.11.2", "--glibc", "2.36", *RUNTIME.requirements)
     assert made.returncode == 0 and "wheels for cp311-x86_64-glibc2.36" in made.stdout, made.stderr
     extra = {"wheelhouse": str(wheels), "runtime_install": list(RUNTIME.requirements), "runtime_imports": list(RUNTIME.imports)}
-    playbook = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(ansible_inv), "site.yml", "-e", json.dumps(extra)]
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     with served(apt_repository(tmp_path / "repo", [REMOVED]), lab.gateway) as url:
         as_a_fresh_card(lab.host("node03"), url)
-        first = subprocess.run(playbook, cwd=ROOT / "ansible", capture_output=True, text=True, timeout=3600, env=env)
+        first = ansible_playbook(ansible_inv, "-e", json.dumps(extra), timeout=3600)
         assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
-        second = subprocess.run(playbook, cwd=ROOT / "ansible", capture_output=True, text=True, timeout=3600, env=env)
-    assert second.returncode == 0, second.stdout[-4000:]
-    recap = second.stdout.split("PLAY RECAP")[-1]
-    for host in lab.hosts:
-        line = next(line for line in recap.splitlines() if line.startswith(host.name))
-        assert "changed=0" in line and "failed=0" in line, line
+        second = ansible_playbook(ansible_inv, "-e", json.dumps(extra), timeout=3600)
+    assert_converged(second, lab.hosts)
     assert "skipped (" not in first.stdout  # none of the debug lines for what a host cannot take (no NFS, no systemd, no key login)
     assert sh(lab.host("node03"), f"dpkg-query -W -f='${{db:Status-Status}}' {REMOVED}") == "installed"
     for host in lab.hosts:

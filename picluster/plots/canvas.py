@@ -51,10 +51,10 @@ def color(index: int) -> str:
     return f"C{index % 10}"
 
 
-def linear_reference(ax, top: int, label: str = "linear") -> None:
+def linear_reference(ax, top: int) -> None:
     """Speedup = count, drawn as a curve: on a log-2 count axis a straight segment from (1, 1) to
     (top, top) would show 2 workers "ideally" at 3.3x.  Sampled 16 times per doubling."""
     steps = max(1, round(16 * math.log2(max(top, 1))))
     xs = [2 ** (i / 16) for i in range(steps + 1)]
-    (ideal,) = ax.plot(xs, xs, ":", color="grey", label=label)
+    (ideal,) = ax.plot(xs, xs, ":", color="grey", label="linear")
     ideal.set_gid("linear")
