@@ -39,7 +39,7 @@ def state(tmp_path, monkeypatch):
     assert not left, f"servers or agents left running: {[p.pid for p in left]}"
 
 
-def picluster(*args, env=None, timeout=300, input=None):
+def picluster(*args, env=None, timeout=300, input=None, cwd=ROOT):
     """Run the real CLI in a subprocess: real exit codes, real stderr."""
     return subprocess.run(
         [sys.executable, "-m", "picluster", *map(str, args)],
@@ -48,7 +48,7 @@ def picluster(*args, env=None, timeout=300, input=None):
         timeout=timeout,
         env=env or os.environ.copy(),
         input=input,
-        cwd=ROOT,
+        cwd=cwd,
     )
 
 

@@ -8,6 +8,8 @@ import time
 import psutil
 import pytest
 
+from picluster import tflog
+
 from conftest import picluster, server_processes
 from launch_fixtures import EXAMPLES, job_record, kill_worker_script, script_processes, tethers, wait_gone, write_script
 from train_fixtures import TINY_MODEL, write_tiny_har
@@ -61,6 +63,9 @@ def test_coordinator_example_restarts_a_killed_worker_server_and_completes(launc
     assert picluster("cluster", "status").returncode == 0  # the restarted worker is up
     logs = picluster("logs", job.id, "--task", "chief")
     assert logs.returncode == 0 and "done: 3000 steps" in logs.stdout and not logs.stdout.startswith("chief:")
+    # TensorFlow's start-up lines stay in the task's log, off the terminal.
+    assert not any(tflog.startup_line(ln.removeprefix("chief: ")) for ln in run.out + run.err), run.text()
+    assert any(tflog.startup_line(ln) for ln in logs.stdout.splitlines()), logs.stdout[:2000]
     _nothing_left("ps_coordinator.py")
 
 
@@ -77,6 +82,8 @@ def test_each_worker_example_restarts_a_killed_worker_and_completes(launch, clus
     streamed = picluster("logs", job.id).stdout
     assert "worker:1: picluster: exit code 137 (SIGKILL): restarting (restart 1 of 1)" in streamed
     assert "worker:0: done: global step 1200 reached" in streamed
+    assert not any(tflog.startup_line(ln.split(": ", 1)[-1]) for ln in run.out + run.err), run.text()
+    assert any(tflog.startup_line(ln.split(": ", 1)[-1]) for ln in streamed.splitlines())
     _nothing_left("between_graph.py")
 
 

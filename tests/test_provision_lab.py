@@ -153,8 +153,11 @@ def test_provision_writes_every_file_once_and_a_second_run_changes_nothing(lab4,
         assert f"ip saddr {lab4.gateway} tcp dport {{ 111, 2049, 2222, 2223, 19100, 20048 }} accept" in live
         assert "tcp dport { 111, 2049, 2222, 2223, 19100, 20048 } drop" in live
 
-    second = run_cli(lab4, inv, venv=None)
+    # Again, as the card writes it: `picluster provision`, in the folder that holds picluster.toml.
+    assert inv == tmp_path / "picluster.toml"
+    second = picluster("provision", cwd=tmp_path, env=dict(os.environ, COLUMNS="250"), timeout=600)
     assert second.returncode == 0, second.stdout + second.stderr
+    assert second.stderr.startswith("picluster: using the inventory ./picluster.toml in this folder")
     assert "node[01-04]: ok" in second.stdout
     assert "changed" not in second.stdout
 

@@ -63,7 +63,7 @@ def test_a_spec_parses_to_its_parts():
     assert parse("") == {}
 
 
-@pytest.mark.parametrize("shape", [ConvShape(), ConvShape(conv_layers=2, filters=8, rnn_layers=2, rnn_hidden=6, readout="both"),
+@pytest.mark.parametrize("shape", [ConvShape(), ConvShape(layers=2, filters=8, rnn_layers=2, rnn_hidden=6, readout="both"),
                                    ConvShape(filters=4, bidir=False, readout="mean", conv_norm=True)])
 def test_convlstm_output_and_parameter_count(shape):
     import tensorflow as tf

@@ -58,7 +58,8 @@ def test_bad_options_fail_in_one_line(state, tiny, args, words):
         (["--model", "gpt"], "--model"),
         (["--conv-filters", "32", "--model", "resbidir"], "--conv-filters applies to --model convlstm only, not resbidir"),
         (["--model", "resbidir", "--readout", "last"], "--readout applies to --model convlstm only"),  # even at its default
-        (["--layers", "2"], "--layers applies to --model resbidir only, not convlstm"),
+        (["--residual", "2"], "--residual applies to --model resbidir only, not convlstm"),
+        (["--layers", "8"], "--layers 8 is too deep for --model convlstm: at most 7"),
         (["--window-stats"], "--window-stats applies to --model resbidir only"),
         (["--augment", "rotate:270"], "--augment 'rotate:270': rotate must be a number from 0 to 180"),
         (["--augment", "spin:3"], "unknown part 'spin'"),
@@ -271,7 +272,7 @@ def test_each_run_on_a_running_cluster_starts_from_fresh_variables(state, tiny, 
         picluster("cluster", "down")
 
 
-TINY_CONV = ["--model", "convlstm", "--conv-layers", "1", "--conv-filters", "4", "--conv-pool", "8", "--rnn-hidden", "8",
+TINY_CONV = ["--model", "convlstm", "--layers", "1", "--conv-filters", "4", "--conv-pool", "8", "--rnn-hidden", "8",
              "--batch", "20", "--lr", "0.01"]
 
 

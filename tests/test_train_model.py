@@ -242,12 +242,39 @@ def test_the_defaults_are_the_chosen_recipe_and_resbidir_keeps_its_former_ones()
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    ({"layers": 3}, "--layers applies to --model resbidir only, not convlstm"),  # given, even at its default
+    ({"residual": 2}, "--residual applies to --model resbidir only, not convlstm"),  # given, even at its default
     ({"model": "resbidir", "conv_norm": False}, "--conv-norm applies to --model convlstm only"),
 ])
 def test_an_option_of_the_other_model_is_refused_even_at_its_default(kwargs, words):
     with pytest.raises(UsageError, match=words):
         TrainConfig.for_model(**kwargs)
+
+
+def test_layers_is_the_depth_of_whichever_model_runs():
+    """`picluster train har --layers 3` (the card's command) trains the recipe: --layers is the
+    convlstm's convolution blocks as much as resbidir's stacked blocks."""
+    from picluster.jobs.har.graph import network
+
+    assert TrainConfig.for_model(layers=3) == TrainConfig()
+    conv, _ = network(TrainConfig.for_model(layers=2))
+    thesis, _ = network(TrainConfig.for_model(model="resbidir", layers=5))
+    assert (conv.layers, thesis.layers) == (2, 5)
+    with pytest.raises(UsageError, match="at most 7 convolution blocks"):
+        TrainConfig.for_model(layers=8)
+    assert TrainConfig.for_model(model="resbidir", layers=16).layers == 16
+
+
+def test_a_config_json_that_names_the_convolutions_conv_layers_resumes_with_them_as_layers(tmp_path):
+    """Run directories written before --layers served both models keep their depth."""
+    import json
+
+    old = json.loads(TrainConfig().to_json())
+    old["conv_layers"] = 2
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    assert TrainConfig.load(tmp_path / "config.json").layers == 2
+    thesis = json.loads(TrainConfig.for_model(model="resbidir", layers=4).to_json()) | {"conv_layers": 3}
+    (tmp_path / "config.json").write_text(json.dumps(thesis))
+    assert TrainConfig.load(tmp_path / "config.json").layers == 4
 
 
 def test_the_training_graph_is_seeded_so_two_graphs_start_from_the_same_weights():

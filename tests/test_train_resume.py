@@ -56,7 +56,7 @@ def _good(tiny) -> dict:
     (lambda c: c | {"model_name": "gpt"}, "unknown field 'model_name'"),
     (lambda c: c | {"model": "gpt"}, "field 'model' 'gpt' must be one of convlstm, resbidir"),
     (lambda c: c | {"conv_filters": 32}, "--conv-filters applies to --model convlstm only, not resbidir"),
-    (lambda c: c | {"model": "convlstm", "layers": 2}, "--layers applies to --model resbidir only, not convlstm"),
+    (lambda c: c | {"model": "convlstm", "hidden": 64}, "--hidden applies to --model resbidir only, not convlstm"),
     (lambda c: c | {"augment": "spin:3"}, "field 'augment' 'spin:3': unknown part 'spin'"),
     (lambda c: {k: v for k, v in c.items() if k != "epochs"}, "field 'epochs' is missing"),
     (lambda c: json.dumps(c).replace('"l2": 0.005', '"l2": NaN'), "field 'l2' nan must be a finite number"),

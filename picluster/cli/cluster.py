@@ -126,7 +126,7 @@ def server(inventory, job, index, threads) -> None:
     from picluster.paths import state_dir
 
     if inventory is None:
-        raise UsageError("'picluster server' needs --inventory (or PICLUSTER_INVENTORY); without one use 'picluster cluster up'")
+        raise UsageError("'picluster server' needs an inventory (--inventory, PICLUSTER_INVENTORY or ./picluster.toml); without one use 'picluster cluster up'")
     layout = from_inventory(load_inventory(inventory))
     tasks = resolve_tasks(layout, job, index, local_ipv4_addresses())
     if len(tasks) > 1:

@@ -15,15 +15,28 @@ import click
 
 INT64_MAX = 2**63 - 1
 
+INVENTORY_HERE = Path("picluster.toml")
+
+
+def _inventory_here(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """--inventory, else PICLUSTER_INVENTORY (click reads it), else picluster.toml in this folder,
+    as Fabric finds its fabfile and Compose its compose.yaml.  A file found here is said in one
+    line: a command that would have run on the local cluster now runs on the nodes it names."""
+    if value is not None or ctx.resilient_parsing or not INVENTORY_HERE.is_file():
+        return value
+    click.echo(f"picluster: using the inventory ./{INVENTORY_HERE} in this folder (--inventory or PICLUSTER_INVENTORY chooses another)", err=True)
+    return INVENTORY_HERE
+
+
 def _inventory(help_text: str):
-    return click.option("--inventory", "-i", type=click.Path(dir_okay=False, path_type=Path),
-                        envvar="PICLUSTER_INVENTORY", default=None, help=help_text)
+    return click.option("--inventory", "-i", type=click.Path(dir_okay=False, path_type=Path), envvar="PICLUSTER_INVENTORY",
+                        default=None, callback=_inventory_here, help=help_text)
 
 
 inventory_option = _inventory(
-    "Inventory file (picluster.toml); env PICLUSTER_INVENTORY.  Without one, the embedded local cluster is used.")
+    "Inventory file [--inventory, else env PICLUSTER_INVENTORY, else ./picluster.toml].  Without one, the embedded local cluster is used.")
 # Commands that act on real nodes only: they say so in one line when it is missing.
-node_inventory_option = _inventory("Inventory file (picluster.toml); env PICLUSTER_INVENTORY.  Required.")
+node_inventory_option = _inventory("Inventory file [--inventory, else env PICLUSTER_INVENTORY, else ./picluster.toml].  Required.")
 
 # What a number on the command line may look like: digits, a decimal point, an exponent; no
 # spaces, no "inf" or "nan", nothing after it ("1e8 " is refused, not trimmed).

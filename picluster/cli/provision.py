@@ -19,7 +19,7 @@ def _load(inventory: Path | None):
     from picluster.inventory import load_inventory
 
     if inventory is None:
-        raise UsageError("this command needs an inventory: pass --inventory picluster.toml or set PICLUSTER_INVENTORY")
+        raise UsageError("this command needs an inventory: pass --inventory FILE, set PICLUSTER_INVENTORY, or run it in the folder that holds picluster.toml")
     return load_inventory(inventory)
 
 

@@ -18,7 +18,8 @@ def train() -> None:
 @inventory_option
 @click.option("--model", type=click.Choice(["convlstm", "resbidir"]), default=None,
               help="convlstm: convolutions, then a bidir LSTM (the chosen recipe); resbidir: the thesis' residual bidir LSTM [convlstm]")
-@click.option("--conv-layers", type=Whole(), default=None, help="convlstm: 1-D convolutions, each with a max-pool [3]")
+@click.option("--layers", type=Whole(), default=None,
+              help="the model's depth: convlstm's convolution blocks (1-7), resbidir's stacked residual blocks (1-16) [3]")
 @click.option("--conv-filters", type=Whole(), default=None, help="convlstm: filters per convolution [64]")
 @click.option("--conv-kernel", type=Whole(), default=None, help="convlstm: kernel length in steps [5]")
 @click.option("--conv-pool", type=Whole(), default=None, help="convlstm: max-pool after each convolution [2]")
@@ -26,7 +27,6 @@ def train() -> None:
 @click.option("--rnn-layers", type=Whole(), default=None, help="convlstm: (bi)LSTM layers [1]")
 @click.option("--rnn-hidden", type=Whole(), default=None, help="convlstm: LSTM layer output, split over directions [64]")
 @click.option("--readout", type=click.Choice(["last", "mean", "both"]), default=None, help="convlstm: last states, mean over time, or both [last]")
-@click.option("--layers", type=Whole(), default=None, help="resbidir: stacked blocks [3]")
 @click.option("--residual", type=Whole(), default=None, help="resbidir: residual LSTMs summed per block; 1 = none [2]")
 @click.option("--hidden", type=Whole(), default=None, help="resbidir: hidden units per block, split over directions [32]")
 @click.option("--norm", type=click.Choice(["window", "step", "batch", "none"]), default=None, help="resbidir: normalisation of residual block outputs [window]")
@@ -71,7 +71,8 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
     Two models (--model): convlstm, the default, with the recipe chosen on the validation
     volunteers (standardised inputs, L2 0.0005, augmentation, 60 epochs); resbidir, the
     thesis' deep residual bidirectional LSTM, with its former defaults (raw inputs, L2 0.005,
-    no augmentation, 40 epochs).  An option of the other model is refused.  Standalone and
+    no augmentation, 40 epochs).  --layers sets the depth of either (3 by default, so
+    `picluster train har --layers 3` trains the recipe); an option of the other model is refused.  Standalone and
     sync runs are reproducible: the same config and --seed give the same metrics.csv.
     """
     from dataclasses import replace

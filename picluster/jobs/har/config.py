@@ -22,6 +22,9 @@ READOUTS = ("last", "mean", "both")  # see model.conv_logits
 SELECTS = ("best", "last")
 SCHEDULES = ("constant", "cosine")
 MAX_CONFIG_BYTES = 64 * 1024  # config.json is about 1 KB
+MAX_CONV_LAYERS = 7  # 128 steps: the seventh pool of 2 leaves one
+# Fields a run's config.json of an earlier version names otherwise: (old name, models, new name).
+RENAMED = (("conv_layers", ("convlstm",), "layers"),)
 
 
 def within(default, low, high, *, low_open: bool = False, high_open: bool = False, flag: str | None = None):
@@ -45,15 +48,16 @@ class TrainConfig:
     bidir: bool = True
     keep_prob: float = within(0.85, 0.0, 1.0, low_open=True)  # dropout keep probability on inputs and before the output layer
     standardise: bool = True  # inputs scaled per channel by training-set moments; resbidir (thesis): raw
+    # The model's depth, whichever it is: convlstm's convolution blocks (each pools the window, so
+    # at most MAX_CONV_LAYERS), resbidir's stacked residual blocks (the thesis' n_stacked_layers).
+    layers: int = within(3, 1, 16)
     # -- resbidir only (model.Shape; thesis ch. 4.3.5 and its appendix code) ---------------------
-    layers: int = within(3, 1, 16)  # stacked blocks (the thesis' n_stacked_layers)
     residual: int = within(2, 1, 8)  # LSTMs summed inside a block (n_layers_in_highway); 1 = plain stack
     hidden: int = within(32, 1, 1024)  # units per block output; hidden/2 per direction when bidirectional
     norm: str = one_of("window", NORMS)  # moments for the residual blocks' outputs (model._normalise); thesis: "batch"
     relu_logits: bool = False  # thesis: ReLU on the logits
     window_stats: bool = False  # per-channel window mean and deviation beside the last state; thesis: none
     # -- convlstm only (model.ConvShape) ---------------------------------------------------------
-    conv_layers: int = within(3, 1, 7)  # 1-D convolutions over time, each followed by a max-pool
     conv_filters: int = within(64, 1, 1024)
     conv_kernel: int = within(5, 1, 64)
     conv_pool: int = within(2, 1, 8)  # 128 steps -> 16 after three pools of 2
@@ -96,6 +100,8 @@ class TrainConfig:
         foreign = [name for name in OTHER_MODEL_ONLY[self.model] if getattr(self, name) != defaults[name]]
         if foreign:
             raise UsageError(_not_for(foreign[0], self.model))
+        if self.model == "convlstm" and self.layers > MAX_CONV_LAYERS:
+            raise UsageError(f"--layers {self.layers} is too deep for --model convlstm: at most {MAX_CONV_LAYERS} convolution blocks (each pools the 128-step window)")
         if self.bidir and self.model == "resbidir" and self.hidden % 2:
             raise UsageError(f"--hidden {self.hidden} must be even with --bidir (hidden/2 units per direction)")
         if self.bidir and self.model == "convlstm" and self.rnn_hidden % 2:
@@ -148,6 +154,11 @@ class TrainConfig:
             raise UsageError(f"{where}: not valid JSON ({tokens.show(str(exc))})") from None
         if not isinstance(data, dict):
             raise UsageError(f"{where}: must be a JSON object of training options, found a {type(data).__name__}")
+        for old, models, new in RENAMED:  # the field's value under its new name, for the models it served
+            if old in data and new in data:
+                value = data.pop(old)
+                if data.get("model") in models:
+                    data[new] = value
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(data) - set(known))
         if unknown:
@@ -163,8 +174,8 @@ class TrainConfig:
             raise UsageError(f"{where}: {exc}") from None
 
 
-RESBIDIR_ONLY = ("layers", "residual", "hidden", "norm", "relu_logits", "window_stats")
-CONVLSTM_ONLY = ("conv_layers", "conv_filters", "conv_kernel", "conv_pool", "conv_norm", "rnn_layers", "rnn_hidden", "readout")
+RESBIDIR_ONLY = ("residual", "hidden", "norm", "relu_logits", "window_stats")
+CONVLSTM_ONLY = ("conv_filters", "conv_kernel", "conv_pool", "conv_norm", "rnn_layers", "rnn_hidden", "readout")
 OTHER_MODEL_ONLY = {"convlstm": RESBIDIR_ONLY, "resbidir": CONVLSTM_ONLY}
 # Where the thesis model keeps its former defaults (the ones it was measured with, docs/har.md):
 # augmentation lowered its validation accuracy (86.7 against 91.8 %), standardised inputs did not help it.

@@ -22,7 +22,7 @@ from picluster.jobs.har.model import NOREG, STEPS, lstm_block
 
 @dataclass(frozen=True)
 class ConvShape:
-    conv_layers: int = 3
+    layers: int = 3
     filters: int = 64
     kernel: int = 5
     pool: int = 2
@@ -42,7 +42,7 @@ class ConvShape:
     def steps(self) -> int:
         """The sequence the LSTMs run over: ceil(128 / pool) per convolution."""
         t = STEPS
-        for _ in range(self.conv_layers):
+        for _ in range(self.layers):
             t = -(-t // self.pool)
         return t
 
@@ -53,7 +53,7 @@ class ConvShape:
     def parameter_count(self) -> int:
         """Hand count, for tests and the benchmark."""
         total, n_in = 0, self.inputs
-        for _ in range(self.conv_layers):
+        for _ in range(self.layers):
             total += self.kernel * n_in * self.filters + self.filters + (2 * self.filters if self.conv_norm else 0)
             n_in = self.filters
         directions = 2 if self.bidir else 1
@@ -68,7 +68,7 @@ def conv_logits(x, shape: ConvShape, keep_prob):
     """x [B, 128, 9] -> logits [B, classes]."""
     h = x
     n_in = shape.inputs
-    for i in range(shape.conv_layers):
+    for i in range(shape.layers):
         with tf.compat.v1.variable_scope(f"conv_{i + 1}"):
             w = tf.compat.v1.get_variable(
                 "w", [shape.kernel, n_in, shape.filters],

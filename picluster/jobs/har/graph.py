@@ -21,7 +21,7 @@ TASK_SEED_STRIDE = 1_000_003
 def network(config: TrainConfig):
     """(shape, forward): the chosen model's shape and ``forward(x, keep_prob) -> logits``."""
     if config.model == "convlstm":
-        conv = ConvShape(config.conv_layers, config.conv_filters, config.conv_kernel, config.conv_pool, config.rnn_layers,
+        conv = ConvShape(config.layers, config.conv_filters, config.conv_kernel, config.conv_pool, config.rnn_layers,
                          config.rnn_hidden, config.bidir, config.readout, config.conv_norm)
         return conv, lambda x, keep: conv_logits(x, conv, keep)
     thesis = Shape(config.layers, config.residual, config.hidden, config.bidir,

@@ -11,7 +11,7 @@ from picluster.data.har.spec import CLASSES
 def describe_model(config) -> str:
     bidir = "bidir " if config.bidir else ""
     if config.model == "convlstm":
-        model = f"convlstm: {config.conv_layers} convolutions x {config.conv_filters}, {config.rnn_layers} {bidir}LSTM {config.rnn_hidden}"
+        model = f"convlstm: {config.layers} convolutions x {config.conv_filters}, {config.rnn_layers} {bidir}LSTM {config.rnn_hidden}"
     else:
         model = f"resbidir: {config.layers}x{config.residual} {bidir}LSTM, hidden {config.hidden}"
     return model + (f", augment {config.augment}" if config.augment else ", no augmentation")

@@ -7,19 +7,16 @@ task are kept for the summary, which folds identical lines across nodes the way 
 gathers output: ``node[02-09]: done``.
 """
 
-import re
 import threading
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from picluster import nodeset
+from picluster import nodeset, tflog
 
 SUMMARY_LINES = 5
 OWN_PREFIX = "picluster"  # lines picluster adds (the tether's notes, restarts): in the logs, not in summaries
-# TensorFlow's C++ log lines (time, thread id) and absl's start-up warning never fold: logs only.
-TF_LOG = re.compile(r"^([IWEF]\d{4} \d\d:\d\d:\d+\.\d+ +\d+ |WARNING: All log messages before absl::InitializeLog)")
 
 
 def log_name(label: str) -> str:
@@ -55,9 +52,12 @@ class Output:
             log.flush()
             self._combined.write(shown + "\n")
             self._combined.flush()
-            if text.strip() and not text.startswith(OWN_PREFIX) and not TF_LOG.match(text):
+            # TensorFlow's C++ log lines (time, thread id) never fold: logs only.  The lines every
+            # import prints are not shown either (picluster.tflog); its warnings and errors are.
+            if text.strip() and not text.startswith(OWN_PREFIX) and not tflog.cpp_line(text):
                 self._tails[label].append(text)
-            self.emit(shown)  # under the lock: lines from several tasks never interleave mid-line
+            if not tflog.startup_line(text):
+                self.emit(shown)  # under the lock: lines from several tasks never interleave mid-line
 
     def note(self, label: str, text: str) -> None:
         """picluster's own line in a task's log and stream (a restart, say)."""

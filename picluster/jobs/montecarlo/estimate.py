@@ -16,6 +16,7 @@ from picluster import nodeset
 from picluster.cluster.probe import unanswered
 from picluster.clusterspec import Layout
 from picluster.errors import ClusterError, UsageError
+from picluster.tflog import import_tensorflow
 
 CHUNK = 1 << 18  # points per draw: ~2 MiB of float32 pairs, small enough for a Pi's 1 GB
 INT64_MAX = 2**63 - 1
@@ -103,7 +104,7 @@ class MonteCarlo:
         if nodes > len(workers):
             raise UsageError(f"--nodes {nodes} is more than the {len(workers)} workers available")
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        import tensorflow as tf
+        tf = import_tensorflow()  # the coordinator's stderr is the user's terminal
 
         self.nodes = nodes
         self.workers = workers[:nodes]
