@@ -1,0 +1,86 @@
+"""What every kind of cluster is to a job and to the commands: the one interface they plug into.
+
+A kind of cluster (the persistent local one, the inventory's nodes, the temporary one a job starts
+for itself; later a Slurm allocation) says where its tasks listen (``layout``), whether each
+answers (``status``), where its node agents serve their metrics (``agents``), and how it ends
+(``close``: a temporary cluster stops what it started, the others are left running).  Jobs take a
+``Cluster`` from ``attach`` and never ask which kind it is.
+"""
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+from picluster import nodeset
+from picluster.cluster.probe import unanswered
+from picluster.clusterspec import Layout, Task
+from picluster.errors import ClusterError, UsageError
+from picluster.inventory import Inventory
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """One process of a cluster as ``cluster status`` shows it: a task, or a node's agent (task None)."""
+
+    label: str  # "worker:3", "agent"
+    node: str
+    address: str
+    state: str  # "up", "starting", "down"
+    task: Task | None = None
+    pid: int | None = None  # known only where the process runs on this machine
+    log: Path | None = None
+
+
+@dataclass(frozen=True)
+class Agent:
+    """Where a node's agent serves its metrics (port None: no agent known)."""
+
+    node: str
+    roles: tuple[str, ...]
+    host: str
+    port: int | None
+
+
+class Cluster(ABC):
+    kind: str  # "local", "inventory", "temporary": what `run` and `train` print
+    layout: Layout
+    inventory: Inventory | None = None  # the parsed inventory, for a cluster of inventory nodes
+    start_s: float = 0.0  # seconds spent starting its servers for this job (0: they were running)
+
+    @property
+    def name(self) -> str:
+        """What a job record names as its cluster: the inventory file, or "local"."""
+        source = self.inventory.source if self.inventory is not None else None
+        return str(source.resolve()) if source is not None else "local"
+
+    @abstractmethod
+    def status(self) -> list[TaskState]:
+        """Every task (and agent), and whether it answers."""
+
+    @abstractmethod
+    def agents(self) -> list[Agent]:
+        """Where the nodes' agents serve: what the live views and `top` scrape."""
+
+    def task_states(self) -> dict[str, dict[str, str]]:
+        """node -> {"worker:0": "up", ...}: the tasks column of the node panel."""
+        out: dict[str, dict[str, str]] = {}
+        for state in self.status():
+            if state.task is not None:
+                out.setdefault(state.node, {})[state.label] = state.state
+        return out
+
+    def close(self) -> None:
+        """The job is done with the cluster: a temporary one stops; the others keep running."""
+
+    def require(self, workers: int, ps: int, what: str) -> None:
+        """At least ``workers`` workers and ``ps`` ps tasks, each answering; else one line naming them."""
+        have = len(self.layout.workers)
+        if workers > have:
+            raise UsageError(f"--nodes {workers} is more than the {have} worker{'s' if have != 1 else ''} of {what}")
+        if ps > len(self.layout.ps):
+            raise UsageError(f"this job needs {ps} ps task(s) but {what} has {len(self.layout.ps)}")
+        silent = unanswered(self.layout.workers[:workers] + self.layout.ps[:ps])
+        if silent:
+            nodes = nodeset.fold(t.node for t in silent)
+            labels = ", ".join(t.label for t in silent)
+            raise ClusterError(f"{nodes}: TensorFlow server not answering ({labels}); start it with 'picluster cluster up'")
