@@ -69,7 +69,7 @@ class Cluster(ABC):
                 out.setdefault(state.node, {})[state.label] = state.state
         return out
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027  (most kinds keep running: nothing to do)
         """The job is done with the cluster: a temporary one stops; the others keep running."""
 
     def require(self, workers: int, ps: int, what: str) -> None:
