@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from labcluster import cli, lab_cluster
 from thesis_style import ThesisStyle
 
-from picluster.cluster.nodes import RUN_DIR
+from picluster.cluster.nodes import RUN_DIR, NodeCluster
 from picluster.clusterspec import from_inventory
 from picluster.jobs.montecarlo import thesis
 from picluster.jobs.montecarlo.estimate import MonteCarlo
@@ -125,7 +125,7 @@ def main() -> None:
         agent_cpu = {h.name: _cpu_seconds(pid) for h, pid in agents}
         seconds: dict[tuple[int, int], float] = {}
         sweep_t0 = time.monotonic()
-        with Recorder(Monitor.for_inventory(inv), RESULTS / "montecarlo_lab-nodes.csv", period=2.0):
+        with Recorder(Monitor.of(NodeCluster(inv)), RESULTS / "montecarlo_lab-nodes.csv", period=2.0):
             for n in node_counts:
                 with MonteCarlo(layout, n) as job:
                     for size in sizes:

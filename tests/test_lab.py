@@ -17,8 +17,8 @@ import psutil
 import pytest
 
 from picluster.errors import ClusterError, UsageError
-from picluster.lab import Host, HostOptions, Lab, commands, keys, links, naming, netns, procs, snapshot
-from picluster.lab.registry import known_ids, reap_orphans, state_root, teardown
+from picluster.lab import Host, HostOptions, Lab, commands, keys, links, naming, netns, procs, reap_orphans, snapshot, teardown
+from picluster.lab.registry import known_ids, state_root
 
 REPO = Path(__file__).resolve().parents[1]
 

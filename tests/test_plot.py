@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from picluster.monitor.poll import Monitor, Target
+from picluster.cluster.base import Agent
+from picluster.monitor.poll import Monitor
 from picluster.monitor.record import COLUMNS, Recorder
 
 from conftest import picluster
@@ -176,7 +177,7 @@ def test_recorder_writes_each_nodes_cpu_and_memory_from_a_real_agent(tmp_path):
             assert time.monotonic() < deadline and agent.poll() is None, "the agent did not start"
             time.sleep(0.1)
         path = tmp_path / "run" / "nodes.csv"
-        with Recorder(Monitor([Target("node01", ["worker"], "127.0.0.1", port)], "test"), path, period=0.3):
+        with Recorder(Monitor([Agent("node01", ("worker",), "127.0.0.1", port)], "test"), path, period=0.3):
             time.sleep(2.0)
     finally:
         agent.kill()

@@ -216,7 +216,7 @@ def test_a_killed_ps_stops_the_run_naming_it(state, tiny, tmp_path):
     run_dir = tmp_path / "run"
     try:
         proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "400", "--mode", "async", "--no-live")
-        ps_server = lambda run_dir: psutil.Process(next(s.pid for s in LocalCluster.open().status() if s.task.job == "ps"))
+        ps_server = lambda run_dir: psutil.Process(next(s.pid for s in LocalCluster.open().status() if s.label == "ps:0"))
         _out, err = _kill_after(run_dir, proc, epochs=2, timeout=90, victim=ps_server)
         assert proc.returncode == 1, err
         line = _error_line(err)

@@ -16,6 +16,7 @@ import pytest
 from picluster.errors import UsageError
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.coordinator import resume_config
+from picluster.jobs.har.rundir import RunDir
 
 from conftest import ROOT, one_line, picluster
 from train_fixtures import TINY_MODEL, write_tiny_har
@@ -68,7 +69,7 @@ def _good(tiny) -> dict:
 def test_a_config_json_of_the_wrong_shape_is_refused_naming_the_field(tmp_path, tiny, change, needle):
     run = _run_with(tmp_path, tiny, change(_good(tiny)))
     with pytest.raises(UsageError) as err:
-        resume_config(run)
+        resume_config(RunDir(run))
     assert str(err.value).startswith(f"{run / 'config.json'}: ") and needle in str(err.value)
     assert "\n" not in str(err.value)
 

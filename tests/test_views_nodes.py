@@ -3,7 +3,8 @@
 import pytest
 
 from picluster.monitor.scrape import cpu_use, parse, rates
-from picluster.views.nodes import NodeRow, cpu_bars, nodes_table, short_bytes
+from picluster.nodestats import NodeRow
+from picluster.views.nodes import cpu_bars, nodes_table, short_bytes
 
 from render import render
 

@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from picluster.errors import ClusterError, UsageError
-from picluster.lab import Lab, keys, mockpi, naming, netns, procs
+from picluster.lab import Lab, keys, mockpi, naming, netns, procs, reap_orphans, teardown
 from picluster.lab.host import User
-from picluster.lab.registry import known_ids, reap_orphans, state_root, teardown
+from picluster.lab.registry import known_ids, state_root
 from picluster.lab.vm import VM, VMHost, accel, guest, image, mirror, seed, support, tap
 from picluster.provision.steps import packages as provision_packages
 

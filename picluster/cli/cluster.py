@@ -7,7 +7,7 @@ from rich.console import Console
 
 from picluster.cli.options import Whole, inventory_option, node_inventory_option
 from picluster.errors import UsageError
-from picluster.views.status import local_tasks_table, node_tasks_table
+from picluster.views.status import tasks_table
 
 
 @click.group()
@@ -22,52 +22,49 @@ def cluster() -> None:
 @click.option("--port", type=Whole(1024, 65535), default=None, help="first port: the tasks' ports, then the agent's (local cluster; default: free ports)")
 def up(inventory, ps, workers, port) -> None:
     """Start the servers and wait until every task answers."""
-    if inventory is not None:
-        from picluster.cluster import nodes
-        from picluster.inventory import load_inventory
+    from picluster.cluster.attach import find
 
-        inv = load_inventory(inventory)
-        started = sum(len(processes) for processes in nodes.up(inv).values())
-        _print_remote_status(inv, Console())
+    console = Console()
+    if inventory is not None:
+        from picluster.cluster.nodes import NodeCluster
+
+        nodes = NodeCluster(inventory)
+        started = sum(len(processes) for processes in nodes.up().values())
+        _print_status(nodes, console)
         click.echo(f"started {started} process(es)" if started else "already up")
         return
     from picluster.cluster.local import LocalCluster
 
-    running = LocalCluster.open()
-    if running is not None and any(s.state != "down" for s in running.status()):
+    running = find(None)
+    if isinstance(running, LocalCluster):
         if len(running.layout.ps) != ps or len(running.layout.workers) != workers:
             raise UsageError(
                 f"a local cluster with {len(running.layout.ps)} ps and {len(running.layout.workers)} workers "
                 "is already running; 'picluster cluster down' first"
             )
         restarted = running.restart_missing()
-        _print_status(running, Console())
+        _print_status(running, console)
         click.echo(f"restarted {len(restarted)} task(s)" if restarted else "already up")
         return
-    if running is not None:
-        running.stop()  # a stale state file from a cluster that died
-    cluster_ = LocalCluster.start(ps=ps, workers=workers, base_port=port)
-    _print_status(cluster_, Console())
+    stale = LocalCluster.open()
+    if stale is not None:
+        stale.stop()  # a state file left by a cluster that died
+    _print_status(LocalCluster.start(ps=ps, workers=workers, base_port=port), console)
 
 
 @cluster.command()
 @inventory_option
 def status(inventory) -> None:
     """Show each task, its node and whether it answers."""
-    if inventory is not None:
-        from picluster.inventory import load_inventory
-
-        if not _print_remote_status(load_inventory(inventory), Console()):
-            sys.exit(3)
-        return
+    from picluster.cluster.attach import find
     from picluster.cluster.local import LocalCluster
 
-    running = LocalCluster.open()
+    running = find(inventory) or LocalCluster.open()  # a stale local cluster: show what is down
     if running is None:
         click.echo("no local cluster (start one with 'picluster cluster up')")
         sys.exit(3)
-    _print_status(running, Console())
-    if not running.is_up():
+    states = _print_status(running, Console())
+    if any(s.state != "up" for s in states if s.task is not None):
         sys.exit(3)
 
 
@@ -76,10 +73,9 @@ def status(inventory) -> None:
 def down(inventory) -> None:
     """Stop every server and leave nothing running."""
     if inventory is not None:
-        from picluster.cluster import nodes
-        from picluster.inventory import load_inventory
+        from picluster.cluster.nodes import NodeCluster
 
-        stopped = nodes.down(load_inventory(inventory))
+        stopped = NodeCluster(inventory).down()
         click.echo(f"stopped {sum(len(processes) for processes in stopped.values())} process(es) on {len(stopped)} node(s)")
         return
     from picluster.cluster.local import LocalCluster
@@ -88,27 +84,15 @@ def down(inventory) -> None:
     if running is None:
         click.echo("no local cluster running")
         return
-    count = sum(1 for s in running.status() if s.state != "down")
+    count = sum(1 for s in running.status() if s.task is not None and s.state != "down")
     running.stop()
     click.echo(f"stopped {count} task(s)")
 
 
-def _print_remote_status(inv, console: Console) -> bool:
-    from picluster.cluster import nodes
-
-    states = nodes.status(inv)
-    console.print(node_tasks_table(states))
-    return all(state == "up" for _, state in states)
-
-
-def _print_status(cluster_, console: Console) -> None:
-    from picluster.cluster.local import AGENT
-
-    rows = [(s.task.label, s.task.node, s.task.address, s.pid, s.state, s.log) for s in cluster_.status()]
-    if cluster_.agent_port is not None:
-        rows.append(("agent", "localhost", f"127.0.0.1:{cluster_.agent_port}", cluster_.pids.get(AGENT),
-                     cluster_.agent_state(), cluster_.run_dir / "agent.log"))
-    console.print(local_tasks_table(rows))
+def _print_status(cluster_, console: Console):
+    states = cluster_.status()
+    console.print(tasks_table(states))
+    return states
 
 
 @click.command()
@@ -122,12 +106,11 @@ def server(inventory, job, index, threads) -> None:
 
     from picluster import atomic
     from picluster.clusterspec import from_inventory, local_ipv4_addresses, resolve_tasks
-    from picluster.inventory import load_inventory
     from picluster.paths import state_dir
 
     if inventory is None:
         raise UsageError("'picluster server' needs an inventory (--inventory, PICLUSTER_INVENTORY or ./picluster.toml); without one use 'picluster cluster up'")
-    layout = from_inventory(load_inventory(inventory))
+    layout = from_inventory(inventory)
     tasks = resolve_tasks(layout, job, index, local_ipv4_addresses())
     if len(tasks) > 1:
         labels = ", ".join(t.label for t in tasks)

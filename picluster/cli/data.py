@@ -31,13 +31,14 @@ def data() -> None:
 @inventory_option
 @click.option("--force", is_flag=True, help="Prepare again even if the cache already holds this source.")
 @click.option("--subjects/--no-subjects", default=True, show_default=True, help="Also show windows per volunteer.")
-def har(source: str, out: Path | None, inventory: Path | None, force: bool, subjects: bool) -> None:
+def har(source: str, out: Path | None, inventory, force: bool, subjects: bool) -> None:
     """Prepare the HAR windows (train / validation / test by volunteer) and show their counts beside UCI's."""
     from rich.console import Console
 
     from picluster.data.har.dataset import HAPT, cache_path, ensure_cache
+    from picluster.data.har.dataset import har_dir as default_har_dir
 
-    folder = har_dir(out, inventory)
+    folder = out or default_har_dir(inventory)  # the cluster's share as the nodes mount it, else this machine's
     chosen = HAPT if source == HAPT else Path(source)
     console = Console()
     started = time.perf_counter()
@@ -50,16 +51,3 @@ def har(source: str, out: Path | None, inventory: Path | None, force: bool, subj
     show_summary(console, prepared, per_subject=subjects)
     verb = f"prepared in {elapsed:.1f} s" if fresh else "already prepared (use --force to redo)"
     console.print(f"{verb}: {cache_path(folder)}", soft_wrap=True, highlight=False)
-
-
-def har_dir(out: Path | None, inventory: Path | None) -> Path:
-    """--out, else the inventory's shared data_dir/har, else the local data directory's har/."""
-    from picluster.data.har.dataset import har_dir as default_har_dir
-
-    if out is not None:
-        return out
-    if inventory is not None:
-        from picluster.inventory import load_inventory
-
-        return default_har_dir(load_inventory(inventory))
-    return default_har_dir()

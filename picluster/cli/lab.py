@@ -78,10 +78,10 @@ def status(lab_id: str | None) -> None:
     """Show the labs on this machine and the state of each host."""
     from rich.console import Console
 
-    from picluster.lab import registry as labs
+    from picluster.lab import labs, registry
 
     console = Console()
-    ids = labs.known_ids()
+    ids = registry.known_ids()
     if lab_id is not None:
         if lab_id not in ids:
             raise UsageError(f"no lab named {lab_id} (labs: {', '.join(ids) or 'none'})")
@@ -148,12 +148,11 @@ def reboot(lab_id: str | None, nodes: str | None, timeout: float) -> None:
 
 
 def _one_lab(lab_id: str | None):
-    from picluster.lab import naming
-    from picluster.lab import registry as labs
+    from picluster.lab import naming, registry
     from picluster.lab.lab import Lab
 
     if lab_id is None:
-        ids = labs.known_ids()
+        ids = registry.known_ids()
         if len(ids) != 1:
             raise UsageError(f"name the lab with --name (labs: {', '.join(ids) or 'none'})")
         lab_id = ids[0]
@@ -165,8 +164,7 @@ def _one_lab(lab_id: str | None):
 @click.option("--all", "all_labs", is_flag=True, help="Every lab found on this machine (by name prefix).")
 def down(lab_id: str | None, all_labs: bool) -> None:
     """Tear a lab down: processes, namespaces, links, run dir.  Safe to repeat."""
-    from picluster.lab import naming
-    from picluster.lab import registry as labs
+    from picluster.lab import labs, naming, registry
 
     if lab_id is not None and all_labs:
         raise UsageError("give --name or --all, not both")
@@ -179,7 +177,7 @@ def down(lab_id: str | None, all_labs: bool) -> None:
         click.echo(f"down: {', '.join(done)}" if done else "no labs")
         return
     if lab_id is None:
-        ids = labs.known_ids()
+        ids = registry.known_ids()
         if not ids:
             click.echo("no labs")
             return

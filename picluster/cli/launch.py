@@ -33,6 +33,7 @@ def launch(inventory, mode, folder, restart_limit, grace, name, live, script, ar
     from rich.text import Text
 
     from picluster.errors import ClusterError
+    from picluster.jobs import controller
     from picluster.jobs.launch import config as launch_config
     from picluster.jobs.launch.launcher import Launch
     from picluster.views.jobs import print_outcome
@@ -40,31 +41,17 @@ def launch(inventory, mode, folder, restart_limit, grace, name, live, script, ar
 
     config = launch_config.make(script, args, mode, folder, restart_limit, grace, name)
     display = JobDisplay(f"launch {config.name}", "tasks", live=live)
-    console = display.console
-
-    def emit(line: str) -> None:
-        if display.live:
-            console.print(Text(line), soft_wrap=True)
-        else:
-            print(line, flush=True)
-
-    def event(message: str) -> None:
-        if display.live:
-            console.print(Text(message, style="dim"))
-        else:
-            print(message, file=sys.stderr, flush=True)
-
-    def on_cluster(cluster) -> None:
-        display.monitor = cluster.monitor
-
-    launcher = Launch(config, inventory, emit, event, display.update, on_cluster)
+    launcher = Launch(config, inventory)
     try:
-        with display:
-            outcome = launcher.run()
+        outcome = controller.run(launcher, inventory, display=display)
     except (KeyboardInterrupt, SystemExit):
         if launcher.job_id is not None:  # its tasks are stopped by now, and the record says why
-            event(f"job {launcher.job_id} CANCELLED: every task stopped")
+            message = f"job {launcher.job_id} CANCELLED: every task stopped"
+            if display.live:
+                display.console.print(Text(message, style="dim"))
+            else:
+                print(message, file=sys.stderr, flush=True)
         raise
-    print_outcome(outcome, console if display.live else None)
+    print_outcome(outcome, display.console if display.live else None)
     if outcome.state != "COMPLETED":
         raise ClusterError(outcome.reason)  # the summary above already showed the tasks' last lines

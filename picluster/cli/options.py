@@ -18,14 +18,21 @@ INT64_MAX = 2**63 - 1
 INVENTORY_HERE = Path("picluster.toml")
 
 
-def _inventory_here(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
-    """--inventory, else PICLUSTER_INVENTORY (click reads it), else picluster.toml in this folder,
-    as Fabric finds its fabfile and Compose its compose.yaml.  A file found here is said in one
-    line: a command that would have run on the local cluster now runs on the nodes it names."""
-    if value is not None or ctx.resilient_parsing or not INVENTORY_HERE.is_file():
+def _inventory_here(ctx: click.Context, param: click.Parameter, value: Path | None):
+    """The parsed inventory (``picluster.inventory.Inventory``; None: this machine's cluster), read
+    once per command: --inventory, else PICLUSTER_INVENTORY (click reads it), else picluster.toml
+    in this folder, as Fabric finds its fabfile and Compose its compose.yaml.  A file found here is
+    said in one line: a command that would have run on the local cluster now runs on its nodes."""
+    if ctx.resilient_parsing:
         return value
-    click.echo(f"picluster: using the inventory ./{INVENTORY_HERE} in this folder (--inventory or PICLUSTER_INVENTORY chooses another)", err=True)
-    return INVENTORY_HERE
+    if value is None and INVENTORY_HERE.is_file():
+        click.echo(f"picluster: using the inventory ./{INVENTORY_HERE} in this folder (--inventory or PICLUSTER_INVENTORY chooses another)", err=True)
+        value = INVENTORY_HERE
+    if value is None:
+        return None
+    from picluster.inventory import load_inventory
+
+    return load_inventory(value)
 
 
 def _inventory(help_text: str):

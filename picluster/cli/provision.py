@@ -15,12 +15,11 @@ _known_hosts_option = click.option(
 )
 
 
-def _load(inventory: Path | None):
-    from picluster.inventory import load_inventory
-
+def _load(inventory):
+    """The parsed inventory these commands cannot do without."""
     if inventory is None:
         raise UsageError("this command needs an inventory: pass --inventory FILE, set PICLUSTER_INVENTORY, or run it in the folder that holds picluster.toml")
-    return load_inventory(inventory)
+    return inventory
 
 
 @click.command()

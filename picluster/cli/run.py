@@ -2,7 +2,6 @@
 
 import json
 import secrets
-import sys
 import time
 from pathlib import Path
 
@@ -32,12 +31,11 @@ def run() -> None:
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("montecarlo-sweep.csv"), show_default=True, help="where --sweep writes its table")
 def montecarlo(inventory, samples, nodes, seed, as_json, live, sweep, nodes_list, csv_path) -> None:
     """Estimate pi by drawing points in the unit square on every worker."""
-    from picluster.cluster.attach import attach, default_workers
-    from picluster.jobs import records
+    from picluster.cluster.attach import default_workers
+    from picluster.jobs import controller
     from picluster.jobs.montecarlo import report
     from picluster.jobs.montecarlo import sweep as table
-    from picluster.jobs.montecarlo.estimate import MonteCarlo
-    from picluster.views.live import JobDisplay
+    from picluster.jobs.montecarlo.job import MonteCarloJob, SweepJob
 
     if nodes_list is not None and sweep is None:
         raise UsageError("--nodes-list goes with --sweep")
@@ -54,44 +52,23 @@ def montecarlo(inventory, samples, nodes, seed, as_json, live, sweep, nodes_list
             raise UsageError(f"--csv {csv_path}: {exc}") from None
     seed = secrets.randbits(62) if seed is None else seed
 
-    cluster_name = str(inventory.resolve()) if inventory else "local"
     if sweep is None:
-        want = nodes or default_workers(inventory)
         total_start = time.perf_counter()
-        with records.recorded("montecarlo", "montecarlo", "", cluster_name, ["picluster", *sys.argv[1:]]) as record, \
-                attach(inventory, want) as cluster:
-            record.running(_nodes(cluster, want))
-            build_start = time.perf_counter()
-            with MonteCarlo(cluster.layout, want) as job:
-                build_s = time.perf_counter() - build_start
-                if as_json:
-                    estimate = job.estimate(samples, seed)
-                else:
-                    with JobDisplay(f"montecarlo on {want} worker(s)", "samples", cluster.monitor, live) as display:
-                        estimate = job.estimate(samples, seed, progress=display.update)
-        times = {"cluster_start_s": cluster.start_s, "graph_build_s": build_s,
-                 "compute_s": estimate.compute_s, "total_s": time.perf_counter() - total_start}
+        done = controller.run(MonteCarloJob(samples, nodes or default_workers(inventory), seed, show_progress=not as_json),
+                              inventory, live=live and not as_json)
+        times = {"cluster_start_s": done.cluster_start_s, "graph_build_s": done.graph_build_s,
+                 "compute_s": done.estimate.compute_s, "total_s": time.perf_counter() - total_start}
         if as_json:
-            click.echo(json.dumps(report.estimate_dict(estimate, times, cluster.kind)))
+            click.echo(json.dumps(report.estimate_dict(done.estimate, times, done.cluster_kind)))
         else:
-            report.print_estimate(estimate, times, cluster.kind)
+            report.print_estimate(done.estimate, times, done.cluster_kind)
         return
 
     counts = nodes_list or [nodes or default_workers(inventory)]
-    with records.recorded("montecarlo", "montecarlo", "sweep", cluster_name, ["picluster", *sys.argv[1:]]) as record, \
-            attach(inventory, max(counts)) as cluster:
-        record.running(_nodes(cluster, max(counts)))
-        rows = table.run_sweep(cluster.layout, sweep, counts, seed)
+    rows, kind = controller.run(SweepJob(sweep, counts, seed), inventory, live=False)
     table.write_sweep_csv(rows, csv_path)
     if as_json:
-        click.echo(json.dumps([report.estimate_dict(e, {"compute_s": e.compute_s}, cluster.kind) for e in rows]))
+        click.echo(json.dumps([report.estimate_dict(e, {"compute_s": e.compute_s}, kind) for e in rows]))
     else:
         table.print_sweep(rows)
         click.echo(f"wrote {csv_path}")
-
-
-def _nodes(cluster, workers: int) -> str:
-    """The nodes a Monte-Carlo run uses: those of its first ``workers`` worker tasks."""
-    from picluster import nodeset
-
-    return nodeset.fold(sorted({t.node for t in cluster.layout.workers[:workers]}))

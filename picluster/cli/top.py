@@ -15,10 +15,11 @@ from picluster.cli.options import Real, inventory_option
 @click.option("--interval", type=Real(0.2, 60), default=1.0, show_default=True, help="seconds between refreshes")
 def top(inventory, once, interval) -> None:
     """Per-node CPU, load, memory, temperature, network and TensorFlow task states."""
+    from picluster.cluster.attach import find
     from picluster.monitor.poll import Monitor
     from picluster.views.nodes import nodes_table
 
-    monitor = Monitor.for_cluster(inventory)
+    monitor = Monitor.of(find(inventory))
     console = Console()
     if once or not console.is_terminal:
         if not console.is_terminal:

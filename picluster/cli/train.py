@@ -1,6 +1,5 @@
 """``picluster train har``: the deep residual bidirectional LSTM on HAR, replicated over ps/worker tasks."""
 
-import sys
 from pathlib import Path
 
 import click
@@ -77,19 +76,20 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
     """
     from dataclasses import replace
 
-    from picluster import nodeset
-    from picluster.cluster.attach import Attached
     from picluster.data.har import har_dir
-    from picluster.jobs import records
+    from picluster.jobs import controller
     from picluster.jobs.har import coordinator, progress
     from picluster.jobs.har.config import TrainConfig
+    from picluster.jobs.har.job import HarJob
+    from picluster.jobs.har.rundir import RunDir
     from picluster.views.live import JobDisplay
 
     given = {k: v for k, v in options.items() if v is not None}
     if resume is not None:
         if run_dir is not None:
             raise UsageError("give --resume or --run-dir, not both")
-        config = coordinator.resume_config(resume)
+        run = RunDir(resume)
+        config = coordinator.resume_config(run)
         if given.get("model", config.model) != config.model:
             raise UsageError(f"--resume {resume} trained --model {config.model}; it cannot continue as --model {given['model']}: start a new run")
         if given:
@@ -97,16 +97,12 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
             if set(given) - {"epochs"}:
                 raise UsageError(f"--resume keeps the run's config; only --epochs may change (got --{sorted(set(given) - {'epochs'})[0].replace('_', '-')})")
             config = replace(config, **given)
-        run = resume
         if inventory is None:
-            inventory = coordinator.run_inventory(resume)
+            inventory = coordinator.run_inventory(run)
     else:
         if inventory is not None:
-            from picluster.inventory import load_inventory
-
-            inv = load_inventory(inventory)
-            given = _inventory_defaults(inv, inventory, given)
-            data_dir = data_dir or har_dir(inv)  # the share, as the nodes mount it
+            given = _inventory_defaults(inventory, given)
+            data_dir = data_dir or har_dir(inventory)  # the share, as the nodes mount it
         config = TrainConfig.for_model(**given, data_dir=str(data_dir or har_dir()))
         run = None
     coordinator.worker_runtime(worker_runtime, None if config.standalone else inventory)  # bad choices fail before anything starts
@@ -115,32 +111,8 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
     run = run or coordinator.new_run_dir(run_dir)
     display = JobDisplay("train har", "epochs", live=live and not as_json)
     printer = progress.Printer(config, run, quiet=as_json, console=display.console if display.live else None)
-    follow = progress.Follower(config, display)
-
-    def on_epoch(row: dict) -> None:
-        printer.epoch(row)
-        follow.epoch(row)
-
-    with records.recorded("har", "har", "standalone" if config.standalone else config.mode,
-                          str(inventory.resolve()) if inventory else "local", ["picluster", *sys.argv[1:]], str(run)) as job:
-
-        def on_cluster(cluster: Attached) -> None:
-            display.monitor = cluster.monitor
-            workers = [t for t in cluster.layout.workers if t.index < config.workers]
-            job.running(nodeset.fold(sorted({t.node for t in cluster.layout.tasks if t in workers or t.job == "ps"})),
-                        [(t.label, t.node, str(run / f"worker-{t.index}.log")) for t in workers])
-
-        def on_stopped(stopped: list) -> None:
-            for client in stopped:
-                code = client.poll()
-                job.store.task_exited(job.id, f"worker:{client.task}", code, "COMPLETED" if code == 0 else "FAILED")
-
-        if config.standalone:
-            job.running("localhost", [("worker:0", "localhost", str(run / "worker-0.log"))])
-        with display:
-            result = coordinator.train(config, run, inventory, on_epoch=on_epoch, on_event=printer.event,
-                                       on_progress=follow.live, on_cluster=on_cluster, on_stopped=on_stopped,
-                                       runtime=worker_runtime)
+    job = HarJob(config, run, worker_runtime, printer, progress.Follower(config, display))
+    result = controller.run(job, None if config.standalone else inventory, display=display)
     if as_json:
         import json
 
@@ -149,13 +121,10 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
         printer.summary(result)
 
 
-def _inventory_defaults(inv, path: Path, given: dict) -> dict:
+def _inventory_defaults(inv, given: dict) -> dict:
     """On an inventory cluster, every worker and ps task is used unless the options say otherwise."""
-    from picluster.clusterspec import from_inventory
-
     if given.get("standalone"):
         raise UsageError("--standalone trains in one local process; drop --inventory (or --standalone)")
-    layout = from_inventory(inv)
-    if not layout.ps and "ps" not in given:
-        raise UsageError(f"{path}: no node has the ps role; training keeps its variables on ps tasks, so give one node that role")
-    return {"workers": len(layout.workers), "ps": len(layout.ps)} | given
+    if not inv.ps and "ps" not in given:
+        raise UsageError(f"{inv.source}: no node has the ps role; training keeps its variables on ps tasks, so give one node that role")
+    return {"workers": len(inv.workers), "ps": len(inv.ps)} | given

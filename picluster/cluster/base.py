@@ -43,6 +43,8 @@ class Agent:
 
 class Cluster(ABC):
     kind: str  # "local", "inventory", "temporary": what `run` and `train` print
+    what: str  # how error messages name it: "the inventory", "the running local cluster (...)"
+    title: str  # the node panel's title
     layout: Layout
     inventory: Inventory | None = None  # the parsed inventory, for a cluster of inventory nodes
     start_s: float = 0.0  # seconds spent starting its servers for this job (0: they were running)
@@ -55,7 +57,7 @@ class Cluster(ABC):
 
     @abstractmethod
     def status(self) -> list[TaskState]:
-        """Every task (and agent), and whether it answers."""
+        """Every task (and the agents this machine runs), and whether it answers."""
 
     @abstractmethod
     def agents(self) -> list[Agent]:
@@ -69,11 +71,17 @@ class Cluster(ABC):
                 out.setdefault(state.node, {})[state.label] = state.state
         return out
 
+    def repair(self) -> None:
+        """Start again the tasks that are down (a job restarting a worker server, or putting back
+        the servers its clients stood in for)."""
+        raise ClusterError(f"{self.what} cannot restart its tasks")
+
     def close(self) -> None:  # noqa: B027  (most kinds keep running: nothing to do)
         """The job is done with the cluster: a temporary one stops; the others keep running."""
 
-    def require(self, workers: int, ps: int, what: str) -> None:
+    def require(self, workers: int, ps: int) -> None:
         """At least ``workers`` workers and ``ps`` ps tasks, each answering; else one line naming them."""
+        what = self.what
         have = len(self.layout.workers)
         if workers > have:
             raise UsageError(f"--nodes {workers} is more than the {have} worker{'s' if have != 1 else ''} of {what}")

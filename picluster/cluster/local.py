@@ -14,12 +14,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 from picluster import atomic
+from picluster.cluster.base import Agent, Cluster, TaskState
 from picluster.cluster.exits import Exit, Exited, file_tail
 from picluster.cluster.lifetime import signal_group
 from picluster.cluster.probe import answers
@@ -35,14 +35,6 @@ _STATE = "cluster.json"
 AGENT = "agent"
 
 
-@dataclass(frozen=True)
-class TaskState:
-    task: Task
-    pid: int | None
-    state: str  # "up", "starting", "down"
-    log: Path
-
-
 def persistent_dir() -> Path:
     return state_dir() / "local"
 
@@ -52,7 +44,10 @@ def threads_per_task(workers: int) -> int:
     return max(1, (os.cpu_count() or 1) // max(1, workers))
 
 
-class LocalCluster:
+class LocalCluster(Cluster):
+    what = "the running local cluster ('picluster cluster down' to drop it)"
+    title = "local cluster"
+
     def __init__(self, run_dir: Path, layout: Layout, pids: dict[str, int], temporary: bool) -> None:
         self.run_dir = run_dir
         self.layout = layout
@@ -60,6 +55,10 @@ class LocalCluster:
         self.temporary = temporary
         self._children: dict[int, subprocess.Popen] = {}  # started by this process
         self.agent_port: int | None = None
+
+    @property
+    def kind(self) -> str:  # type: ignore[override]
+        return "temporary" if self.temporary else "local"
 
     # -- starting ---------------------------------------------------------------------------
     @classmethod
@@ -193,14 +192,36 @@ class LocalCluster:
             raise ClusterError(f"local cluster state {run_dir / _STATE} is damaged ({exc}); remove {run_dir}") from None
 
     def status(self) -> list[TaskState]:
-        return [TaskState(t, self._live_pid(t), self._task_state(t), self._log(t)) for t in self.layout.tasks]
+        """Every task, then the agent (once it has a port)."""
+        rows = [TaskState(t.label, t.node, t.address, self._task_state(t), t, self._live_pid(t), self._log(t))
+                for t in self.layout.tasks]
+        if self.agent_port is not None:
+            rows.append(TaskState(AGENT, "localhost", f"{HOST}:{self.agent_port}", self.agent_state(), None,
+                                  self._live_pid_of(AGENT, "picluster.monitor.agent"), self.run_dir / "agent.log"))
+        return rows
+
+    def agents(self) -> list[Agent]:
+        return [Agent("localhost", tuple(sorted({t.job for t in self.layout.tasks})), HOST, self.agent_port)]
 
     def is_up(self) -> bool:
-        return all(s.state == "up" for s in self.status())
+        return all(self._task_state(t) == "up" for t in self.layout.tasks)
+
+    def is_running(self) -> bool:
+        """Any task alive: a cluster to attach to, or to restart the rest of."""
+        return any(self._task_state(t) != "down" for t in self.layout.tasks)
+
+    def close(self) -> None:
+        if self.temporary:
+            self.stop()
+
+    def repair(self) -> None:
+        if not (self.run_dir / _STATE).exists():  # `picluster cluster down` ran meanwhile: leave it down
+            raise ClusterError("the local cluster was stopped during the job")
+        self.restart_missing()
 
     def restart_missing(self, timeout: float = START_TIMEOUT) -> list[Task]:
         """Start again the tasks that are down, on their old ports; return them."""
-        missing = [s.task for s in self.status() if s.state == "down"]
+        missing = [t for t in self.layout.tasks if self._task_state(t) == "down"]
         workers = len(self.layout.workers)
         try:
             for task in missing:

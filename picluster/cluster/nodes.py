@@ -11,6 +11,7 @@ import time
 from typing import TYPE_CHECKING
 
 from picluster import nodeset
+from picluster.cluster.base import Agent, Cluster, TaskState
 from picluster.cluster.exits import TAIL_LINES, Exit, Exited
 from picluster.cluster.probe import answers, unanswered
 from picluster.clusterspec import Layout, Task, from_inventory
@@ -24,6 +25,36 @@ if TYPE_CHECKING:
 RUN_DIR = ".local/state/picluster/node"  # under the node user's home
 AGENT = "agent"
 CHECK_S = 0.5  # between checks of the starting processes (one SSH command per node)
+
+
+class NodeCluster(Cluster):
+    """The inventory's nodes: servers and agents started over SSH by ``up``, left running by jobs."""
+
+    kind = "inventory"
+    what = "the inventory"
+    inventory: Inventory
+
+    def __init__(self, inv: Inventory) -> None:
+        self.inventory = inv
+        self.layout = from_inventory(inv)
+        self.title = f"{inv.name}: {len(inv.nodes)} nodes"
+
+    def status(self) -> list[TaskState]:
+        """Each task, "up" or "down", probed from here (the agents are not: `top` shows them)."""
+        return [TaskState(t.label, t.node, t.address, state, t) for t, state in status(self.inventory)]
+
+    def agents(self) -> list[Agent]:
+        inv = self.inventory
+        return [Agent(n.name, tuple(inv.roles_of(n.name)), n.address, inv.agent_port) for n in inv.nodes]
+
+    def up(self, timeout: float = 120.0) -> Results[list[str]]:
+        return up(self.inventory, timeout)
+
+    def down(self) -> Results[list[str]]:
+        return down(self.inventory)
+
+    def repair(self) -> None:
+        self.up()
 
 
 def node_python(inv: Inventory) -> str:

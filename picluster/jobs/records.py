@@ -289,6 +289,12 @@ class Recorder:
             self.store.finish(self.id, state, reason)
             self.ended = True
 
+    def forget(self) -> None:
+        """The job never started (it got no cluster): no record of it is kept."""
+        if not self.ended and not self.ran:
+            self.store.forget(self.id)
+            self.ended = True
+
     def cancel_requested(self) -> bool:
         return self.store.get(self.id).cancel_requested is not None
 

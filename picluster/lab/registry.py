@@ -1,5 +1,8 @@
-"""The labs on this machine: which exist (state dirs and kernel objects named after them), and
-ending them, including labs whose owning process died before it could clean up."""
+"""The labs on this machine: which exist (state dirs and kernel objects named after them), who owns
+each, the lock that keeps two new labs apart, and sweeping away everything named after one.
+
+It knows labs by id, not as ``Lab`` objects: labs.py opens and ends them (lab.py builds on this
+module, so this one must not build on lab.py)."""
 
 import contextlib
 import fcntl
@@ -12,7 +15,7 @@ from pathlib import Path
 import psutil
 
 from picluster import paths
-from picluster.errors import ClusterError, UsageError
+from picluster.errors import ClusterError
 from picluster.lab import cgroups, commands, kinds, links, naming, netns, procs
 
 _LOCK = Path("/run/lock/picluster-lab.lock")
@@ -34,53 +37,6 @@ def known_ids(root: Path | None = None) -> list[str]:
         ids |= {i for i in map(naming.lab_of_link, links.tables()) if i}
     ids |= {i for i in cgroups.lab_groups() if naming.ID_PATTERN.match(i)}
     return sorted(ids)
-
-
-def open_lab(lab_id: str, root: Path | None = None):
-    """The lab from its state file, or a bare one that can only sweep away what is named after it."""
-    from picluster.lab.lab import Lab
-
-    try:
-        return Lab.load(lab_id, root)
-    except (UsageError, ClusterError, KeyError):
-        return Lab.remains(lab_id, root)
-
-
-def teardown(lab_id: str, root: Path | None = None) -> bool:
-    """Tear lab `lab_id` down; False when nothing of it existed."""
-    if lab_id not in known_ids(root):
-        return False
-    open_lab(lab_id, root).down()
-    return True
-
-
-def down_all(root: Path | None = None) -> list[str]:
-    done, problems = [], []
-    for lab_id in known_ids(root):
-        try:
-            open_lab(lab_id, root).down()
-            done.append(lab_id)
-        except ClusterError as exc:
-            problems.append(str(exc))
-    if problems:
-        raise ClusterError("; ".join(problems))
-    return done
-
-
-def reap_orphans(root: Path | None = None) -> list[str]:
-    """Tear down labs whose owning process is gone (killed before it could clean up)."""
-    from picluster.lab.lab import Lab
-
-    reaped = []
-    for lab_id in known_ids(root):
-        try:
-            lab = Lab.load(lab_id, root)
-        except (UsageError, ClusterError, KeyError, TypeError, ValueError):
-            continue  # not ours to judge: e.g. a lab another picluster version wrote, with fields we lack
-        if lab.owner and not owner_alive(lab.owner):
-            lab.down()
-            reaped.append(lab_id)
-    return reaped
 
 
 def this_owner() -> dict:
@@ -158,3 +114,4 @@ def _unmount_under(run_dir: Path) -> None:
     for target in reversed(targets):
         if target == real or target.startswith(real + "/"):
             commands.run(["umount", "-l", target])
+

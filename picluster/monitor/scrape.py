@@ -8,29 +8,13 @@ shown against its share of a core and its memory against its limit, as the board
 
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from picluster.nodestats import NodeStats
+
 MAX_BYTES = 1 << 20  # an agent's page is a few tens of kB; anything larger is not ours
 IDLE_MODES = ("idle", "iowait")
-
-
-@dataclass
-class NodeStats:
-    node: str
-    cpu_seconds: dict[int, tuple[float, float]] = field(default_factory=dict)  # core -> (busy, all) seconds
-    cpu_percent: list[float] = field(default_factory=list)  # from two scrapes (cpu_use); empty after one
-    load: tuple[float, float, float] = (0.0, 0.0, 0.0)
-    memory_used: float = 0.0  # MemTotal - MemAvailable, or the cgroup's usage
-    memory_total: float = 0.0  # MemTotal, or the cgroup's limit
-    temperature: float | None = None
-    net_rx: float = 0.0
-    net_tx: float = 0.0
-    taken: float = 0.0  # node_time_seconds: the node's clock when it was scraped
-    cgroup_cpu_limit: float | None = None  # cores
-    cgroup_cpu_seconds: float | None = None
-    tasks: dict[str, str] = field(default_factory=dict)  # "worker:0" -> "up" | "down", from picluster_task_up
 
 
 def parse(node: str, text: str) -> NodeStats:

@@ -1,24 +1,13 @@
 """The per-node panel shared by ``picluster top`` and the live views of ``run`` and ``train``."""
 
-from dataclasses import dataclass, field
 
 from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from picluster.monitor.scrape import NodeStats
+from picluster.nodestats import NodeRow
 
 _BLOCKS = " ▁▂▃▄▅▆▇█"
-
-
-@dataclass
-class NodeRow:
-    name: str
-    roles: list[str]
-    stats: NodeStats | None  # None: the agent did not answer
-    rx_rate: float = 0.0
-    tx_rate: float = 0.0
-    tasks: dict[str, str] = field(default_factory=dict)  # "worker:0" -> "up" | "starting" | "down"
 
 
 def cpu_bars(percents: list[float]) -> Text:

@@ -7,7 +7,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from picluster.views.nodes import NodeRow, nodes_table
+from picluster.nodestats import NodeRow
+from picluster.views.nodes import nodes_table
 
 
 @dataclass

@@ -1,10 +1,8 @@
 """`picluster cluster status`: each task (and agent), where it listens, and whether it answers."""
 
-from pathlib import Path
-
 from rich.table import Table
 
-from picluster.clusterspec import Task
+from picluster.cluster.base import TaskState
 from picluster.views.nodes import STATE_STYLE
 
 
@@ -12,17 +10,12 @@ def _state(state: str) -> str:
     return f"[{STATE_STYLE.get(state, 'red')}]{state}[/]"
 
 
-def node_tasks_table(states: list[tuple[Task, str]]) -> Table:
-    """Tasks on inventory nodes: they live on other machines, so no pid or log here."""
-    table = Table("task", "node", "address", "state")
-    for task, state in states:
-        table.add_row(task.label, task.node, task.address, _state(state))
-    return table
-
-
-def local_tasks_table(rows: list[tuple[str, str, str, int | None, str, Path]]) -> Table:
-    """(label, node, address, pid, state, log) per process of the local cluster."""
-    table = Table("task", "node", "address", "pid", "state", "log")
-    for label, node, address, pid, state, log in rows:
-        table.add_row(label, node, address, str(pid or "-"), _state(state), str(log))
+def tasks_table(states: list[TaskState]) -> Table:
+    """Each task (and agent): where it listens and whether it answers; pid and log where this
+    machine runs it (tasks on inventory nodes live elsewhere: no such columns)."""
+    here = any(s.pid is not None or s.log is not None for s in states)
+    table = Table("task", "node", "address", *(("pid",) if here else ()), "state", *(("log",) if here else ()))
+    for s in states:
+        local = (str(s.pid or "-"),) if here else ()
+        table.add_row(s.label, s.node, s.address, *local, _state(s.state), *((str(s.log or "-"),) if here else ()))
     return table

@@ -90,7 +90,7 @@ def _set_aside(prefix: Path) -> None:
         path.replace(aside / path.name)
 
 
-def write_note(run_dir: Path, restore: Restore, launch: str, epoch: int, step: int) -> None:
+def write_note(path: Path, restore: Restore, launch: str, epoch: int, step: int) -> None:
     """resume.json: what this launch restored, for the coordinator to say (mirrored with the progress)."""
-    atomic.write_json(run_dir / "resume.json", {"launch": launch, "checkpoint": restore.checkpoint, "epoch": epoch,
-                                                "global_step": step, "damaged": restore.damaged, "time": time.time()})
+    atomic.write_json(path, {"launch": launch, "checkpoint": restore.checkpoint, "epoch": epoch,
+                              "global_step": step, "damaged": restore.damaged, "time": time.time()})

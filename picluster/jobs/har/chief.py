@@ -20,6 +20,7 @@ from picluster.jobs.har import metrics
 from picluster.jobs.har.checkpoints import Restore
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.graph import Graph
+from picluster.jobs.har.rundir import RunDir
 
 # How TensorFlow's file errors name the storage's refusal (strerror texts).
 STORAGE_CAUSES = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied")
@@ -28,12 +29,12 @@ STORAGE_CAUSES = ("No space left on device", "Disk quota exceeded", "Read-only f
 class Chief:
     """Evaluation, selection on validation, checkpoints and summaries: worker 0's extra duties."""
 
-    def __init__(self, run_dir: Path, cfg: TrainConfig, g: Graph, data, with_raw, start_epoch: int, start_step: int,
+    def __init__(self, run: RunDir, cfg: TrainConfig, g: Graph, data, with_raw, start_epoch: int, start_step: int,
                  restore: Restore | None = None) -> None:
-        self.run_dir, self.cfg, self.g, self.data, self.with_raw = run_dir, cfg, g, data, with_raw
+        self.run, self.cfg, self.g, self.data, self.with_raw = run, cfg, g, data, with_raw
         self.raw = lambda fetches, feed=None: with_raw(lambda s: s.run(fetches, feed))
-        self.csv = run_dir / "metrics.csv"
-        self.state_path = run_dir / "state.json"
+        self.csv = run.metrics
+        self.state_path = run.state
         self.state = _load_state(self.state_path)
         # Rows past the restored checkpoint are redone: drop them.
         rows = metrics.read_rows(self.csv)
@@ -48,7 +49,7 @@ class Chief:
                                           "checkpoint": restore.checkpoint if restore else None,
                                           "damaged": restore.damaged if restore else []})
         self.state.setdefault("started", time.time())
-        self.writer = tf.compat.v1.summary.FileWriter(str(run_dir / "tensorboard"), g.graph if not start_step else None)
+        self.writer = tf.compat.v1.summary.FileWriter(str(run.tensorboard), g.graph if not start_step else None)
         self.last_epoch = start_epoch
         self.stopped_early = False
 
@@ -82,12 +83,12 @@ class Chief:
                                   "val_f1": val["f1"], "test_acc": test["acc"], "test_f1": test["f1"],
                                   "test_loss": test["loss"], "confusion": test["confusion"],
                                   "test_by_volunteer": test["by_volunteer"]}
-            self.raw_save(self.g.best_saver, self.run_dir / "best" / "model", step)
+            self.raw_save(self.g.best_saver, self.run.best / "model", step)
         if epoch % self.cfg.checkpoint_epochs == 0 or epoch == self.cfg.epochs:
-            self.raw_save(self.g.saver, self.run_dir / "checkpoints" / "model.ckpt", step)
+            self.raw_save(self.g.saver, self.run.checkpoints / "model.ckpt", step)
         self.last_epoch = epoch
         atomic.write_json(self.state_path, self.state)
-        atomic.write_json(self.run_dir / "progress.json", {k: v for k, v in row.items()} | {"best_epoch": self.state["best"]["epoch"]})
+        atomic.write_json(self.run.progress, {k: v for k, v in row.items()} | {"best_epoch": self.state["best"]["epoch"]})
         if self.cfg.target_val_accuracy and val["acc"] >= self.cfg.target_val_accuracy:
             self.stopped_early = True
             return True
@@ -146,7 +147,7 @@ class Chief:
             "epoch_s_mean": float(np.mean([float(r["epoch_s"]) for r in rows])) if rows else None,
             "config": json.loads(self.cfg.to_json()),
         }
-        atomic.write_json(self.run_dir / "result.json", result)
+        atomic.write_json(self.run.result, result)
         self.writer.close()
 
 

@@ -25,6 +25,7 @@ from picluster.clusterspec import Layout
 from picluster.errors import ClusterError
 from picluster.fanout import fan_out
 from picluster.jobs.har.mirror import COPY_ERRORS, Mirror
+from picluster.jobs.har.rundir import RunDir
 
 KILLED = -1  # exit "code" of a client that died by a signal we cannot name (sshd does not say)
 LOST = -255  # the SSH connection to the node is gone
@@ -40,17 +41,17 @@ def describe(code: int) -> str:
 
 
 class LocalClient:
-    def __init__(self, run_dir: Path, task: int, tf_config: str | None = None, launch: str = "") -> None:
+    def __init__(self, run: RunDir, task: int, tf_config: str | None = None, launch: str = "") -> None:
         self.task = task
         self.label = f"worker {task}"
-        self.log = run_dir / f"worker-{task}.log"
+        self.log = run.worker_log(task)
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
         env.pop("TF_CONFIG", None)
         if tf_config is not None:
             env["TF_CONFIG"] = tf_config
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", MODULE, "--run-dir", str(run_dir), "--launch", launch, "--parent", str(os.getpid())],
+                [sys.executable, "-m", MODULE, "--run-dir", str(run), "--launch", launch, "--parent", str(os.getpid())],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C reaches the coordinator, which stops clients in order
                 env=env,
@@ -86,7 +87,7 @@ class LocalClient:
 
 
 class NodeClient:
-    def __init__(self, inv, node, run_dir: Path, task: int, resume: bool, tf_config: str, launch: str,
+    def __init__(self, inv, node, run: RunDir, task: int, resume: bool, tf_config: str, launch: str,
                  serve: bool = False) -> None:
         """serve: the client hosts its worker task's server itself, in place of the node's own
         (stopped first, on its address): one TensorFlow runtime on the node instead of two."""
@@ -95,19 +96,19 @@ class NodeClient:
         self.task = task
         self.node = node.name
         self.label = f"worker {task} on {node.name}"
-        self.log = run_dir / f"worker-{task}.log"
-        remote_dir = PurePosixPath(RUN_DIR) / "runs" / node_run_name(run_dir)  # relative to the user's home
+        self.log = run.worker_log(task)
+        remote_dir = PurePosixPath(RUN_DIR) / "runs" / node_run_name(run.path)  # relative to the user's home
         self.remote = open_node(inv, node)
         try:
             home = f"$HOME/{shlex.quote(str(remote_dir))}"
             self.remote.run(f"umask 077 && mkdir -p {home} && cd {home} && rm -f result.json progress.json live.json")
-            self.mirror = Mirror(self.remote.conn.sftp(), remote_dir, run_dir)
+            self.mirror = Mirror(self.remote.conn.sftp(), remote_dir, run.path)
             self.mirror.push_for_start(chief=task == 0, resume=resume)
             self.channel = self.remote.conn.transport.open_session(timeout=self.remote.open_timeout)
             takeover = f"{stop_task_command('worker', task)}; " if serve else ""
             self.channel.exec_command(
                 f"cd {home} && echo $$ && export TF_CONFIG={shlex.quote(tf_config)} && {takeover}exec {node_python(inv)} -m {MODULE} "
-                f"--run-dir {home} --launch {shlex.quote(launch)} --watch-stdin{' --serve' if serve else ''} >>worker-{task}.log 2>&1"
+                f"--run-dir {home} --launch {shlex.quote(launch)} --watch-stdin{' --serve' if serve else ''} >>{run.worker_log_name(task)} 2>&1"
             )
             self.pid = self._read_pid()
         except (*COPY_ERRORS, ClusterError) as exc:
@@ -203,19 +204,19 @@ def node_run_name(run_dir: Path) -> str:
     return f"{re.sub(r'[^A-Za-z0-9._-]', '_', run_dir.name)[:40]}-{digest}"
 
 
-def start(run_dir: Path, layout: Layout | None, inventory=None, resume: bool = False, launch: str = "",
+def start(run: RunDir, layout: Layout | None, inventory=None, resume: bool = False, launch: str = "",
           serve: bool = False) -> list:
     """One client per worker task of ``layout`` (None: one client, alone): over SSH on inventory
     nodes, else locally.  ``layout`` holds only the tasks this run uses.  serve (inventory nodes
     only): each client hosts its worker's server in place of the node's own."""
     if layout is None:
-        return [LocalClient(run_dir, 0)]
+        return [LocalClient(run, 0)]
     workers = layout.workers
     if inventory is None:
-        return [LocalClient(run_dir, t.index, layout.tf_config("worker", t.index), launch) for t in workers]
+        return [LocalClient(run, t.index, layout.tf_config("worker", t.index), launch) for t in workers]
     nodes = {n.name: n for n in inventory.nodes}
     started = fan_out(
-        lambda t: NodeClient(inventory, nodes[t.node], run_dir, t.index, resume, layout.tf_config("worker", t.index), launch, serve),
+        lambda t: NodeClient(inventory, nodes[t.node], run, t.index, resume, layout.tf_config("worker", t.index), launch, serve),
         workers,
         name=lambda t: t.node,  # one worker task per node
     )

@@ -1,21 +1,19 @@
-"""The coordinator: attach a cluster, start one client per worker task, follow the chief, clean up.
+"""The coordinator: on the cluster it is given, start one client per worker task, follow the chief, clean up.
 
 The clients (``python -m picluster.jobs.har.replica``) are driven only by files in the run
 directory: local processes, or processes on the worker nodes over SSH whose chief's files are
 mirrored back (picluster.jobs.har.clients).  Progress comes from the files the chief writes.  A
-failed client, Ctrl-C or SIGTERM stops every client and (through ``attach``) any temporary
-servers; no client outlives the coordinator (PDEATHSIG locally, a closed stdin on nodes).
+failed client, Ctrl-C or SIGTERM stops every client (and the job controller any temporary
+servers); no client outlives the coordinator (PDEATHSIG locally, a closed stdin on nodes).
 """
 
-import contextlib
 import json
 import os
 import secrets
 import time
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from picluster import atomic
 from picluster.cluster.exits import Exit, Exited, file_tail
@@ -23,13 +21,24 @@ from picluster.cluster.lifetime import last_line
 from picluster.cluster.probe import unanswered
 from picluster.clusterspec import Layout
 from picluster.errors import STORAGE_EXIT, ClusterError, StorageError, UsageError
+from picluster.inventory import Inventory, load_inventory
 from picluster.jobs.har import clients, metrics
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import load_data
+from picluster.jobs.har.rundir import RunDir
 from picluster.paths import state_dir
 
-if TYPE_CHECKING:  # attach pulls in the cluster runtime; a standalone run needs none of it
-    from picluster.cluster.attach import Attached
+if TYPE_CHECKING:  # the cluster runtime; a standalone run needs none of it
+    from picluster.cluster.base import Cluster
+
+
+class Events(Protocol):
+    """What the coordinator reports while it follows the chief."""
+
+    def epoch(self, row: dict) -> None: ...  # a row of metrics.csv, once the chief wrote it
+    def note(self, message: str) -> None: ...  # a line for the user: the cluster, a lost worker, a resume
+    def live(self, progress: dict) -> None: ...  # live.json: where the chief is within its epoch
+    def stopped(self, clients: list) -> None: ...  # the clients, once stopped (poll(): each one's exit status)
 
 RUNTIMES = ("auto", "shared", "separate")
 POLL_S = 0.2
@@ -38,13 +47,12 @@ CHECK_S = 5.0  # seconds between checks that the cluster's servers still answer
 STARTUP_SETTLE_S = 0.5  # after a client died at start-up: time for others to follow, to report them together
 
 
-def new_run_dir(run_dir: Path | None) -> Path:
-    if run_dir is None:
-        run_dir = state_dir() / "runs" / datetime.now().strftime("%Y%m%d-%H%M%S")
-    if (run_dir / "config.json").exists():
-        raise UsageError(f"{run_dir} already holds a run; continue it with --resume {run_dir} or choose another --run-dir")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return run_dir
+def new_run_dir(path: Path | None) -> RunDir:
+    run = RunDir(path or state_dir() / "runs" / datetime.now().strftime("%Y%m%d-%H%M%S"))
+    if run.config.exists():
+        raise UsageError(f"{run} already holds a run; continue it with --resume {run} or choose another --run-dir")
+    run.path.mkdir(parents=True, exist_ok=True)
+    return run
 
 
 def check_data(config: TrainConfig) -> None:
@@ -52,7 +60,7 @@ def check_data(config: TrainConfig) -> None:
     load_data(config)
 
 
-def worker_runtime(choice: str, inventory: Path | None) -> str:
+def worker_runtime(choice: str, inventory: Inventory | None) -> str:
     """"shared" (each worker node's client hosts its server: one TensorFlow runtime per node, what
     a 1 GB Pi can hold) or "separate" (client beside the node's own server).  "auto": shared on
     inventory nodes, separate on the local cluster, whose servers share this machine anyway."""
@@ -65,73 +73,62 @@ def worker_runtime(choice: str, inventory: Path | None) -> str:
     return choice
 
 
-def train(config: TrainConfig, run_dir: Path, inventory: Path | None = None,
-          on_epoch: Callable[[dict], None] = lambda row: None,
-          on_event: Callable[[str], None] = lambda msg: None,
-          on_progress: Callable[[dict], None] = lambda live: None,
-          on_cluster: Callable[["Attached"], None] = lambda cluster: None,
-          on_stopped: Callable[[list], None] = lambda clients: None,
-          runtime: str = "auto") -> dict:
-    """Run (or continue) the training in ``run_dir``; return result.json's contents.
+def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", events: Events, runtime: str = "auto") -> dict:
+    """Run (or continue) the training in ``run`` on ``cluster`` (None: standalone); return the
+    result (result.json's contents, and the workers lost on the way).
 
-    With an inventory the clients run on the worker nodes over SSH and read the data set
-    from the nodes' share (``config.data_dir``); without, they are local processes and the
-    caller has checked the data set first (``check_data``: before any run directory exists).
-    ``on_stopped`` gets the clients once they have stopped (``poll()`` gives each one's exit status).
-    runtime (worker_runtime): "shared" stops each used worker's server on its node, lets the
-    node's client serve that task itself, and starts the node's server again at the end.
+    On an inventory's nodes the clients run there over SSH and read the data set from the nodes'
+    share (``config.data_dir``); otherwise they are local processes and the caller has checked the
+    data set first (``check_data``: before any run directory exists).  runtime (worker_runtime):
+    "shared" stops each used worker's server on its node, lets the node's client serve that task
+    itself, and starts the node's servers again at the end.
     """
-    runtime = worker_runtime(runtime, None if config.standalone else inventory)
-    resume = (run_dir / "config.json").exists()
-    atomic.write_text(run_dir / "config.json", config.to_json())
-    for name in ("result.json", "resume.json"):
-        (run_dir / name).unlink(missing_ok=True)
-    if config.standalone:
+    inventory = cluster.inventory if cluster is not None else None
+    runtime = worker_runtime(runtime, inventory)
+    resume = run.config.exists()
+    atomic.write_text(run.config, config.to_json())
+    for stale in (run.result, run.resume_note):  # the chief writes them anew
+        stale.unlink(missing_ok=True)
+    if cluster is None:
         running = []
         try:
-            running = clients.start(run_dir, None)
-            return _follow(run_dir, config, running, on_epoch, on_event, on_progress, launch="")
+            running = clients.start(run, None)
+            return _follow(run, config, running, events, launch="")
         finally:
             clients.stop(running)
-            on_stopped(running)
-    from picluster.cluster.attach import attach
+            events.stopped(running)
+    from picluster.monitor.poll import Monitor
     from picluster.monitor.record import Recorder
 
-    if config.deterministic:
-        # The ops run on the servers: a temporary local cluster's servers inherit this
-        # (a running cluster's servers keep the setting they were started with).
-        os.environ["TF_DETERMINISTIC_OPS"] = "1"
-
-    with attach(inventory, workers=config.workers, ps=config.ps) as cluster:
-        on_cluster(cluster)
-        # Only the tasks we use go in the replicas' ClusterSpec: spare ones must not be waited for.
-        used = Layout(tuple(t for t in cluster.layout.tasks
-                            if t.index < (config.ps if t.job == "ps" else config.workers)))
-        launch = secrets.token_hex(4)
-        shared = runtime == "shared"
-        atomic.write_json(run_dir / "layout.json", {"layout": used.to_json(), "cluster": cluster.kind, "launch": launch,
-                                                    "inventory": str(inventory.resolve()) if inventory else None,
-                                                    "worker_runtime": runtime})
-        on_event(f"cluster: {cluster.kind}, {config.ps} ps + {config.workers} workers"
-                 + (f" (started in {cluster.start_s:.1f} s)" if cluster.start_s else "")
-                 + (", each worker's client serving its task (one TensorFlow runtime per node)" if shared else ""))
-        running = []
-        recording = Recorder(cluster.monitor, run_dir / "nodes.csv") if cluster.monitor else contextlib.nullcontext()
-        try:
-            with recording:  # each node's CPU and memory, for `picluster plot RUN_DIR`
-                running = clients.start(run_dir, used, cluster.inventory, resume, launch, serve=shared)
-                # A shared worker's server lives and dies with its client, whose exit is watched anyway.
-                servers = tuple(t for t in used.tasks if t.job == "ps") if shared else used.tasks
-                return _follow(run_dir, config, running, on_epoch, on_event, on_progress, servers, launch)
-        finally:
-            clients.stop(running)
-            on_stopped(running)  # each client's exit status, for the job record
-            if shared and cluster.inventory is not None:
-                _restart_servers(cluster.inventory, on_event)
+    # Only the tasks we use go in the replicas' ClusterSpec: spare ones must not be waited for.
+    used = Layout(tuple(t for t in cluster.layout.tasks if t.index < (config.ps if t.job == "ps" else config.workers)))
+    launch = secrets.token_hex(4)
+    shared = runtime == "shared"
+    atomic.write_json(run.layout, {"layout": used.to_json(), "cluster": cluster.kind, "launch": launch,
+                                   "inventory": str(inventory.source.resolve()) if inventory is not None and inventory.source else None,
+                                   "worker_runtime": runtime})
+    events.note(f"cluster: {cluster.kind}, {config.ps} ps + {config.workers} workers"
+                + (f" (started in {cluster.start_s:.1f} s)" if cluster.start_s else "")
+                + (", each worker's client serving its task (one TensorFlow runtime per node)" if shared else ""))
+    running = []
+    try:
+        with Recorder(Monitor.of(cluster), run.nodes):  # each node's CPU and memory, for `picluster plot RUN_DIR`
+            running = clients.start(run, used, inventory, resume, launch, serve=shared)
+            # A shared worker's server lives and dies with its client, whose exit is watched anyway.
+            servers = tuple(t for t in used.tasks if t.job == "ps") if shared else used.tasks
+            return _follow(run, config, running, events, servers, launch)
+    finally:
+        clients.stop(running)
+        events.stopped(running)  # each client's exit status, for the job record
+        if shared:
+            try:  # the worker servers the clients stood in for: the cluster as it was found
+                cluster.repair()
+            except ClusterError as exc:
+                events.note(f"could not start the worker servers again ({exc}); 'picluster cluster up' starts them")
 
 
-def _follow(run_dir: Path, config: TrainConfig, running: list, on_epoch, on_event, on_progress, tasks=(), launch: str = "") -> dict:
-    csv_path = run_dir / "metrics.csv"
+def _follow(run: RunDir, config: TrainConfig, running: list, events: Events, tasks=(), launch: str = "") -> dict:
+    csv_path = run.metrics
     # Keyed by write time: on --resume the chief drops rows it will redo, and only new ones show.
     shown = {r.get("time") for r in metrics.read_rows(csv_path)}
     lost: set[int] = set()
@@ -148,59 +145,57 @@ def _follow(run_dir: Path, config: TrainConfig, running: list, on_epoch, on_even
                 if row.get("time") not in shown:
                     shown.add(row.get("time"))
                     started = True  # an epoch is done (a short one may end before any live.json)
-                    on_epoch(row)
-        if _changed(run_dir / "resume.json", stamps):
-            note = _read_json(run_dir / "resume.json")  # checkpoints.write_note
+                    events.epoch(row)
+        if _changed(run.resume_note, stamps):
+            note = _read_json(run.resume_note)  # checkpoints.write_note
             if isinstance(note, dict) and note.get("launch") == launch:  # this launch's chief restored a checkpoint
-                on_event(_resume_line(note))
-        if _changed(run_dir / "live.json", stamps):
-            live = _read_json(run_dir / "live.json")
+                events.note(_resume_line(note))
+        if _changed(run.live, stamps):
+            live = _read_json(run.live)
             if live:
                 started = True
-                on_progress(live)
+                events.live(live)
         if code is not None:
             if code != 0:
-                _raise_if_server_gone(tasks, run_dir)  # the cause, when a server died under the chief
+                _raise_if_server_gone(tasks, run)  # the cause, when a server died under the chief
                 if not started:
                     _raise_startup_failure(running)
                 chief.fetch_log()
                 if code == UsageError.exit_code:  # e.g. a node's copy of the data set is missing
                     raise UsageError(f"{chief.label}: {_message(chief.log)}")
                 if code == STORAGE_EXIT:
-                    raise _storage_failure(chief, run_dir)
+                    raise _storage_failure(chief, run)
                 raise ClusterError(f"the chief ({chief.label}) failed: {_message(chief.log)} (log: {chief.log})"
-                                   + _resume_hint(run_dir))
+                                   + _resume_hint(run))
             break
         # Once the chief has finished, others may fail as it closes the queues: not a loss.
-        done = (run_dir / "result.json").exists()
+        done = run.result.exists()
         for client in [] if done else running[1:]:
             code = client.poll()
             if code is None or code == 0 or client.task in lost:  # 0: it finished its epochs
                 continue
-            _raise_if_server_gone([t for t in tasks if t.job == "ps" or t.index in (0, client.task)], run_dir)
+            _raise_if_server_gone([t for t in tasks if t.job == "ps" or t.index in (0, client.task)], run)
             if not started:
                 _raise_startup_failure(running)
             client.fetch_log()
             if code == UsageError.exit_code:
                 raise UsageError(f"{client.label}: {_message(client.log)}")
             if code == STORAGE_EXIT:
-                raise _storage_failure(client, run_dir)
+                raise _storage_failure(client, run)
             why = clients.describe(code)
             if config.mode == "sync":
                 raise ClusterError(f"{client.label} died ({why}: {last_line(client.log)}); sync training cannot go on without it"
-                                   + _resume_hint(run_dir))
+                                   + _resume_hint(run))
             lost.add(client.task)
-            on_event(f"{client.label} died ({why}); async training goes on with {config.workers - len(lost)} worker(s)")
+            events.note(f"{client.label} died ({why}); async training goes on with {config.workers - len(lost)} worker(s)")
         if time.monotonic() - last_check > CHECK_S and not done:
             # A dead server leaves the clients waiting forever: notice it here.
             last_check = time.monotonic()
             needed = [t for t in tasks if t.job == "ps" or t.index == 0 or config.mode == "sync"]
-            _raise_if_server_gone([t for t in needed if t.job == "ps" or t.index not in lost], run_dir)
+            _raise_if_server_gone([t for t in needed if t.job == "ps" or t.index not in lost], run)
         time.sleep(poll_s)
-    result = json.loads((run_dir / "result.json").read_text())
-    result["lost_workers"] = sorted(lost)
-    atomic.write_json(run_dir / "result.json", result)
-    return result
+    # result.json is the chief's alone; the workers lost on the way are the coordinator's to tell.
+    return json.loads(run.result.read_text()) | {"lost_workers": sorted(lost)}
 
 
 def _raise_startup_failure(running: list) -> None:
@@ -217,35 +212,25 @@ def _raise_startup_failure(running: list) -> None:
                                     file_tail(c.log)) for c, code in dead])
 
 
-def _restart_servers(inv, on_event: Callable[[str], None]) -> None:
-    """The worker servers the clients stood in for, started again: the cluster as it was found."""
-    from picluster.cluster import nodes
-
-    try:
-        nodes.up(inv)
-    except ClusterError as exc:
-        on_event(f"could not start the worker servers again ({exc}); 'picluster cluster up' starts them")
-
-
 def _message(log: Path) -> str:
     return last_line(log).removeprefix("picluster.jobs.har.replica: error: ")
 
 
-def _storage_failure(client, run_dir: Path) -> StorageError:
+def _storage_failure(client, run: RunDir) -> StorageError:
     """A client could not write a file: its own line names the path and cause, or (its log on the
     same full disk) the run directory's free space does."""
-    hint = _resume_hint(run_dir).replace("; continue with", "; free it, then continue with")
+    hint = _resume_hint(run).replace("; continue with", "; free it, then continue with")
     said = _message(client.log) if client.log.exists() else ""
     if said.startswith("cannot write ") and ": " in said:
         path, why = said.removeprefix("cannot write ").rsplit(": ", 1)
         return StorageError(path, why + hint)
     try:
-        st = os.statvfs(run_dir)
+        st = os.statvfs(run.path)
         full = st.f_bavail * st.f_frsize < 1024 * 1024
     except OSError:
         full = False
     why = "No space left on device" if full else f"{client.label} could not write its files (log: {client.log})"
-    return StorageError(run_dir, why + hint)
+    return StorageError(run.path, why + hint)
 
 
 def _changed(path: Path, stamps: dict) -> bool:
@@ -268,15 +253,15 @@ def _read_json(path: Path) -> dict | None:
         return None
 
 
-def _raise_if_server_gone(tasks, run_dir: Path) -> None:
+def _raise_if_server_gone(tasks, run: RunDir) -> None:
     gone = unanswered(tasks, tries=3)
     if gone:
-        raise ClusterError(f"{gone[0].label} on {gone[0].node} stopped answering; the run stopped" + _resume_hint(run_dir))
+        raise ClusterError(f"{gone[0].label} on {gone[0].node} stopped answering; the run stopped" + _resume_hint(run))
 
 
-def _resume_hint(run_dir: Path) -> str:
-    if any((run_dir / "checkpoints").glob("*.index")):
-        return f"; continue with 'picluster train har --resume {run_dir}'"
+def _resume_hint(run: RunDir) -> str:
+    if run.has_checkpoint():
+        return f"; continue with 'picluster train har --resume {run}'"
     return ""
 
 
@@ -285,29 +270,28 @@ def _resume_line(note: dict) -> str:
     return f"{damaged}resumed from checkpoints/{note.get('checkpoint')} (epoch {note.get('epoch')}, step {note.get('global_step')})"
 
 
-def resume_config(run_dir: Path) -> TrainConfig:
+def resume_config(run: RunDir) -> TrainConfig:
     """The run's config.json, checked as the command line is; refused before anything starts when
     the run has records but no checkpoint to continue them from (starting over would overwrite them)."""
-    if not (run_dir / "config.json").exists():
-        raise UsageError(f"--resume {run_dir}: no run there (config.json missing)")
-    config = TrainConfig.load(run_dir / "config.json")
-    placed = _read_json(run_dir / "layout.json") or {}
+    if not run.config.exists():
+        raise UsageError(f"--resume {run}: no run there (config.json missing)")
+    config = TrainConfig.load(run.config)
+    placed = _read_json(run.layout) or {}
     on_nodes = isinstance(placed, dict) and placed.get("inventory")  # the chief's node may hold checkpoints we lack
-    if not on_nodes and metrics.read_rows(run_dir / "metrics.csv") and not any((run_dir / "checkpoints").glob("*.index")):
-        raise UsageError(f"--resume {run_dir}: the run has records but no checkpoint to continue them from; "
+    if not on_nodes and metrics.read_rows(run.metrics) and not run.has_checkpoint():
+        raise UsageError(f"--resume {run}: the run has records but no checkpoint to continue them from; "
                          "resuming would start over and overwrite them: start a new run instead")
     return config
 
 
-
-def run_inventory(run_dir: Path) -> Path | None:
-    """The inventory a run trained on (a resumed run goes back to the same nodes), else None."""
-    placed = _read_json(run_dir / "layout.json") or {}
+def run_inventory(run: RunDir) -> Inventory | None:
+    """The inventory a run trained on, parsed (a resumed run goes back to the same nodes), else None."""
+    placed = _read_json(run.layout) or {}
     if not isinstance(placed, dict) or not isinstance(placed.get("inventory", ""), (str, type(None))):
-        raise UsageError(f"--resume {run_dir}: layout.json is not a run's layout; give --inventory or start a new run")
+        raise UsageError(f"--resume {run}: layout.json is not a run's layout; give --inventory or start a new run")
     if not placed.get("inventory"):
         return None
     path = Path(placed["inventory"])
     if not path.is_file():
-        raise UsageError(f"--resume {run_dir}: it trained on the cluster of {path}, which is gone; give --inventory")
-    return path
+        raise UsageError(f"--resume {run}: it trained on the cluster of {path}, which is gone; give --inventory")
+    return load_inventory(path)

@@ -14,14 +14,15 @@ from pathlib import Path, PurePosixPath
 import paramiko
 
 from picluster import atomic
+from picluster.jobs.har.rundir import RunDir
 
 # The chief's files the coordinator mirrors while the run goes on, and at the end.
-PROGRESS = ("progress.json", "live.json", "resume.json")
-RECORDS = ("metrics.csv", "state.json")
-TREES = ("checkpoints", "best", "tensorboard")
-FINAL = ("result.json",)
+PROGRESS = (RunDir.PROGRESS, RunDir.LIVE, RunDir.RESUME)
+RECORDS = (RunDir.METRICS, RunDir.STATE)
+TREES = (RunDir.CHECKPOINTS, RunDir.BEST, RunDir.TENSORBOARD)
+FINAL = (RunDir.RESULT,)
 # What a relaunched chief needs to resume (its records and these trees), pushed to its node.
-RESUME_TREES = ("checkpoints", "best")
+RESUME_TREES = (RunDir.CHECKPOINTS, RunDir.BEST)
 ALWAYS_COPY_BYTES = 4096  # smaller files are copied on every mirror (see stale)
 COPY_ERRORS = (OSError, EOFError, paramiko.SSHException)
 
@@ -52,8 +53,8 @@ class Mirror:
     # -- what the coordinator does with it -------------------------------------------------------
 
     def push_for_start(self, chief: bool, resume: bool) -> None:
-        self.put(self.local_dir / "config.json")
-        if chief and resume and not self.exists("checkpoints/checkpoint"):
+        self.put(self.local_dir / RunDir.CONFIG)
+        if chief and resume and not self.exists(f"{RunDir.CHECKPOINTS}/checkpoint"):
             # The node's own records are the newest; ours are pushed only when it has none.
             for name in RECORDS:
                 self.put(self.local_dir / name)
@@ -65,7 +66,7 @@ class Mirror:
         moved = False
         for name in PROGRESS:
             data = self.get(name)
-            if name == "progress.json" and data != self._seen_progress:
+            if name == RunDir.PROGRESS and data != self._seen_progress:
                 self._seen_progress, moved = data, True
         # The chief appends to metrics.csv before it replaces progress.json: a new
         # progress.json means a complete row.

@@ -37,14 +37,15 @@ from picluster.jobs.har.chief import Chief
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import load_data, shard
 from picluster.jobs.har.graph import Graph
+from picluster.jobs.har.rundir import RunDir
 
 PROBE_REPEATS = 3
 STOP_GRACE_S = 5.0
 LIVE_EVERY_S = 1.0  # the chief's live.json: where in the epoch it is
 
 
-def train(run_dir: Path, launch: str = "", serve: bool = False) -> None:
-    cfg = TrainConfig.load(run_dir / "config.json")
+def train(run: RunDir, launch: str = "", serve: bool = False) -> None:
+    cfg = TrainConfig.load(run.config)
     cluster, task = cluster_and_task(cfg)
     workers = len(cluster["worker"]) if cluster else 1
     chief = task == 0
@@ -62,9 +63,9 @@ def train(run_dir: Path, launch: str = "", serve: bool = False) -> None:
 
     restore = None
     if chief:  # the newest intact checkpoint, or a refusal when the run has records but none is intact
-        restore = checkpoints.prepare(run_dir / "checkpoints", has_records=bool(metrics.read_rows(run_dir / "metrics.csv")))
+        restore = checkpoints.prepare(run.checkpoints, has_records=bool(metrics.read_rows(run.metrics)))
     with g.graph.as_default():
-        session = open_session(g, cfg, cluster, task, run_dir / "checkpoints")
+        session = open_session(g, cfg, cluster, task, run.checkpoints)
         with_raw = session_fn(session)
 
         def raw(fetches, feed=None):
@@ -78,17 +79,17 @@ def train(run_dir: Path, launch: str = "", serve: bool = False) -> None:
         start_step = int(raw(g.global_step))
         start_epoch = start_step // global_per_epoch
         if restore is not None and (restore.checkpoint or restore.damaged):
-            checkpoints.write_note(run_dir, restore, launch, start_epoch, start_step)
+            checkpoints.write_note(run.resume_note, restore, launch, start_epoch, start_step)
             print(f"replica {task}: {restore.describe()}", flush=True)
-        duties = Chief(run_dir, cfg, g, data, with_raw, start_epoch, start_step, restore) if chief else None
-        status_file, started = run_dir / f"worker-{task}.json", time.time()
+        duties = Chief(run, cfg, g, data, with_raw, start_epoch, start_step, restore) if chief else None
+        status_file, started = run.worker_status(task), time.time()
         for epoch in range(start_epoch + 1, cfg.epochs + 1):
             if session.should_stop():
                 break
             # Input order and augmentation: seeded by (seed, epoch, task), so a resumed epoch is the same too.
             order = mine[np.random.default_rng([cfg.seed, epoch, task]).permutation(len(mine))]
             jitter = np.random.default_rng([cfg.seed, epoch, task, 1])
-            live = run_dir / "live.json" if chief else None
+            live = run.live if chief else None
             stats = train_epoch(session, g, data, order, jitter, steps, batch, cfg, epoch, cluster is not None, live)
             stats["exchange_s"] = min(stats["compute_s"], steps * exchange_seconds(raw, g))
             stats["compute_s"] -= stats["exchange_s"]
@@ -278,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         threading.Thread(target=_exit_on_stdin_eof, daemon=True).start()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        train(args.run_dir, args.launch, args.serve)
+        train(RunDir(args.run_dir), args.launch, args.serve)
     except StorageError as exc:
         _error(exc)
         return STORAGE_EXIT

@@ -11,19 +11,20 @@ running is stopped (its lifeline closes: SIGTERM, grace, SIGKILL) before the rec
 
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from picluster import nodeset
 from picluster.cluster import probe
+from picluster.cluster.base import Cluster
 from picluster.cluster.exits import Exit, Exited
 from picluster.errors import ClusterError
 from picluster.fanout import fan_out
-from picluster.jobs import records
+from picluster.inventory import Inventory
+from picluster.jobs.controller import Job, Running
 from picluster.jobs.launch import plan, policy, staging
 from picluster.jobs.launch.config import LaunchConfig
-from picluster.jobs.launch.output import Output
+from picluster.jobs.launch.output import Output, log_name
 from picluster.jobs.launch.tasks import HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, LOST, UNKNOWN, LocalTask, NodeTask, TaskSpec
 from picluster.paths import state_dir
 
@@ -46,17 +47,21 @@ class Outcome:
     error: ClusterError | None = None  # the failure, with its details (logs' last lines)
 
 
-class Launch:
-    def __init__(self, config: LaunchConfig, inventory: Path | None, emit: Callable[[str], None],
-                 on_event: Callable[[str], None] = lambda message: None,
-                 on_progress: Callable[[float, float, str], None] = lambda done, total, detail: None,
-                 on_cluster: Callable = lambda cluster: None) -> None:
+class Launch(Job):
+    """The launched script as a job: on the running cluster only (its servers do the work)."""
+
+    kind = "launch"
+    unit = "tasks"
+    temporary = False
+    keep_rejected = True  # the job's id was shown: a refusal after that stays on record
+
+    def __init__(self, config: LaunchConfig, inventory: Inventory | None) -> None:
+        from picluster.cluster.attach import default_workers
+
         self.config = config
-        self.inventory = inventory
-        self.emit = emit
-        self.on_event = on_event
-        self.on_progress = on_progress
-        self.on_cluster = on_cluster
+        self.name, self.mode, self.title = config.name, config.mode, f"launch {config.name}"
+        self.workers = default_workers(inventory)
+        self.ps = 1 if config.mode == "coordinator" else 0
         self.tasks: dict[str, LocalTask | NodeTask] = {}
         self.specs: dict[str, TaskSpec] = {}
         self.codes: dict[str, list[int | None]] = {}
@@ -65,38 +70,40 @@ class Launch:
         self.budget = policy.Budget(config.restart_limit)
         self.cut_off: set[str] = set()  # nodes that stopped answering at all during the job
 
-    def run(self) -> Outcome:
-        from picluster.cluster.attach import attach, default_workers
+    def placement(self, cluster: Cluster | None, job_id: int):
+        assert cluster is not None
+        layout, job_dir = cluster.layout, _job_dir(job_id)
+        if self.config.mode == "coordinator":
+            tasks = [(plan.CHIEF, "localhost", str(job_dir / log_name(plan.CHIEF)))] + [(t.label, t.node, "") for t in layout.workers]
+        else:
+            tasks = [(t.label, t.node, str(job_dir / log_name(t.label))) for t in layout.workers]
+        return nodeset.fold(sorted({t.node for t in layout.tasks})), tasks
 
-        c = self.config
+    def body(self, cluster: Cluster | None, running: Running) -> Outcome:
+        assert cluster is not None
         start = time.perf_counter()
-        ps = 1 if c.mode == "coordinator" else 0
-        # The cluster first: with none running, or a node not answering, no job was ever started.
-        with attach(self.inventory, default_workers(self.inventory), ps=ps, temporary=False) as cluster, \
-                records.recorded(c.name, "launch", c.mode, str(self.inventory.resolve()) if self.inventory else "local",
-                                 ["picluster", "launch", *c.command_line()], keep_rejected=True) as job:
-            self.cluster = cluster
-            self.job, self.store, self.job_id = job, job.store, job.id
-            self.job_dir = state_dir() / "jobs" / str(job.id)
-            self.job_dir.mkdir(parents=True, exist_ok=True)
-            self.store.set_log_dir(job.id, str(self.job_dir))
-            self.output = Output(self.job_dir, self.emit)
-            self.on_cluster(cluster)
-            beating = threading.Event()
-            threading.Thread(target=self._heartbeat, args=(beating,), name="heartbeat", daemon=True).start()
-            try:
-                self._start_all(cluster)
-                failure = self._watch()
-            finally:
-                beating.set()
-                self._stop_all()
-                for remote in self.remotes.values():
-                    remote.close()
-                self.output.close()
-            state = "FAILED" if failure else "COMPLETED"
-            job.end(state, str(failure) if failure else "")
-            return Outcome(job.id, state, str(failure or ""), time.perf_counter() - start, self.budget.used, self.codes,
-                           self.output.summary(), self.job_dir, failure)
+        self.cluster, self.running, self.store = cluster, running, running.record.store
+        self.id = self.job_id = running.job_id
+        self.job_dir = _job_dir(running.job_id)
+        self.job_dir.mkdir(parents=True, exist_ok=True)
+        self.store.set_log_dir(running.job_id, str(self.job_dir))
+        self.output = Output(self.job_dir, running.emit)
+        beating = threading.Event()
+        threading.Thread(target=self._heartbeat, args=(beating,), name="heartbeat", daemon=True).start()
+        try:
+            self._start_all(cluster)
+            failure = self._watch()
+        finally:
+            beating.set()
+            self._stop_all()
+            for remote in self.remotes.values():
+                remote.close()
+            self.output.close()
+        return Outcome(running.job_id, "FAILED" if failure else "COMPLETED", str(failure or ""), time.perf_counter() - start,
+                       self.budget.used, self.codes, self.output.summary(), self.job_dir, failure)
+
+    def ending(self, result: Outcome) -> tuple[str, str]:
+        return result.state, result.reason
 
     def _heartbeat(self, stop: threading.Event) -> None:
         """A byte to every task's tether every few seconds, from a thread of its own: the watch
@@ -110,7 +117,7 @@ class Launch:
     def _start_all(self, cluster) -> None:
         c, layout = self.config, cluster.layout
         if c.mode == "coordinator":
-            specs = [plan.coordinator_task(c, layout, self.job.id)]
+            specs = [plan.coordinator_task(c, layout, self.id)]
         else:
             folders = None
             if cluster.inventory is not None:
@@ -120,9 +127,9 @@ class Launch:
 
                 opened = fan_out(lambda node: open_node(inv, node), nodes)
                 self.remotes = dict(opened.succeeded)
-                opened.raise_failures(f"job {self.job.id}: reaching the workers")
-                folders = staging.stage(inv, self.remotes, c.files(), staging.node_job_name(self.job.id, state_dir()))
-            specs = plan.worker_tasks(c, layout, self.job.id, folders)
+                opened.raise_failures(f"job {self.id}: reaching the workers")
+                folders = staging.stage(inv, self.remotes, c.files(), staging.node_job_name(self.id, state_dir()))
+            specs = plan.worker_tasks(c, layout, self.id, folders)
         self.specs = {s.label: s for s in specs}
         self.servers = list(layout.tasks)  # probed once a second while the job runs
         for spec in specs:
@@ -131,11 +138,8 @@ class Launch:
         # Nodes' tasks start at once, one SSH channel each; local ones here, in the main thread.
         started = fan_out(self._start, [s for s in specs if s.node in self.remotes], name=lambda s: s.label)
         self.tasks = {s.label: self._start(s) for s in specs if s.node not in self.remotes} | started.succeeded
-        started.raise_failures(f"job {self.job.id}: starting the tasks")
-        server_rows = [(t.label, t.node, "") for t in layout.workers] if c.mode == "coordinator" else []
-        self.job.running(nodeset.fold(sorted({t.node for t in layout.tasks})),
-                         [(s.label, s.node, str(self.job_dir / f"{s.label.replace(':', '-')}.log")) for s in specs] + server_rows)
-        self.on_event(f"job {self.job.id}: {c.name}, {c.mode} mode, {len(specs)} task(s) on {nodeset.fold(sorted({s.node for s in specs}))}"
+        started.raise_failures(f"job {self.id}: starting the tasks")
+        self.running.note(f"job {self.id}: {c.name}, {c.mode} mode, {len(specs)} task(s) on {nodeset.fold(sorted({s.node for s in specs}))}"
                       f" (logs: {self.job_dir})")
 
     def _start(self, spec: TaskSpec) -> LocalTask | NodeTask:
@@ -165,11 +169,11 @@ class Launch:
                 spec = self.specs[label]
                 self.codes[label].append(code)
                 if code == LOST:
-                    self.store.task_exited(self.job.id, label, None, "FAILED")
-                    return self._server_cause() or ClusterError(f"job {self.job.id} failed: {spec.node}: lost (its SSH connection closed during the job)")
+                    self.store.task_exited(self.id, label, None, "FAILED")
+                    return self._server_cause() or ClusterError(f"job {self.id} failed: {spec.node}: lost (its SSH connection closed during the job)")
                 decision, why_now = self.budget.decide(code)
                 state = {policy.DONE: "COMPLETED", policy.RESTART: "RUNNING", policy.FAIL: "FAILED"}[decision]
-                self.store.task_exited(self.job.id, label, code, state)
+                self.store.task_exited(self.id, label, code, state)
                 if decision == policy.DONE:
                     done.add(label)
                 elif decision == policy.RESTART:
@@ -178,7 +182,7 @@ class Launch:
                     failures.append(Exit(spec.node, label, code, tuple(self.output.tail(label))))
                     why = why or why_now
             if failures:
-                return self._server_cause() or Exited(f"job {self.job.id} failed", failures, when="", then=why)
+                return self._server_cause() or Exited(f"job {self.id} failed", failures, when="", then=why)
             if self._finished(done):
                 return None
             if time.monotonic() - probed > PROBE_S:
@@ -187,7 +191,7 @@ class Launch:
                 if cause:
                     return cause
             running = len(self.tasks) - len(done)
-            self.on_progress(len(done), len(self.tasks), f"{running} running, restarts {self.budget.used}/{self.config.restart_limit}")
+            self.running.progress(len(done), len(self.tasks), f"{running} running, restarts {self.budget.used}/{self.config.restart_limit}")
             time.sleep(POLL_S)
 
     def _ended(self, done: set[str]) -> list[tuple[str, int | None]]:
@@ -213,10 +217,10 @@ class Launch:
         spec = self.specs[label]
         attempt = len(self.codes[label]) + 1
         self.output.note(label, f"{status_text(code)}: restarting ({why})")
-        self.on_event(f"job {self.job.id}: {label} on {spec.node} ended ({status_text(code)}); {why}")
+        self.running.note(f"job {self.id}: {label} on {spec.node} ended ({status_text(code)}); {why}")
         self.specs[label] = spec = replace(spec, env=spec.env | {"PICLUSTER_ATTEMPT": str(attempt)})
         self.tasks[label] = self._start(spec)
-        self.store.restarted(self.job.id, label)
+        self.store.restarted(self.id, label)
 
     def _probe_servers(self, done: set[str]) -> ClusterError | None:
         """A dead ps fails the job; a dead worker server is restarted within the budget (coordinator
@@ -231,26 +235,13 @@ class Launch:
             decision, why = self.budget.decide(None)
             self.codes.setdefault(task.label, []).append(None)
             if decision != policy.RESTART:
-                self.store.task_exited(self.job.id, task.label, None, "FAILED")
+                self.store.task_exited(self.id, task.label, None, "FAILED")
                 return self._stopped_answering([task], why)
-            self.store.task_exited(self.job.id, task.label, None, "RUNNING")
-            self.store.restarted(self.job.id, task.label)
-            self.on_event(f"job {self.job.id}: {task.label} on {task.node} stopped answering; restarting its server ({why})")
-        self._restart_servers()
+            self.store.task_exited(self.id, task.label, None, "RUNNING")
+            self.store.restarted(self.id, task.label)
+            self.running.note(f"job {self.id}: {task.label} on {task.node} stopped answering; restarting its server ({why})")
+        self.cluster.repair()
         return None
-
-    def _restart_servers(self) -> None:
-        if self.cluster.inventory is not None:
-            from picluster.cluster import nodes
-
-            nodes.up(self.cluster.inventory)
-        else:
-            from picluster.cluster.local import LocalCluster
-
-            local = LocalCluster.open()
-            if local is None:
-                raise ClusterError("the local cluster was stopped during the job")
-            local.restart_missing()
 
     def _server_cause(self) -> ClusterError | None:
         """When tasks fail because a server died under them, the server is the news."""
@@ -271,7 +262,7 @@ class Launch:
         nodes = sorted({t.node for t in tasks})
         self.cut_off |= {node for node in nodes if node in self.remotes and not probe.answers(_address(self.cluster, node), 22, 1.0)}
         labels = nodeset.fold(t.label for t in tasks)
-        return ClusterError(f"job {self.job.id} failed: {nodeset.fold(nodes)}: {labels} stopped answering; {then}")
+        return ClusterError(f"job {self.id} failed: {nodeset.fold(nodes)}: {labels} stopped answering; {then}")
 
     # -- stopping -------------------------------------------------------------------------
 
@@ -280,9 +271,9 @@ class Launch:
         its tether is still there after that, its whole session killed."""
         running = {label: t for label, t in self.tasks.items() if t.poll() is None and t.spec.node not in self.cut_off}
         if running:
-            self.on_event(f"job {self.job.id}: stopping {nodeset.fold(running)} (SIGTERM, SIGKILL after {self.config.grace_s:g} s)")
+            self.running.note(f"job {self.id}: stopping {nodeset.fold(running)} (SIGTERM, SIGKILL after {self.config.grace_s:g} s)")
         if self.cut_off:
-            self.on_event(f"job {self.job.id}: {nodeset.fold(sorted(self.cut_off))} cannot be reached; its task stops itself "
+            self.running.note(f"job {self.id}: {nodeset.fold(sorted(self.cut_off))} cannot be reached; its task stops itself "
                           f"{HEARTBEAT_TIMEOUT_S:g} s after the last heartbeat it heard")
         try:
             for task in running.values():
@@ -303,12 +294,16 @@ class Launch:
                 code = task.poll()
                 code = None if code in (UNKNOWN, LOST) else code
                 self.codes[label].append(code)
-                self.store.task_exited(self.job.id, label, code, "CANCELLED")
+                self.store.task_exited(self.id, label, code, "CANCELLED")
             for label, task in self.tasks.items():
                 if task.spec.node in self.cut_off and task.poll() is None:
                     self.codes[label].append(None)
-                    self.store.task_exited(self.job.id, label, None, "FAILED")
+                    self.store.task_exited(self.id, label, None, "FAILED")
                 task.close(wait=task.spec.node not in self.cut_off)
+
+
+def _job_dir(job_id: int) -> Path:
+    return state_dir() / "jobs" / str(job_id)
 
 
 def _address(cluster, node: str) -> str:

@@ -1,0 +1,117 @@
+"""One job's life, the same for every kind of job: record, attach, display, body, end.
+
+A kind of job (Monte-Carlo, HAR training, a launched script) is a ``Job``: what it is called, the
+tasks it needs, and its ``body``, which does the work on the cluster it is given and reports
+through ``Running`` (progress, notes, output lines, tasks' exits).  ``run`` does the rest, in this
+order, for all of them:
+
+1. record: the job gets its row in the records (PENDING), with the command that started it;
+2. attach: the inventory's nodes, the running local cluster, or a temporary one (a job that gets
+   no cluster was never started: it leaves no record);
+3. display: the live panel of the cluster's nodes on a terminal, log lines elsewhere;
+4. body: RUNNING, with the nodes and tasks it placed, until the work is done;
+5. end: COMPLETED, FAILED with the reason, or CANCELLED (Ctrl-C, ``picluster cancel``); a
+   temporary cluster is stopped.
+"""
+
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from contextlib import ExitStack
+from typing import Any
+
+from picluster import nodeset
+from picluster.cluster.base import Cluster
+from picluster.errors import PiclusterError
+from picluster.inventory import Inventory
+from picluster.jobs import records
+from picluster.monitor.poll import Monitor
+from picluster.views.live import JobDisplay
+
+
+class Running:
+    """What a job's body has while it runs: its record, and the display to report through."""
+
+    def __init__(self, record: records.Recorder, display: JobDisplay) -> None:
+        self.record = record
+        self.display = display
+
+    @property
+    def job_id(self) -> int:
+        return self.record.id
+
+    def progress(self, done: float, total: float, detail: str = "") -> None:
+        self.display.update(done, total, detail)
+
+    def note(self, message: str) -> None:
+        """A line about the job (a restart, the cluster it got): dim above a live panel, else on stderr."""
+        if self.display.live:
+            self.display.console.print(message, style="dim", highlight=False, markup=False)
+        else:
+            print(message, file=sys.stderr, flush=True)
+
+    def emit(self, line: str) -> None:
+        """A line of the job's own output: above a live panel, else on stdout."""
+        if self.display.live:
+            self.display.console.print(line, soft_wrap=True, highlight=False, markup=False)
+        else:
+            print(line, flush=True)
+
+    def task_exited(self, label: str, code: int | None, state: str) -> None:
+        self.record.store.task_exited(self.record.id, label, code, state)
+
+
+class Job(ABC):
+    """A kind of job: its name and needs; ``body`` does its work."""
+
+    name: str
+    kind: str  # "montecarlo", "har", "launch"
+    mode: str = ""
+    title: str = ""  # the progress line's, e.g. "montecarlo on 8 worker(s)"
+    unit: str = ""  # what progress counts: "samples", "epochs", "tasks"
+    workers: int = 1
+    ps: int = 0
+    temporary: bool = True  # start a temporary local cluster when none runs
+    standalone: bool = False  # no cluster at all: one process on this machine
+    keep_rejected: bool = False  # a usage error after the job's id was shown keeps the record
+    log_dir: str = ""
+
+    def placement(self, cluster: Cluster | None, job_id: int) -> tuple[str, Sequence[tuple[str, str, str]]]:
+        """The nodes it runs on and its tasks (label, node, log), for the record: by default the
+        first ``workers`` worker tasks and the ps tasks, without logs."""
+        if cluster is None:
+            return "localhost", [("worker:0", "localhost", "")]
+        tasks = cluster.layout.workers[: self.workers] + cluster.layout.ps[: self.ps]
+        return nodeset.fold(sorted({t.node for t in tasks})), [(t.label, t.node, "") for t in tasks]
+
+    @abstractmethod
+    def body(self, cluster: Cluster | None, running: Running) -> Any:
+        """The work; returns the job's result.  Raise to fail (a PiclusterError: its one line)."""
+
+    def ending(self, result: Any) -> tuple[str, str]:
+        """The record's end for a body that returned: (state, reason); a failure the body reports
+        rather than raises (a launch shows its tasks' last lines first) is ("FAILED", why)."""
+        return "COMPLETED", ""
+
+
+def run(job: Job, inventory: Inventory | None, live: bool = True, display: JobDisplay | None = None) -> Any:
+    """The job, from its record to its end; returns what its body returned."""
+    from picluster.cluster.attach import attach
+
+    display = display or JobDisplay(job.title, job.unit, live=live)
+    cluster_name = str(inventory.source.resolve()) if inventory is not None and inventory.source else "local"
+    with records.recorded(job.name, job.kind, job.mode, cluster_name, ["picluster", *sys.argv[1:]], job.log_dir,
+                          keep_rejected=job.keep_rejected) as record, ExitStack() as stack:
+        cluster: Cluster | None = None
+        if not job.standalone:
+            try:
+                cluster = stack.enter_context(attach(inventory, job.workers, job.ps, temporary=job.temporary))
+            except PiclusterError:
+                record.forget()  # no cluster, no job
+                raise
+        record.running(*job.placement(cluster, record.id))
+        display.monitor = Monitor.of(cluster) if cluster is not None else None
+        with display:
+            result = job.body(cluster, Running(record, display))
+        record.end(*job.ending(result))
+        return result

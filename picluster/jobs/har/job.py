@@ -1,0 +1,58 @@
+"""HAR training as a job: the coordinator's work on the cluster it is given, and what it reports."""
+
+import os
+
+from picluster import nodeset
+from picluster.cluster.base import Cluster
+from picluster.jobs.controller import Job, Running
+from picluster.jobs.har import coordinator, progress
+from picluster.jobs.har.config import TrainConfig
+from picluster.jobs.har.rundir import RunDir
+
+
+class HarJob(Job):
+    kind = name = "har"
+    title = "train har"
+    unit = "epochs"
+
+    def __init__(self, config: TrainConfig, run: RunDir, runtime: str, printer: progress.Printer, follower: progress.Follower) -> None:
+        self.config, self.run, self.runtime = config, run, runtime
+        self.printer, self.follower = printer, follower
+        self.mode = "standalone" if config.standalone else config.mode
+        self.standalone = config.standalone
+        self.workers, self.ps = config.workers, 0 if config.standalone else config.ps
+        self.log_dir = str(run)
+        self.running: Running | None = None
+        if config.deterministic and not config.standalone:
+            # The ops run on the servers: a temporary local cluster's inherit this (a running
+            # cluster's keep the setting they were started with).
+            os.environ["TF_DETERMINISTIC_OPS"] = "1"
+
+    def placement(self, cluster: Cluster | None, job_id: int):
+        if cluster is None:
+            return "localhost", [("worker:0", "localhost", str(self.run.worker_log(0)))]
+        workers = cluster.layout.workers[: self.workers]
+        nodes = nodeset.fold(sorted({t.node for t in workers + cluster.layout.ps}))
+        return nodes, [(t.label, t.node, str(self.run.worker_log(t.index))) for t in workers]
+
+    def body(self, cluster: Cluster | None, running: Running) -> dict:
+        self.running = running
+        return coordinator.train(self.config, self.run, cluster, self, self.runtime)
+
+    # -- coordinator.Events --------------------------------------------------------------------
+
+    def epoch(self, row: dict) -> None:
+        self.printer.epoch(row)
+        self.follower.epoch(row)
+
+    def note(self, message: str) -> None:
+        self.printer.event(message)
+
+    def live(self, progress: dict) -> None:
+        self.follower.live(progress)
+
+    def stopped(self, clients: list) -> None:
+        assert self.running is not None
+        for client in clients:
+            code = client.poll()
+            self.running.task_exited(f"worker:{client.task}", code, "COMPLETED" if code == 0 else "FAILED")

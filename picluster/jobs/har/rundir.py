@@ -1,0 +1,106 @@
+"""A HAR run's folder: the name of every file in it, and which process writes it (one writer each).
+
+The coordinator and the replicas (local, or on the worker nodes with the chief's files mirrored
+back) share only this folder; each file has one writer, so no two processes ever replace the
+same file:
+
+    config.json     the coordinator, when a run starts or resumes (TrainConfig)
+    layout.json     the coordinator: the tasks used, the cluster, the launch id, the inventory
+    nodes.csv       the coordinator's recorder: each node's CPU and memory (``picluster plot``)
+    worker-N.log    replica N's output
+    worker-N.json   replica N: its state while it runs
+    metrics.csv     the chief: one row per epoch
+    state.json      the chief: the best epoch so far, for --resume
+    progress.json   the chief: the last epoch's row
+    live.json       the chief: where it is within the epoch
+    resume.json     the chief: the checkpoint a resumed run restored
+    result.json     the chief, once, at the end
+    checkpoints/ best/ tensorboard/   the chief
+"""
+
+from pathlib import Path
+
+
+class RunDir:
+    CONFIG = "config.json"
+    LAYOUT = "layout.json"
+    NODES = "nodes.csv"
+    METRICS = "metrics.csv"
+    STATE = "state.json"
+    PROGRESS = "progress.json"
+    LIVE = "live.json"
+    RESUME = "resume.json"
+    RESULT = "result.json"
+    CHECKPOINTS = "checkpoints"
+    BEST = "best"
+    TENSORBOARD = "tensorboard"
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    @property
+    def config(self) -> Path:
+        return self.path / self.CONFIG
+
+    @property
+    def layout(self) -> Path:
+        return self.path / self.LAYOUT
+
+    @property
+    def nodes(self) -> Path:
+        return self.path / self.NODES
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / self.METRICS
+
+    @property
+    def state(self) -> Path:
+        return self.path / self.STATE
+
+    @property
+    def progress(self) -> Path:
+        return self.path / self.PROGRESS
+
+    @property
+    def live(self) -> Path:
+        return self.path / self.LIVE
+
+    @property
+    def resume_note(self) -> Path:
+        return self.path / self.RESUME
+
+    @property
+    def result(self) -> Path:
+        return self.path / self.RESULT
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / self.CHECKPOINTS
+
+    @property
+    def best(self) -> Path:
+        return self.path / self.BEST
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / self.TENSORBOARD
+
+    @staticmethod
+    def worker_log_name(task: int) -> str:
+        return f"worker-{task}.log"
+
+    def worker_log(self, task: int) -> Path:
+        return self.path / self.worker_log_name(task)
+
+    def worker_status(self, task: int) -> Path:
+        return self.path / f"worker-{task}.json"
+
+    def has_checkpoint(self) -> bool:
+        return any(self.checkpoints.glob("*.index"))

@@ -1,0 +1,59 @@
+"""Monte-Carlo pi as a job: one estimate, or the Table 5 sweep, on the cluster it is given."""
+
+import time
+from dataclasses import dataclass
+
+from picluster import nodeset
+from picluster.cluster.base import Cluster
+from picluster.jobs.controller import Job, Running
+from picluster.jobs.montecarlo.estimate import Estimate, MonteCarlo
+from picluster.jobs.montecarlo.sweep import run_sweep
+
+
+@dataclass
+class Estimated:
+    estimate: Estimate
+    graph_build_s: float
+    cluster_start_s: float
+    cluster_kind: str
+
+
+class MonteCarloJob(Job):
+    kind = name = "montecarlo"
+    unit = "samples"
+
+    def __init__(self, samples: int, workers: int, seed: int, show_progress: bool = True) -> None:
+        self.samples, self.workers, self.seed = samples, workers, seed
+        self.show_progress = show_progress
+        self.title = f"montecarlo on {workers} worker(s)"
+
+    def placement(self, cluster: Cluster | None, job_id: int):
+        assert cluster is not None
+        return nodeset.fold(sorted({t.node for t in cluster.layout.workers[: self.workers]})), []
+
+    def body(self, cluster: Cluster | None, running: Running) -> Estimated:
+        assert cluster is not None
+        build_start = time.perf_counter()
+        with MonteCarlo(cluster.layout, self.workers) as job:
+            build_s = time.perf_counter() - build_start
+            estimate = job.estimate(self.samples, self.seed, progress=running.progress if self.show_progress else None)
+        return Estimated(estimate, build_s, cluster.start_s, cluster.kind)
+
+
+class SweepJob(Job):
+    """The thesis's Table 5: every sample count on every node count (one graph per node count)."""
+
+    kind = name = "montecarlo"
+    mode = "sweep"
+
+    def __init__(self, sizes: list[int], node_counts: list[int], seed: int) -> None:
+        self.sizes, self.node_counts, self.seed = sizes, node_counts, seed
+        self.workers = max(node_counts)
+
+    def placement(self, cluster: Cluster | None, job_id: int):
+        assert cluster is not None
+        return nodeset.fold(sorted({t.node for t in cluster.layout.workers[: self.workers]})), []
+
+    def body(self, cluster: Cluster | None, running: Running) -> tuple[list[Estimate], str]:
+        assert cluster is not None
+        return run_sweep(cluster.layout, self.sizes, self.node_counts, self.seed), cluster.kind

@@ -1,0 +1,110 @@
+"""The house's rule, checked on the import graph: imports run downward only, and no module imports
+itself through others (CONTRIBUTING.md, *Layers*).  Imports inside functions count too: a lazy
+import is still an arrow."""
+
+import ast
+from pathlib import Path
+
+from conftest import ROOT
+
+PACKAGE = ROOT / "picluster"
+# Top to bottom.  A module may import its own layer's and lower layers' modules, never a higher one's.
+LAYERS = (
+    ("cli",),
+    ("plots", "jobs"),
+    ("monitor", "provision", "lab"),
+    ("cluster", "views"),
+    ("clusterspec", "data", "inventory", "fanout", "nodestats"),
+    ("atomic", "nodeset", "tokens", "tflog"),
+    ("paths", "errors"),
+)
+ENTRY = {"__init__", "__main__"}  # the package's face and `python -m picluster`: above everything
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _statements(path: Path):
+    """(module, names) per ``import``/``from ... import`` of a picluster module, anywhere in the file."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from ((a.name, ()) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module, tuple(a.name for a in node.names)
+
+
+def graph() -> dict[str, set[str]]:
+    """module -> the modules it imports.  A package's ``__init__`` that only hands names on (a face)
+    draws no arrows of its own; a name taken from it counts as taken from where it is defined."""
+    paths = {_module(p): p for p in PACKAGE.rglob("*.py")}
+    faces = {name for name, path in paths.items() if path.name == "__init__.py"}
+    handed: dict[tuple[str, str], str] = {}  # (face, name) -> the module the face took it from
+    for face in faces:
+        for module, names in _statements(paths[face]):
+            handed |= {(face, n): module for n in names if module in paths}
+
+    def targets(module: str, names: tuple[str, ...]) -> set[str]:
+        if not module.startswith("picluster"):
+            return set()
+        out = set()
+        for name in names:
+            if f"{module}.{name}" in paths:
+                out.add(f"{module}.{name}")  # `from picluster.lab import registry`
+            elif (module, name) in handed:
+                out.add(handed[(module, name)])
+            elif module in paths and module != "picluster":
+                out.add(module)
+        if not names and module in paths and module != "picluster":
+            out.add(module)
+        return out
+
+    return {name: set() if name in faces else {t for m, ns in _statements(path) for t in targets(m, ns)} - {name}
+            for name, path in paths.items()}
+
+
+def layer(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) == 1 or (len(parts) == 2 and parts[1] in ENTRY):
+        return -1
+    for depth, names in enumerate(LAYERS):
+        if parts[1] in names:
+            return depth
+    raise AssertionError(f"{module} is in no layer: add picluster/{parts[1]} to LAYERS (and to CONTRIBUTING.md)")
+
+
+def test_every_import_runs_down_the_layers():
+    upward = [f"{a} (layer {layer(a)}) imports {b} (layer {layer(b)})"
+              for a, targets in graph().items() for b in sorted(targets)
+              if layer(a) >= 0 and layer(b) < layer(a)]
+    assert upward == []
+
+
+def test_no_module_imports_itself_through_others():
+    arrows = graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(arrows[node]):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join(path[path.index(nxt):] + [node, nxt]) if nxt in path else f"{node} -> {nxt}")
+            elif nxt not in state:
+                visit(nxt, [*path, node])
+        state[node] = 2
+
+    for start in sorted(arrows):
+        if start not in state:
+            visit(start, [])
+    assert cycles == []
+
+
+def test_the_graph_sees_lazy_imports_names_handed_on_by_a_package_and_submodules():
+    arrows = graph()
+    assert "picluster.monitor.poll" in arrows["picluster.jobs.controller"]  # a plain `from ... import`
+    assert "picluster.cluster.attach" in arrows["picluster.cli.run"]  # inside the command's function
+    assert "picluster.lab.registry" in arrows["picluster.cli.lab"]  # `from picluster.lab import registry`
+    assert "picluster.data.har.dataset" in arrows["picluster.jobs.har.data"]  # HarData, handed on by data/har/__init__
+    assert layer("picluster.cluster.attach") > layer("picluster.monitor.poll")  # so attach -> poll would be upward
