@@ -211,7 +211,7 @@ def test_unreachable_hosts_and_a_wrong_key(lab_factory, tmp_path):
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith("picluster: error: provisioning failed on node03 (node03: unreachable: ")
-    assert "node03: unreachable (no answer to SSH (timed out))" in result.stdout
+    assert "\nnode03: unreachable: no answer on port 22 within 4 s\n" in result.stdout
     assert "node01: changed (12)" in result.stdout and "node02: changed (9)" in result.stdout
 
     # Mid-run: node02 goes away once the hostname step is done everywhere.

@@ -219,7 +219,7 @@ def test_folded_summary_groups_nodes_by_outcome():
     ]
     assert folded_summary(reports) == [
         "node[01-02,04]: ok",
-        "node[03,07]: unreachable (no answer within 5 s)",
+        "node[03,07]: unreachable: no answer within 5 s",
         "node05: changed (2)",
     ]
     assert folded_summary(reports[4:5], dry_run=True) == ["node05: would change (2)"]

@@ -6,9 +6,12 @@ Every failure becomes one of three exceptions with a one-line message:
 - CommandFailed: a command ran and failed (its last line of stderr says why).
 """
 
+import errno
 import io
+import logging
 import secrets
 import shlex
+import socket
 from pathlib import Path
 
 import fabric
@@ -19,6 +22,12 @@ from picluster.errors import ClusterError
 
 MISSING_EXIT = 3
 _UNREAD = object()
+BANNER_CLOSED = "connected, but the host closed the connection before the SSH banner"
+
+# paramiko's transport thread logs a failed banner read (a Pi still booting, another device at the
+# address) as an ERROR with its traceback, which Python prints on stderr when no handler is set.
+# Every failure reaches the caller as one exception with one line: keep paramiko's log out of it.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 class Unreachable(ClusterError):
@@ -79,6 +88,26 @@ class Remote:
     # -- connection ------------------------------------------------------------------------
 
     def open(self) -> None:
+        """Connect and log in; a node that cannot be reached raises Unreachable with one line that
+        says what was seen (nothing listening, no answer, no SSH banner) and not the address, so
+        nodes that fail alike fold into one line."""
+        if self.conn.is_connected:
+            return
+        if not self.conn.gateway:
+            # Our own socket, checked for a first byte of banner, then handed to paramiko: a host
+            # that accepts and closes, or never speaks, is named as such, and paramiko never sees it.
+            self.conn.connect_kwargs["sock"] = reach(self.conn.host, self.conn.port, self.open_timeout)
+        try:
+            self._open()
+        finally:
+            sock = self.conn.connect_kwargs.pop("sock", None)  # a reconnection makes its own
+            if sock is not None and not self.conn.is_connected:
+                sock.close()
+        # Each command opens a channel; paramiko waits an hour for one on a dead link.
+        self.conn.transport.channel_timeout = self.open_timeout
+
+    def _open(self) -> None:
+        port, seconds = self.conn.port, self.open_timeout
         try:
             self.conn.open()
         except paramiko.AuthenticationException:
@@ -88,13 +117,11 @@ class Remote:
         except paramiko.SSHException as exc:
             if "not found in known_hosts" in str(exc):
                 raise AuthFailed(f"host key of {self.conn.host} is not in known_hosts") from None
-            raise Unreachable(f"SSH failed: {_one_line(exc)}") from None
-        except TimeoutError:
-            raise Unreachable("no answer to SSH (timed out)") from None
-        except (OSError, EOFError) as exc:
-            raise Unreachable(f"cannot connect: {_one_line(exc)}") from None
-        # Each command opens a channel; paramiko waits an hour for one on a dead link.
-        self.conn.transport.channel_timeout = self.open_timeout
+            raise Unreachable(ssh_failure(exc, seconds)) from None
+        except EOFError:
+            raise Unreachable("connected, but the host closed the connection during the SSH handshake") from None
+        except OSError as exc:
+            raise Unreachable(connect_failure(exc, port, seconds)) from None
 
     def close(self) -> None:
         try:
@@ -175,6 +202,57 @@ class Remote:
             self.conn.put(io.BytesIO(content.encode()), remote=remote_path)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise Unreachable(f"upload failed: {_one_line(exc)}") from None
+
+
+def reach(host: str, port: int, seconds: float) -> socket.socket:
+    """A TCP connection to host:port on which the first byte of a banner has arrived (left unread,
+    for paramiko); Unreachable with what was seen when there is none within ``seconds``."""
+    try:
+        sock = socket.create_connection((host, port), timeout=seconds)
+    except OSError as exc:
+        raise Unreachable(connect_failure(exc, port, seconds)) from None
+    try:
+        first = sock.recv(1, socket.MSG_PEEK)
+    except OSError as exc:
+        sock.close()
+        raise Unreachable(banner_failure(exc, seconds)) from None
+    if not first:
+        sock.close()
+        raise Unreachable(BANNER_CLOSED)
+    return sock
+
+
+def connect_failure(exc: OSError, port: int, seconds: float) -> str:
+    """Why a TCP connection failed, in words that name no address (nodes fold on them)."""
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError) and exc.errors:
+        exc = next(iter(exc.errors.values()))  # one per address family; the first says it
+    if isinstance(exc, TimeoutError):
+        return f"no answer on port {port} within {seconds:g} s"
+    if isinstance(exc, socket.gaierror):
+        return f"the host name does not resolve ({exc.strerror})"
+    if exc.errno == errno.ECONNREFUSED:
+        return f"nothing listens on port {port}"
+    if exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+        return f"no route to the host ({exc.strerror})"
+    return f"cannot connect to port {port}: {exc.strerror or _one_line(exc)}"
+
+
+def banner_failure(exc: BaseException | None, seconds: float) -> str:
+    """Why no SSH banner came on an open connection: the host closed it (or reset it), or said nothing."""
+    if isinstance(exc, TimeoutError):
+        return f"connected, but no SSH banner within {seconds:g} s"
+    return BANNER_CLOSED
+
+
+def ssh_failure(exc: paramiko.SSHException, seconds: float) -> str:
+    """paramiko's own failures in words a user can act on (its banner error hides the cause in
+    __context__: EOFError when the host closed, TimeoutError when it said nothing)."""
+    text = _one_line(exc)
+    if text.startswith("Error reading SSH protocol banner"):
+        return banner_failure(exc.__context__, seconds)
+    if text == "No existing session":  # paramiko gave up waiting for the handshake and tried to log in
+        return f"connected, but the SSH handshake did not finish within {seconds:g} s"
+    return f"SSH failed: {text}"
 
 
 def _one_line(exc: BaseException) -> str:

@@ -1,6 +1,5 @@
 """SSH client side of the lab: logins that trust exactly the lab's host keys (picluster.cluster.ssh.connect)."""
 
-import logging
 import time
 from pathlib import Path
 
@@ -8,10 +7,8 @@ from picluster.cluster.ssh import connect
 from picluster.errors import ClusterError
 from picluster.fanout import fan_out
 
-# While a host boots (a VM's sshd takes its time), paramiko's transport thread logs every failed
-# banner read as an ERROR traceback, which Python prints on stderr when no handler is set.  The
-# failures are expected and reported in one line if they last: keep paramiko's log out of it.
-logging.getLogger("paramiko").addHandler(logging.NullHandler())
+# paramiko's log (a traceback per failed banner read while a host boots) is kept off stderr by
+# picluster.cluster.ssh, imported above.
 
 
 def remote_hostname(

@@ -70,8 +70,8 @@ def table(reports: list[NodeReport], steps: list[str], dry_run: bool = False) ->
     for group in fold_rows(reports, steps, dry_run):
         first = group[0]
         texts = [_styled(r) for r in (first.step(s) for s in steps) if r is not None]
-        if first.unreachable and first.failure:
-            texts.append(f"[bold red]{_escape(first.failure)}[/]")
+        if first.unreachable and first.failure and not any(first.failure in t for t in texts):
+            texts.append(f"[bold red]{_escape(first.failure)}[/]")  # said once: the failed step usually says it
         style = "bold red" if first.failed else "yellow" if first.changes else "green"
         grid.add_row(
             nodeset.fold(r.name for r in group),
@@ -86,10 +86,11 @@ def show(console: Console, reports: list[NodeReport], steps: list[str], dry_run:
     if dry_run:
         show_plan(console, reports)
     console.print(table(reports, steps, dry_run))
+    # One line each, never wrapped: a log or a grep sees a node set and its outcome together.
     for line in folded_skips(reports):
-        console.print(line, markup=False, highlight=False)
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     for line in folded_summary(reports, dry_run):
-        console.print(line, markup=False, highlight=False)
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def show_plan(console: Console, reports: list[NodeReport]) -> None:

@@ -71,7 +71,7 @@ class NodeReport:
     def outcome(self, dry_run: bool = False) -> str:
         """One phrase for the summary: "unreachable", "failed (why)", "changed (3)", "ok"."""
         if self.unreachable:
-            return f"unreachable ({self.failure.removeprefix('unreachable: ')})" if self.failure else "unreachable"
+            return self.failure if self.failure else "unreachable"  # "unreachable: nothing listens on port 22"
         if self.failed:
             return f"failed ({self.first_failure()})"
         if self.changes:
@@ -89,7 +89,7 @@ class NodeReport:
 
 
 def folded_summary(reports: list[NodeReport], dry_run: bool = False) -> list[str]:
-    """Nodes grouped by outcome: ["node[01-02,04]: ok", "node03: unreachable (...)"]."""
+    """Nodes grouped by outcome: ["node[01-02,04]: ok", "node03: unreachable: why"]."""
     groups: dict[str, list[str]] = {}
     for report in reports:
         groups.setdefault(report.outcome(dry_run), []).append(report.name)
