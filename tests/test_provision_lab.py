@@ -9,6 +9,7 @@ own venv (the hosts share /usr and this tree) to skip installing TensorFlow agai
 """
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from picluster import nodeset
 from picluster.inventory import load_inventory
 from picluster.lab import HostOptions, keys, snapshot
 from picluster.provision.result import Status
@@ -213,6 +215,17 @@ def test_unreachable_hosts_and_a_wrong_key(lab_factory, tmp_path):
     assert result.stderr.startswith("picluster: error: provisioning failed on node03 (node03: unreachable: ")
     assert "\nnode03: unreachable: no answer on port 22 within 4 s\n" in result.stdout
     assert "node01: changed (12)" in result.stdout and "node02: changed (9)" in result.stdout
+    # Off a terminal, progress is a line per finished step and node set, before the table.
+    progress = [line for line in result.stdout.split("picluster provision")[0].splitlines() if line.strip()]
+    assert re.fullmatch(r"node\[01-02\]: facts: done in \d+ s", progress[0]), progress
+    assert re.fullmatch(r"node03: facts: failed after [45] s", progress[1]), progress
+    seen = []
+    for line in progress[2:]:
+        match = re.fullmatch(r"(node\S*): ([a-z-]+): (done in \d+ s|skipped|failed after \d+ s)", line)
+        assert match and not match[3].startswith("failed"), line
+        seen += [(match[2], node) for node in nodeset.expand(match[1])]
+    assert sorted(seen) == sorted((step, node) for step in STEP_NAMES[1:] for node in ("node01", "node02"))
+    assert [step for step, _ in seen] == sorted((step for step, _ in seen), key=STEP_NAMES.index)  # in run order
 
     # Mid-run: node02 goes away once the hostname step is done everywhere.
     cut = threading.Event()

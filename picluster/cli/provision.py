@@ -48,6 +48,7 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
     from picluster.provision.runner import parse_only, run_order
     from picluster.provision.runner import provision as run
     from picluster.provision.steps import Options
+    from picluster.views.steps import StepProgress
 
     inv = _load(inventory)
     steps = parse_only(only)
@@ -56,8 +57,10 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
         fanout=fanout, timeout=timeout, known_hosts=known_hosts,
         connect_timeout=min(10.0, timeout),
     )  # fmt: skip
-    reports = run(inv, options)
-    show(Console(), reports, list(run_order(steps)), dry_run)
+    console = Console()
+    with StepProgress(console, list(run_order(steps))) as progress:  # live on a terminal, else a line per step
+        reports = run(inv, options, watch=progress)
+    show(console, reports, list(run_order(steps)), dry_run)
     failed = [r for r in reports if r.failed]
     if failed:
         first = failed[0]

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Protocol
 
 import paramiko
 
@@ -69,6 +70,15 @@ def public_key(key: Path | None) -> str | None:
     return tokens.public_key_line(f"{pkey.get_name()} {pkey.get_base64()} picluster@{socket.gethostname()}", str(key))
 
 
+class Watch(Protocol):
+    """Told of progress as it happens (picluster.views.steps.StepProgress is one); ``node_finished``
+    is called from the worker threads, ``status`` is a Status value ("ok", "changed", ...)."""
+
+    def step_started(self, step: str, nodes: list[str]) -> None: ...
+
+    def node_finished(self, node: str, step: str, status: str, seconds: float) -> None: ...
+
+
 class _Node:
     def __init__(self, node: Node, remote: Remote, report: NodeReport):
         self.node, self.remote, self.report = node, remote, report
@@ -79,8 +89,11 @@ def provision(
     inv: Inventory,
     options: Options | None = None,
     on_step: Callable[[str, list[NodeReport]], None] | None = None,
+    watch: Watch | None = None,
 ) -> list[NodeReport]:
-    """Run the steps on every node; returns one report per node, in inventory order."""
+    """Run the steps on every node; returns one report per node, in inventory order.
+
+    ``on_step(step, reports)`` once a step has ended on every node; ``watch`` as each starts and ends."""
     options = options or Options()
     if inv.ssh_key is not None and not inv.ssh_key.is_file():
         raise UsageError(f"cluster.ssh_key {inv.ssh_key}: no such file")
@@ -98,7 +111,9 @@ def provision(
         for step in steps:
             # One step at a time on every node that has not stopped: the master exports first.
             live = [n for n in nodes if n.report.failure is None]
-            fan_out(partial(_run_step, step=step, inv=inv, options=options, shared=shared), live,
+            if watch is not None:
+                watch.step_started(step, [n.node.name for n in live])
+            fan_out(partial(_run_step, step=step, inv=inv, options=options, shared=shared, watch=watch), live,
                     name=lambda n: n.node.name, limit=options.fanout)
             if on_step is not None:
                 on_step(step, reports)
@@ -110,7 +125,7 @@ def provision(
     return reports
 
 
-def _run_step(n: _Node, step: str, inv: Inventory, options: Options, shared: Shared) -> None:
+def _run_step(n: _Node, step: str, inv: Inventory, options: Options, shared: Shared, watch: Watch | None = None) -> None:
     started = time.perf_counter()
     result = StepResult(step)
     n.report.steps.append(result)
@@ -136,7 +151,10 @@ def _run_step(n: _Node, step: str, inv: Inventory, options: Options, shared: Sha
     except Exception as exc:  # a bug or an unforeseen remote answer: this node only
         result.items.append(Item("error", Status.FAILED, f"{type(exc).__name__}: {exc}"))
     finally:
-        n.report.seconds += time.perf_counter() - started
+        took = time.perf_counter() - started
+        n.report.seconds += took
     if result.status is Status.FAILED and n.report.failure is None:
         # Later steps build on this one (packages before NFS, NFS before mounts): stop here.
         n.report.failure = n.report.first_failure()
+    if watch is not None:
+        watch.node_finished(n.node.name, step, result.status.value, took)
