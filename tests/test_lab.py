@@ -3,6 +3,7 @@
 import ipaddress
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -16,6 +17,7 @@ import paramiko
 import psutil
 import pytest
 
+from picluster import nodeset
 from picluster.errors import ClusterError, UsageError
 from picluster.lab import Host, HostOptions, Lab, commands, keys, links, naming, netns, procs, reap_orphans, snapshot, teardown
 from picluster.lab.registry import known_ids, state_root
@@ -498,6 +500,12 @@ def test_cli_up_status_and_down_from_another_process(lab_support, tmp_path):
         up = cli("lab", "up", "--nodes", "2", "--name", lab_id, "--inventory-out", str(inventory))
         assert up.returncode == 0, up.stderr
         lab = Lab.load(lab_id)
+        # Each stage as it ends, with the time so far: a VM lab is minutes of waiting otherwise.
+        stages = up.stdout.splitlines()
+        assert re.fullmatch(rf"lab {lab_id}: network {lab.subnet} made \(\d+ s\)", stages[0]), up.stdout
+        assert re.fullmatch(r"node\[01-02\]: started \(\d+ s\)", stages[1]), up.stdout
+        answered = [m[1] for line in stages[2:4] if (m := re.fullmatch(r"(node\S+): answers SSH \(\d+ s\)", line))]
+        assert sorted(n for names in answered for n in nodeset.expand(names)) == ["node01", "node02"], up.stdout
         for host in lab.hosts:
             assert host.name in up.stdout and host.address in up.stdout
         assert f"ssh -F {lab.ssh_config_path} node01" in up.stdout

@@ -50,8 +50,11 @@ def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: floa
     started = time.perf_counter()
     limits = resolve(nodes, cpu, memory, profile) if (cpu, memory, profile) != (None, None, None) else None
     lab_ = Lab(nodes, lab_id=lab_id, owned=False, limits=limits, vm=vm)
+    def said(line: str) -> None:  # a VM lab takes minutes: each stage as it ends, with the time so far
+        console.print(f"{line} ({time.perf_counter() - started:.0f} s)", soft_wrap=True, highlight=False, markup=False)
+
     with console.status(f"starting {nodes} test {'VMs' if vm else 'hosts'}…"):
-        lab_.up(timeout=timeout)
+        lab_.up(timeout=timeout, on_progress=said)
     elapsed = time.perf_counter() - started
     written = [lab_.inventory_path]
     if inventory_out is not None:

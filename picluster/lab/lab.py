@@ -20,11 +20,12 @@ import atexit
 import ipaddress
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from picluster import atomic
+from picluster import atomic, nodeset
 from picluster.cluster.ssh import connect
 from picluster.errors import ClusterError, UsageError
 from picluster.lab import cgroups, keys, kinds, links, naming, netns, registry, ssh
@@ -225,17 +226,21 @@ class Lab:
 
     # -- up ------------------------------------------------------------------------------------
 
-    def up(self, timeout: float | None = None) -> "Lab":
+    def up(self, timeout: float | None = None, on_progress: Callable[[str], None] | None = None) -> "Lab":
         """Create the hosts and wait until each answers SSH (by default, within 60 s for
-        namespace hosts and 600 s for VMs); on any failure, tear down and raise."""
+        namespace hosts and 600 s for VMs); on any failure, tear down and raise.
+        ``on_progress(line)`` as each stage ends ("node[01-03]: answers SSH")."""
         if self.phase != "new":
             raise ClusterError(f"lab {self.id} was already brought up once; make a new Lab")
         self.kind.check(self.nodes)  # refusals come before anything exists
         timeout = self.kind.default_timeout if timeout is None else timeout
         try:
+            say = on_progress or (lambda line: None)
             self._create_network()
+            say(f"lab {self.id}: network {self.subnet} made")
             self._start_hosts()
-            self._wait_ready(timeout)
+            say(f"{nodeset.fold(h.name for h in self.hosts)}: started")
+            self._wait_ready(timeout, on_ready=lambda names: say(f"{nodeset.fold(names)}: answers SSH"))
             self.kind.ready(self)
             self.write_inventory(self.inventory_path)
             self.phase = "up"
@@ -295,8 +300,9 @@ class Lab:
         """A host's process this lab started (reaped at teardown)."""
         self._children.append(child)
 
-    def _wait_ready(self, timeout: float) -> None:
-        ssh.wait_for_logins(self.hosts, self.user.name, self.key_path, self.known_hosts_path, timeout, f"lab {self.id}")
+    def _wait_ready(self, timeout: float, on_ready: Callable[[list[str]], None] | None = None) -> None:
+        ssh.wait_for_logins(self.hosts, self.user.name, self.key_path, self.known_hosts_path, timeout, f"lab {self.id}",
+                            on_ready=on_ready)
 
     # -- down ----------------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """SSH client side of the lab: logins that trust exactly the lab's host keys (picluster.cluster.ssh.connect)."""
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from picluster.cluster.ssh import connect
@@ -19,9 +20,11 @@ def remote_hostname(
         return conn.run("hostname", hide=True, timeout=timeout).stdout.strip()
 
 
-def wait_for_logins(hosts: list, user: str, key: Path, known_hosts: Path, timeout: float, what: str) -> None:
+def wait_for_logins(hosts: list, user: str, key: Path, known_hosts: Path, timeout: float, what: str,
+                    on_ready: Callable[[list[str]], None] | None = None) -> None:
     """Until every host takes a real login with the key and says its own name; a host whose
-    sshd died, or one that answers as another host, fails at once."""
+    sshd died, or one that answers as another host, fails at once.  ``on_ready(names)`` each time
+    some hosts have just taken their login (a VM boots for a while: a sign of life)."""
     deadline = time.monotonic() + timeout
     pending = {host.name: host for host in hosts}
     last_error: dict[str, str] = {}
@@ -45,6 +48,9 @@ def wait_for_logins(hosts: list, user: str, key: Path, known_hosts: Path, timeou
                 del pending[name]
             else:
                 last_error[name] = error
+        ready = [name for name, error in tried.items() if error is None]
+        if ready and on_ready is not None:
+            on_ready(ready)
         if not pending:
             break
         if time.monotonic() > deadline:
