@@ -35,7 +35,8 @@ def _clients(host) -> list[str]:
 def _client_pid(host) -> int:
     for pid in subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout.split():
         try:
-            if b"picluster.jobs.har.replica" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"picluster.jobs.har.replica" in cmdline and b"picluster.cluster.tether" not in cmdline:  # not its tether
                 return int(pid)
         except OSError:
             continue
