@@ -82,8 +82,9 @@ def test_each_worker_example_restarts_a_killed_worker_and_completes(launch, clus
     streamed = picluster("logs", job.id).stdout
     assert "worker:1: picluster: exit code 137 (SIGKILL): restarting (restart 1 of 1)" in streamed
     assert "worker:0: done: global step 1200 reached" in streamed
+    # between_graph.py sets TF_CPP_MIN_LOG_LEVEL=2, so whether TensorFlow prints start-up lines at
+    # all depends on the machine's CPU; the coordinator test checks that they reach the log.
     assert not any(tflog.startup_line(ln.split(": ", 1)[-1]) for ln in run.out + run.err), run.text()
-    assert any(tflog.startup_line(ln.split(": ", 1)[-1]) for ln in streamed.splitlines())
     _nothing_left("between_graph.py")
 
 

@@ -108,3 +108,17 @@ def test_the_graph_sees_lazy_imports_names_handed_on_by_a_package_and_submodules
     assert "picluster.lab.registry" in arrows["picluster.cli.lab"]  # `from picluster.lab import registry`
     assert "picluster.data.har.dataset" in arrows["picluster.jobs.har.data"]  # HarData, handed on by data/har/__init__
     assert layer("picluster.cluster.attach") > layer("picluster.monitor.poll")  # so attach -> poll would be upward
+
+
+def test_jobs_start_their_processes_only_through_the_one_supervisor():
+    """Every process a job starts on a node (HAR clients, launch tasks) goes through cluster/tasks.py
+    and the tether: no job module starts a subprocess or an SSH command of its own."""
+    found = []
+    for path in sorted((PACKAGE / "jobs").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+                found += [f"{path.relative_to(ROOT)}: imports {n}" for n in names if n in ("subprocess", "multiprocessing")]
+            elif isinstance(node, ast.Attribute) and node.attr in ("exec_command", "open_session", "Popen"):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.attr}")
+    assert found == []

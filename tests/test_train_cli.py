@@ -105,7 +105,8 @@ def _client(run_dir, task):
     """Worker ``task``'s client: its task is in the TF_CONFIG the coordinator gave it."""
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if "picluster.jobs.har.replica" in cmd and str(run_dir) in cmd:
+        # The client itself, not the tether it runs under (whose command line holds the client's).
+        if "picluster.jobs.har.replica" in cmd and "picluster.cluster.tether" not in cmd and str(run_dir) in cmd:
             try:
                 spec = json.loads(proc.environ().get("TF_CONFIG", "{}"))
             except psutil.Error:

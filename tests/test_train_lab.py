@@ -29,13 +29,19 @@ HAR = "/mnt/picluster/har"
 
 
 def _clients(host) -> list[str]:
-    return [cmd for cmd in picluster_processes(host) if "picluster.jobs.har.replica" in cmd]
+    """The training clients on ``host`` (not the tethers they run under, whose command lines hold theirs)."""
+    return [cmd for cmd in picluster_processes(host) if "picluster.jobs.har.replica" in cmd and "picluster.cluster.tether" not in cmd]
+
+
+def _tethers(host) -> list[str]:
+    return [cmd for cmd in picluster_processes(host) if "picluster.cluster.tether" in cmd]
 
 
 def _client_pid(host) -> int:
     for pid in subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout.split():
         try:
-            if b"picluster.jobs.har.replica" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"picluster.jobs.har.replica" in cmdline and b"picluster.cluster.tether" not in cmdline:  # not its tether
                 return int(pid)
         except OSError:
             continue
@@ -174,9 +180,9 @@ def test_clients_on_nodes_stop_when_the_coordinator_is_killed(lab_inventory, tmp
         coordinator.wait(10)
         # SIGKILL leaves no time to stop anything: the SSH channels close and each client stops itself.
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(_clients(h) for h in lab.hosts):
+        while time.monotonic() < deadline and any(_clients(h) or _tethers(h) for h in lab.hosts):
             time.sleep(0.5)
-        assert [c for h in lab.hosts for c in _clients(h)] == []
+        assert [c for h in lab.hosts for c in _clients(h) + _tethers(h)] == []
     finally:
         if coordinator.poll() is None:
             coordinator.kill()

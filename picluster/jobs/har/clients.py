@@ -1,173 +1,113 @@
-"""The training clients, one per worker task: a local process, or a process on its node over SSH.
+"""The training clients, one per worker task, under the one task supervisor (cluster/tasks.py):
+a process here, or on its node over SSH, each started through the tether.
 
-Both look the same to the coordinator: ``poll()``, ``terminate()``, ``kill()``, ``wait()``, a
-label and a local copy of the log.  Each gets its task in ``TF_CONFIG``, as TFJob's replicas do.
-A node's client keeps its own run directory on the node
+The coordinator sees ``poll()`` (an exit status as a shell reports it; LOST when the node's SSH
+connection is gone), ``terminate()``, ``kill()``, ``wait()``, a label and the local log, which the
+client's output streams into as it runs (from a node too).  Each gets its task in ``TF_CONFIG``,
+as TFJob's replicas do.  A node's client keeps its own run directory on the node
 (``~/.local/state/picluster/node/runs/<run>``), which mirror.py keeps in step with the
-coordinator's.  The SSH channel's stdin is the client's lifeline: when the coordinator goes
-away, even by SIGKILL, sshd closes it and the client stops itself (``--watch-stdin``).
+coordinator's.  The tether is the lifeline: when the coordinator goes away, even by SIGKILL, its
+pipe or SSH channel closes (or its heartbeat stops) and the tether stops the client.
 """
 
 import hashlib
-import os
 import re
 import shlex
-import signal
-import subprocess
-import sys
+import threading
 import time
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
-import paramiko
-
-from picluster.cluster.lifetime import signal_group
+from picluster.cluster import tasks as supervisor
+from picluster.cluster.tasks import LOST, UNKNOWN, Heartbeat, TaskSpec, describe
 from picluster.clusterspec import Layout
 from picluster.errors import ClusterError
 from picluster.fanout import fan_out
 from picluster.jobs.har.mirror import COPY_ERRORS, Mirror
 from picluster.jobs.har.rundir import RunDir
 
-KILLED = -1  # exit "code" of a client that died by a signal we cannot name (sshd does not say)
-LOST = -255  # the SSH connection to the node is gone
+if TYPE_CHECKING:
+    from picluster.cluster.ssh import Remote
+
+__all__ = ["LOST", "UNKNOWN", "Client", "Heartbeat", "describe", "start", "stop"]
+
 MODULE = "picluster.jobs.har.replica"
+GRACE_S = 5.0  # between the tether's SIGTERM and its SIGKILL: a replica saves nothing on the way out
 
 
-def describe(code: int) -> str:
-    if code == LOST:
-        return "SSH connection lost"
-    if code == KILLED:
-        return "killed by a signal"
-    return f"signal {-code}" if code < 0 else f"exit code {code}"
+class Client:
+    """A worker task's training client; its output lines go to the run's ``worker-N.log``."""
 
-
-class LocalClient:
-    def __init__(self, run: RunDir, task: int, tf_config: str | None = None, launch: str = "") -> None:
+    def __init__(self, run: RunDir, task: int, tf_config: str | None, launch: str, serve: bool = False,
+                 inv=None, node=None, resume: bool = False) -> None:
         self.task = task
-        self.label = f"worker {task}"
+        self.node = node.name if node is not None else "localhost"
+        self.label = f"worker {task}" + (f" on {node.name}" if node is not None else "")
         self.log = run.worker_log(task)
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        env.pop("TF_CONFIG", None)
-        if tf_config is not None:
-            env["TF_CONFIG"] = tf_config
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", MODULE, "--run-dir", str(run), "--launch", launch, "--parent", str(os.getpid())],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,  # Ctrl-C reaches the coordinator, which stops clients in order
-                env=env,
-            )
-
-    def poll(self) -> int | None:
-        return self.proc.poll()
-
-    def terminate(self) -> None:
-        signal_group(self.proc.pid, signal.SIGTERM)
-
-    def kill(self) -> None:
-        signal_group(self.proc.pid, signal.SIGKILL)
-
-    def wait(self, timeout: float) -> bool:
+        self.remote: Remote | None = None
+        self.mirror: Mirror | None = None
+        argv = ["-m", MODULE, "--launch", launch] + (["--serve"] if serve else [])
+        env = {"TF_CONFIG": tf_config} if tf_config is not None else {}
+        self._out = open(self.log, "a", encoding="utf-8")  # noqa: SIM115  (open while the client runs; close() closes it)
+        self._lock = threading.Lock()
         try:
-            self.proc.wait(max(0.0, timeout))
-            return True
-        except subprocess.TimeoutExpired:
-            return False
+            if node is None:
+                env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+                spec = TaskSpec(f"worker:{task}", "localhost", self.label, [*argv, "--run-dir", str(run)], str(run), env)
+                self.proc = supervisor.start(spec, GRACE_S, self._line)
+            else:
+                self.proc = self._start_on_node(inv, node, run, task, resume, argv, env, serve)
+        except BaseException:
+            self._out.close()
+            raise
 
-    def sync(self, final: bool = False) -> None:
-        """Nothing to mirror: the client writes the run directory itself."""
-
-    def keep_last(self) -> None:
-        pass
-
-    def fetch_log(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-class NodeClient:
-    def __init__(self, inv, node, run: RunDir, task: int, resume: bool, tf_config: str, launch: str,
-                 serve: bool = False) -> None:
-        """serve: the client hosts its worker task's server itself, in place of the node's own
-        (stopped first, on its address): one TensorFlow runtime on the node instead of two."""
+    def _start_on_node(self, inv, node, run: RunDir, task: int, resume: bool, argv: list[str], env: dict, serve: bool):
         from picluster.cluster.nodes import RUN_DIR, node_python, open_node, stop_task_command
 
-        self.task = task
-        self.node = node.name
-        self.label = f"worker {task} on {node.name}"
-        self.log = run.worker_log(task)
         remote_dir = PurePosixPath(RUN_DIR) / "runs" / node_run_name(run.path)  # relative to the user's home
-        self.remote = open_node(inv, node)
+        self.remote = remote = open_node(inv, node)
         try:
-            home = f"$HOME/{shlex.quote(str(remote_dir))}"
-            self.remote.run(f"umask 077 && mkdir -p {home} && cd {home} && rm -f result.json progress.json live.json")
-            self.mirror = Mirror(self.remote.conn.sftp(), remote_dir, run.path)
-            self.mirror.push_for_start(chief=task == 0, resume=resume)
-            self.channel = self.remote.conn.transport.open_session(timeout=self.remote.open_timeout)
-            takeover = f"{stop_task_command('worker', task)}; " if serve else ""
-            self.channel.exec_command(
-                f"cd {home} && echo $$ && export TF_CONFIG={shlex.quote(tf_config)} && {takeover}exec {node_python(inv)} -m {MODULE} "
-                f"--run-dir {home} --launch {shlex.quote(launch)} --watch-stdin{' --serve' if serve else ''} >>{run.worker_log_name(task)} 2>&1"
-            )
-            self.pid = self._read_pid()
+            home = f"\"$HOME\"/{shlex.quote(str(remote_dir))}"
+            remote.run(f"umask 077 && mkdir -p {home} && cd {home} && rm -f result.json progress.json live.json")
+            self.mirror = mirror = Mirror(remote.conn.sftp(), remote_dir, run.path)
+            mirror.push_for_start(chief=task == 0, resume=resume)
+            # serve: the client hosts its worker task's server in place of the node's own (stopped
+            # first, on its address): one TensorFlow runtime on the node instead of two.
+            spec = TaskSpec(f"worker:{task}", node.name, self.label, [*argv, "--run-dir", "."], home, env,
+                            prelude=stop_task_command("worker", task) if serve else "")
+            return supervisor.start(spec, GRACE_S, self._line, remote, node_python(inv))
         except (*COPY_ERRORS, ClusterError) as exc:
-            self.remote.close()
+            remote.close()
             raise ClusterError(f"cannot start worker {task}'s client: {exc}") from None
 
-    def _read_pid(self) -> int:
-        deadline = time.monotonic() + self.remote.open_timeout
-        out = b""
-        while b"\n" not in out:
-            if self.channel.recv_ready():
-                out += self.channel.recv(64)
-            elif self.channel.exit_status_ready() or time.monotonic() > deadline:
-                raise ClusterError(f"the client did not start (exit code {self.channel.recv_exit_status()})"
-                                   if self.channel.exit_status_ready() else "no answer from the node's shell")
-            else:
-                time.sleep(0.02)
-        return int(out.split(b"\n", 1)[0])
+    def _line(self, text: str) -> None:
+        with self._lock:
+            if not self._out.closed:
+                self._out.write(text + "\n")
+                self._out.flush()  # the log is read while the client runs (its last lines name a failure)
 
     # -- process --------------------------------------------------------------------------
 
     def poll(self) -> int | None:
-        if self.channel.exit_status_ready():
-            return self.channel.recv_exit_status()
-        if not self.remote.conn.transport.is_active():
-            return LOST
-        return None
+        return self.proc.poll()
+
+    def beat(self) -> None:
+        self.proc.beat()
 
     def terminate(self) -> None:
-        self._signal("TERM")
-        try:
-            self.channel.shutdown_write()  # its stdin closes: the client stops even if kill failed
-        except (OSError, EOFError, paramiko.SSHException):
-            pass
+        self.proc.stop()  # the lifeline closes: the tether sends SIGTERM, SIGKILL after GRACE_S
 
     def kill(self) -> None:
-        self._signal("KILL")
-
-    def _signal(self, name: str) -> None:
-        try:
-            # The pid is the shell that exec'd the client; check it still is one before signalling.
-            self.remote.run(f"grep -q {MODULE} /proc/{self.pid}/cmdline 2>/dev/null && kill -{name} {self.pid}",
-                            check=False, timeout=10)
-        except ClusterError:
-            pass  # the node is gone, and with it the client
+        self.proc.kill()
 
     def wait(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while self.poll() is None:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.1)
-        return True
+        return supervisor.wait(self.proc, max(0.0, timeout))
 
     # -- the chief's files ------------------------------------------------------------------
 
     def sync(self, final: bool = False) -> None:
-        """Mirror the chief's files into the local run directory (records only when they moved on)."""
-        if self.task != 0:
+        """Mirror a node's chief's files into the local run directory (records only when they moved on)."""
+        if self.task != 0 or self.mirror is None:
             return
         try:
             self.mirror.follow(final)
@@ -176,12 +116,12 @@ class NodeClient:
                 raise ClusterError(f"{self.node}: cannot copy the run's files back: {exc}") from None
 
     def keep_last(self) -> None:
-        """Once the chief has stopped: copy back what it saved since the last mirror.
+        """Once a node's chief has stopped: copy back what it saved since the last mirror.
 
         A run that stops mid-epoch may have checkpointed after the epoch's mirror; the
         resume hint must point at the checkpoint the node will actually resume from.
         """
-        if self.task != 0 or self.mirror.complete:  # a finished run's final sync copied everything
+        if self.task != 0 or self.mirror is None or self.mirror.complete:  # a finished run's final sync copied everything
             return
         try:
             self.mirror.records()
@@ -189,13 +129,16 @@ class NodeClient:
             pass  # the node is gone: its copy stays there, ours is the last mirrored one
 
     def fetch_log(self) -> None:
-        try:
-            self.mirror.get(self.log.name)
-        except COPY_ERRORS:
-            pass  # the node is gone: its log stays there
+        """Once it has ended: its last output lines into the log (they may still be on their way)."""
+        if self.proc.poll() is not None:
+            self.proc.reader.join(5.0)
 
     def close(self) -> None:
-        self.remote.close()
+        self.proc.close(wait=self.proc.poll() not in (None, LOST))
+        with self._lock:
+            self._out.close()
+        if self.remote is not None:
+            self.remote.close()
 
 
 def node_run_name(run_dir: Path) -> str:
@@ -210,13 +153,13 @@ def start(run: RunDir, layout: Layout | None, inventory=None, resume: bool = Fal
     nodes, else locally.  ``layout`` holds only the tasks this run uses.  serve (inventory nodes
     only): each client hosts its worker's server in place of the node's own."""
     if layout is None:
-        return [LocalClient(run, 0)]
+        return [Client(run, 0, None, launch)]
     workers = layout.workers
     if inventory is None:
-        return [LocalClient(run, t.index, layout.tf_config("worker", t.index), launch) for t in workers]
+        return [Client(run, t.index, layout.tf_config("worker", t.index), launch) for t in workers]
     nodes = {n.name: n for n in inventory.nodes}
     started = fan_out(
-        lambda t: NodeClient(inventory, nodes[t.node], run, t.index, resume, layout.tf_config("worker", t.index), launch, serve),
+        lambda t: Client(run, t.index, layout.tf_config("worker", t.index), launch, serve, inventory, nodes[t.node], resume),
         workers,
         name=lambda t: t.node,  # one worker task per node
     )
@@ -227,8 +170,8 @@ def start(run: RunDir, layout: Layout | None, inventory=None, resume: bool = Fal
     return clients
 
 
-def stop(clients: list, grace: float = 5.0) -> None:
-    """SIGTERM every client still running, SIGKILL what is left after ``grace`` seconds."""
+def stop(clients: list, grace: float = GRACE_S + 2.0) -> None:
+    """Stop every client still running (its tether: SIGTERM, then SIGKILL), kill what is left after ``grace`` seconds."""
     running = [c for c in clients if c.poll() is None]
     for c in running:
         c.terminate()

@@ -90,10 +90,11 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", events: E
     for stale in (run.result, run.resume_note):  # the chief writes them anew
         stale.unlink(missing_ok=True)
     if cluster is None:
-        running = []
+        running: list[clients.Client] = []
         try:
-            running = clients.start(run, None)
-            return _follow(run, config, running, events, launch="")
+            with clients.Heartbeat(lambda: running):
+                running = clients.start(run, None)
+                return _follow(run, config, running, events, launch="")
         finally:
             clients.stop(running)
             events.stopped(running)
@@ -112,7 +113,7 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", events: E
                 + (", each worker's client serving its task (one TensorFlow runtime per node)" if shared else ""))
     running = []
     try:
-        with Recorder(Monitor.of(cluster), run.nodes):  # each node's CPU and memory, for `picluster plot RUN_DIR`
+        with Recorder(Monitor.of(cluster), run.nodes), clients.Heartbeat(lambda: running):  # Recorder: each node's CPU and memory, for `picluster plot RUN_DIR`
             running = clients.start(run, used, inventory, resume, launch, serve=shared)
             # A shared worker's server lives and dies with its client, whose exit is watched anyway.
             servers = tuple(t for t in used.tasks if t.job == "ps") if shared else used.tasks
@@ -134,7 +135,7 @@ def _follow(run: RunDir, config: TrainConfig, running: list, events: Events, tas
     lost: set[int] = set()
     stamps: dict[Path, tuple] = {}
     chief = running[0]
-    poll_s = POLL_S if isinstance(chief, clients.LocalClient) else REMOTE_POLL_S
+    poll_s = POLL_S if chief.remote is None else REMOTE_POLL_S
     last_check = time.monotonic()
     started = False  # the chief is training (live.json, or an epoch's row): deaths from now on are mid-run
     while True:
@@ -208,7 +209,7 @@ def _raise_startup_failure(running: list) -> None:
         return  # a missing data set and the like: the user's to fix, said in its own words below
     for client, _ in dead:
         client.fetch_log()
-    raise Exited("train har", [Exit(getattr(c, "node", "localhost"), f"worker:{c.task} client", None if code in (clients.KILLED, clients.LOST) else code,
+    raise Exited("train har", [Exit(getattr(c, "node", "localhost"), f"worker:{c.task} client", None if code in (clients.UNKNOWN, clients.LOST) else code,
                                     file_tail(c.log)) for c, code in dead])
 
 

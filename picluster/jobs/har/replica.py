@@ -17,7 +17,6 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -30,7 +29,6 @@ import tensorflow as tf
 
 from picluster import atomic
 from picluster.atomic import STORAGE_ERRNOS
-from picluster.cluster.lifetime import die_with_parent
 from picluster.errors import STORAGE_EXIT, ClusterError, PiclusterError, StorageError, UsageError
 from picluster.jobs.har import augment, checkpoints, metrics
 from picluster.jobs.har.chief import Chief
@@ -40,7 +38,6 @@ from picluster.jobs.har.graph import Graph
 from picluster.jobs.har.rundir import RunDir
 
 PROBE_REPEATS = 3
-STOP_GRACE_S = 5.0
 LIVE_EVERY_S = 1.0  # the chief's live.json: where in the epoch it is
 
 
@@ -254,32 +251,17 @@ def exchange_seconds(raw, g: Graph) -> float:
     return max(0.0, float(np.median(times)) - float(np.median(idle)))
 
 
-def _exit_on_stdin_eof() -> None:
-    """The coordinator is gone (its SSH channel closed): stop as on SIGTERM, and surely soon."""
-    while os.read(0, 4096):  # the raw fd: a buffered reader's lock would abort the interpreter at exit
-        pass
-    os.kill(os.getpid(), signal.SIGTERM)
-    time.sleep(STOP_GRACE_S)  # SIGTERM runs only between TensorFlow calls; a blocked one never returns
-    os._exit(143)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m picluster.jobs.har.replica")
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--launch", default="", help="this launch's id: its variables and queues are its own on the ps")
-    parser.add_argument("--parent", type=int, help="exit when this pid (the coordinator) exits")
-    parser.add_argument("--watch-stdin", action="store_true", help="exit when stdin closes (the coordinator's SSH channel)")
     parser.add_argument("--serve", action="store_true", help="host this worker's TensorFlow server in this process (one runtime per node)")
     args = parser.parse_args(argv)
     if args.serve:
         shim_for_serving()
-    if args.parent:
-        die_with_parent(args.parent)
-    if args.watch_stdin:
-        threading.Thread(target=_exit_on_stdin_eof, daemon=True).start()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        train(RunDir(args.run_dir), args.launch, args.serve)
+        train(RunDir(args.run_dir.resolve()), args.launch, args.serve)  # on a node: '.', its run directory
     except StorageError as exc:
         _error(exc)
         return STORAGE_EXIT

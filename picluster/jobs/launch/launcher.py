@@ -9,15 +9,16 @@ However the job ends (done, failed, Ctrl-C, ``picluster cancel``'s SIGTERM), eve
 running is stopped (its lifeline closes: SIGTERM, grace, SIGKILL) before the record is closed.
 """
 
-import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from picluster import nodeset
 from picluster.cluster import probe
+from picluster.cluster import tasks as supervisor
 from picluster.cluster.base import Cluster
 from picluster.cluster.exits import Exit, Exited
+from picluster.cluster.tasks import HEARTBEAT_TIMEOUT_S, LOST, UNKNOWN, Heartbeat, LocalTask, NodeTask, TaskSpec
 from picluster.errors import ClusterError
 from picluster.fanout import fan_out
 from picluster.inventory import Inventory
@@ -25,7 +26,6 @@ from picluster.jobs.controller import Job, Running
 from picluster.jobs.launch import plan, policy, staging
 from picluster.jobs.launch.config import LaunchConfig
 from picluster.jobs.launch.output import Output, log_name
-from picluster.jobs.launch.tasks import HEARTBEAT_S, HEARTBEAT_TIMEOUT_S, LOST, UNKNOWN, LocalTask, NodeTask, TaskSpec
 from picluster.paths import state_dir
 
 POLL_S = 0.1
@@ -88,13 +88,11 @@ class Launch(Job):
         self.job_dir.mkdir(parents=True, exist_ok=True)
         self.store.set_log_dir(running.job_id, str(self.job_dir))
         self.output = Output(self.job_dir, running.emit)
-        beating = threading.Event()
-        threading.Thread(target=self._heartbeat, args=(beating,), name="heartbeat", daemon=True).start()
         try:
-            self._start_all(cluster)
-            failure = self._watch()
+            with Heartbeat(lambda: self.tasks.values()):  # self.tasks is rebound as tasks start
+                self._start_all(cluster)
+                failure = self._watch()
         finally:
-            beating.set()
             self._stop_all()
             for remote in self.remotes.values():
                 remote.close()
@@ -104,13 +102,6 @@ class Launch(Job):
 
     def ending(self, result: Outcome) -> tuple[str, str]:
         return result.state, result.reason
-
-    def _heartbeat(self, stop: threading.Event) -> None:
-        """A byte to every task's tether every few seconds, from a thread of its own: the watch
-        loop may be busy (restarting a server) longer than a tether waits."""
-        while not stop.wait(HEARTBEAT_S):
-            for task in list(self.tasks.values()):
-                task.beat()
 
     # -- starting -------------------------------------------------------------------------
 
@@ -148,8 +139,8 @@ class Launch(Job):
             from picluster.cluster.nodes import node_python
 
             assert self.cluster.inventory is not None  # remotes exist for inventory nodes only
-            return NodeTask(spec, self.config.grace_s, on_line, self.remotes[spec.node], node_python(self.cluster.inventory))
-        return LocalTask(spec, self.config.grace_s, on_line)
+            return supervisor.start(spec, self.config.grace_s, on_line, self.remotes[spec.node], node_python(self.cluster.inventory))
+        return supervisor.start(spec, self.config.grace_s, on_line)
 
     # -- watching -------------------------------------------------------------------------
 

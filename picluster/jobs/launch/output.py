@@ -91,27 +91,3 @@ def fold_lines(tails: dict[str, list[str]]) -> list[str]:
             sources.setdefault(line, []).append(source)
     ordered = sorted(sources.items(), key=lambda item: -len(item[1]))  # stable: printed order within a count
     return [f"{nodeset.fold(names)}: {line}" for line, names in ordered]
-
-
-def pump(read: Callable[[], bytes], on_line: Callable[[str], None]) -> threading.Thread:
-    """A thread that reads ``read()`` until it returns b"" and hands over whole lines."""
-
-    def run() -> None:
-        pending = b""
-        while True:
-            try:
-                chunk = read()
-            except (OSError, EOFError, ValueError):
-                chunk = b""
-            if not chunk:
-                break
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for raw in lines:
-                on_line(raw.decode("utf-8", errors="replace"))
-        if pending:
-            on_line(pending.decode("utf-8", errors="replace"))
-
-    thread = threading.Thread(target=run, name="task-output", daemon=True)
-    thread.start()
-    return thread

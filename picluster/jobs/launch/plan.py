@@ -16,10 +16,10 @@ import ipaddress
 import os
 import socket
 
+from picluster.cluster.tasks import TaskSpec
 from picluster.clusterspec import Layout
 from picluster.errors import UsageError
 from picluster.jobs.launch.config import LaunchConfig
-from picluster.jobs.launch.tasks import TaskSpec
 
 CHIEF = "chief"
 

@@ -1,6 +1,8 @@
-"""A job's task as a process: on this machine, or on its node over SSH; both through the tether.
+"""The one supervisor of the processes a job starts: a task on this machine, or on its node over
+SSH, both through the tether (cluster/tether.py).  ``launch`` runs its tasks with it, ``train har``
+its clients.
 
-Both look the same to the launcher: ``poll()`` (the exit status, as a shell reports it; None while
+Both look the same to the job: ``poll()`` (the exit status, as a shell reports it; None while
 it runs; LOST when the node's SSH connection is gone), ``beat()`` (the heartbeat on the tether's
 stdin), ``stop()`` (its lifeline closes: the tether sends SIGTERM, waits the grace period, then
 SIGKILL), ``kill()`` (the whole session, at once), and their output, line by line, to ``on_line``.  If the coordinator dies, even by
@@ -14,15 +16,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import paramiko
 import psutil
 
 from picluster.cluster.tether import exit_status
 from picluster.errors import ClusterError
-from picluster.jobs.launch.output import pump
 
 LOST = -255  # the task's node stopped answering over SSH
 UNKNOWN = -256  # it ended, but nobody saw its exit status (sshd sent none: its tether died by a signal)
@@ -35,8 +37,9 @@ class TaskSpec:
     node: str  # the inventory node it runs on, "localhost" here
     prefix: str  # what its output lines are shown under
     argv: list[str]  # the script and its arguments (the interpreter is added per place)
-    cwd: str
+    cwd: str  # on a node: a shell word (quoted, or "$HOME"/'quoted')
     env: dict[str, str] = field(default_factory=dict)
+    prelude: str = ""  # on a node: a shell command run (its status ignored) before the tether starts
 
 
 HEARTBEAT_S = 5.0  # the coordinator writes a byte to every tether this often
@@ -45,6 +48,82 @@ HEARTBEAT_TIMEOUT_S = 30.0  # a tether that heard nothing for this long stops it
 
 def _tether(python: str, grace: float) -> list[str]:
     return [python, "-m", "picluster.cluster.tether", "--grace", f"{grace:g}", "--heartbeat", f"{HEARTBEAT_TIMEOUT_S:g}", "--"]
+
+
+def pump(read: Callable[[], bytes], on_line: Callable[[str], None]) -> threading.Thread:
+    """A thread that reads ``read()`` until it returns b"" and hands over whole lines."""
+
+    def run() -> None:
+        pending = b""
+        while True:
+            try:
+                chunk = read()
+            except (OSError, EOFError, ValueError):
+                chunk = b""
+            if not chunk:
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for raw in lines:
+                on_line(raw.decode("utf-8", errors="replace"))
+        if pending:
+            on_line(pending.decode("utf-8", errors="replace"))
+
+    thread = threading.Thread(target=run, name="task-output", daemon=True)
+    thread.start()
+    return thread
+
+
+class Beats(Protocol):
+    def beat(self) -> None: ...
+
+
+class Heartbeat:
+    """A byte to every task's tether every HEARTBEAT_S, from a thread of its own: the job's watch
+    loop may be busy (restarting a server, copying files back) longer than a tether waits."""
+
+    def __init__(self, tasks: Callable[[], Iterable[Beats]]) -> None:
+        self._tasks = tasks
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+
+    def __enter__(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            for task in list(self._tasks()):
+                task.beat()
+
+
+def start(spec: TaskSpec, grace: float, on_line: Callable[[str], None], remote=None, python: str = "") -> "LocalTask | NodeTask":
+    """``spec`` on this machine (remote None), or on ``remote``'s node with its ``python``."""
+    if remote is None:
+        return LocalTask(spec, grace, on_line)
+    return NodeTask(spec, grace, on_line, remote, python)
+
+
+def wait(task: "LocalTask | NodeTask", timeout: float) -> bool:
+    """Whether ``task`` ended within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while task.poll() is None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def describe(code: int) -> str:
+    """An exit status as the job's messages name it."""
+    if code == LOST:
+        return "SSH connection lost"
+    if code == UNKNOWN:
+        return "ended without an exit status"
+    return f"signal {code - 128}" if code > 128 else f"exit code {code}"
 
 
 class LocalTask:
@@ -118,7 +197,8 @@ class NodeTask:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in spec.env.items())
         argv = " ".join(shlex.quote(a) for a in spec.argv)
         # The shell is the session leader (sshd starts it with setsid): its pid names the session to kill.
-        command = (f"echo {_SESSION}$$ && cd {spec.cwd} && exec env {env} {' '.join(_tether(python, grace))} "
+        prelude = f"{spec.prelude}; " if spec.prelude else ""
+        command = (f"echo {_SESSION}$$ && cd {spec.cwd} && {prelude}exec env {env} {' '.join(_tether(python, grace))} "
                    f"{python} {argv}")
         self.started = time.monotonic()
         try:
