@@ -1,5 +1,6 @@
 """Job records in SQLite: states with reasons, exit codes per attempt, two commands at once."""
 
+import json
 import multiprocessing
 import os
 import signal
@@ -55,7 +56,9 @@ def test_a_job_whose_coordinator_died_reads_failed(store):
         with store._tx() as db:
             import psutil
 
-            db.execute("UPDATE jobs SET pid = ?, pid_start = ? WHERE id = ?", (child.pid, psutil.Process(child.pid).create_time(), job_id))
+            proc = psutil.Process(child.pid)
+            db.execute("UPDATE jobs SET pid = ?, pid_start = ?, pid_cmdline = ? WHERE id = ?",
+                       (child.pid, proc.create_time(), json.dumps(proc.cmdline()), job_id))
         assert store.get(job_id).state == "PENDING"
         child.send_signal(signal.SIGKILL)
         child.wait()
@@ -103,7 +106,7 @@ def test_cancel_request_names_the_reason(store):
 def test_a_damaged_database_is_one_line(tmp_path):
     path = tmp_path / "jobs.db"
     path.write_bytes(b"not a database at all, but long enough to be read as a header" * 100)
-    with pytest.raises(ClusterError, match="move the file away"):
+    with pytest.raises(UsageError, match="move the file away"):
         JobStore(path).list()
 
 
