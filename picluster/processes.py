@@ -41,7 +41,7 @@ def same_process(pid: int | None, started: float | None, cmdline: list[str] | No
         return False
     try:
         proc = psutil.Process(pid)
-        if abs(proc.create_time() - started) > START_TOLERANCE_S:
+        if not abs(proc.create_time() - started) <= START_TOLERANCE_S:  # NaN too
             return False
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
