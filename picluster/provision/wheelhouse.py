@@ -64,13 +64,13 @@ class Platform:
     def _checked(cls, arch: str, python: str, glibc: str, error: type, names: tuple[str, str, str]) -> "Platform":
         # Ranges keep pip's command line short (one --platform per glibc minor) and the names real.
         if not _ARCH.match(arch or ""):
-            raise error(f"{names[0]} {arch!r}: not a machine name such as aarch64, armv7l or x86_64")
+            raise error(f"{names[0]} {_shown(arch)}: not a machine name such as aarch64, armv7l or x86_64")
         found = _PYTHON.match(python or "")
         if not found:
-            raise error(f"{names[1]} {python!r}: not a Python 3 version such as 3.11 or 3.11.2")
+            raise error(f"{names[1]} {_shown(python)}: not a Python 3 version such as 3.11 or 3.11.2")
         g = _GLIBC.match(glibc or "")
         if not g or not OLDEST_GLIBC <= int(g[1]) <= NEWEST_GLIBC:
-            raise error(f"{names[2]} {glibc!r}: not a glibc version from 2.{OLDEST_GLIBC} to 2.{NEWEST_GLIBC}, such as 2.36")
+            raise error(f"{names[2]} {_shown(glibc)}: not a glibc version from 2.{OLDEST_GLIBC} to 2.{NEWEST_GLIBC}, such as 2.36")
         return cls(arch, f"3.{int(found[1])}", python, (2, int(g[1])))
 
     @property
@@ -106,6 +106,12 @@ class Platform:
             "sys_platform": "linux",
             "extra": "",
         }
+
+
+def _shown(value: str) -> str:
+    """A value quoted for a one-line message, cut short: an absurd one may be 100,000 characters."""
+    shown = repr(value)
+    return shown if len(shown) <= 40 else shown[:36] + "...'"
 
 
 @dataclass(frozen=True)
