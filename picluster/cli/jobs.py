@@ -7,13 +7,15 @@ from pathlib import Path
 
 import click
 
+from picluster.cli.options import Whole
+
 INT64_MAX = 2**63 - 1  # SQLite's integers: a larger job id or --limit is a usage error, not an OverflowError
 CANCEL_WAIT_S = 120.0  # the job's grace period and the kill after it fit in this
 
 
 @click.command()
-@click.argument("job_id", metavar="[JOB]", type=click.IntRange(1, INT64_MAX), required=False)
-@click.option("--limit", type=click.IntRange(1, INT64_MAX), default=50, show_default=True, help="the newest N jobs")
+@click.argument("job_id", metavar="[JOB]", type=Whole(1, INT64_MAX), required=False)
+@click.option("--limit", type=Whole(1, INT64_MAX), default=50, show_default=True, help="the newest N jobs")
 def jobs(job_id, limit) -> None:
     """List the jobs (launch, run, train) with their state and reason; with JOB, its tasks."""
     from rich.console import Console
@@ -39,7 +41,7 @@ def jobs(job_id, limit) -> None:
 
 
 @click.command()
-@click.argument("job_id", metavar="JOB", type=click.IntRange(1, INT64_MAX))
+@click.argument("job_id", metavar="JOB", type=Whole(1, INT64_MAX))
 @click.option("--task", "label", default=None, help="one task's log, e.g. worker:3 or chief")
 def logs(job_id, label) -> None:
     """Print a job's output as it was streamed (node prefixes), or one task's log."""
@@ -82,7 +84,7 @@ def _copy(path: Path, what: str) -> None:
 
 
 @click.command()
-@click.argument("job_id", metavar="JOB", type=click.IntRange(1, INT64_MAX))
+@click.argument("job_id", metavar="JOB", type=Whole(1, INT64_MAX))
 def cancel(job_id) -> None:
     """Stop a running job: SIGTERM to its tasks, SIGKILL after its grace period; nothing is left running."""
     import signal
