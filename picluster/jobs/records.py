@@ -6,7 +6,10 @@ nodes, times, the coordinator process that runs it, and per task its node, log a
 (one per attempt).  SQLite makes every change atomic, and with a write-ahead log and a busy
 timeout two picluster commands (a ``launch`` and a ``jobs``, two ``launch``es, a ``cancel``) can
 use it at once.  A job whose coordinator vanished without recording the end (killed with
-SIGKILL, a power cut) is marked FAILED the next time anyone reads the records.
+SIGKILL, a power cut) is marked FAILED the next time anyone reads the records.  The file is
+untrusted input (record_schema.py): a foreign or newer database is refused untouched, a damaged
+row named by its job id.  A coordinator is signalled only when processes.same_process proves it
+(pid, start time, command line).
 """
 
 import json
