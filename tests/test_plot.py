@@ -185,14 +185,15 @@ def _run_with_a_bad_timeline(d: Path) -> Path:
     return run
 
 
-@pytest.mark.parametrize("out, words", [
-    (lambda d: Path("/dev/full"), "/dev/full is not a directory"),
-    (lambda d: write_csv(d / "afile", ["a"], []) / "figs", "afile is not a directory"),
+@pytest.mark.parametrize("out, code, words", [
+    (lambda d: Path("/dev/full"), 2, "/dev/full is not a directory"),
+    (lambda d: write_csv(d / "afile", ["a"], []) / "figs", 2, "afile is not a directory"),
+    (lambda d: Path("/sys/picluster-figures"), 1, "cannot write /sys/picluster-figures: Operation not permitted"),  # even root
 ])
-def test_an_out_that_cannot_be_a_folder_is_one_line(tmp_path, out, words):
+def test_an_out_that_cannot_be_a_folder_is_one_line(tmp_path, out, code, words):
     source = write_csv(tmp_path / "x.csv", ["samples", "nodes", "seconds"], [[1e7, 1, 1.0]])
     result = picluster("plot", source, "--out", out(tmp_path))
-    one_line(result, 2, words)
+    one_line(result, code, words)
 
 
 def test_a_disk_full_after_the_first_figure_leaves_none(tmp_path, small_disk):

@@ -92,8 +92,6 @@ def check_title(title: str) -> str:
     from matplotlib import cbook
     from matplotlib.mathtext import MathTextParser
 
-    if any(ord(ch) < 32 for ch in title):
-        raise UsageError("--title: control characters (a newline, a tab) are not drawn; give one line of text")
     if cbook.is_math_text(title):
         try:
             MathTextParser("path").parse(title)
