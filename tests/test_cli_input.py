@@ -1,5 +1,7 @@
 """Bad input: one line on stderr, exit code 2, no traceback, no servers left."""
 
+import json
+
 import pytest
 
 from conftest import picluster, server_processes
@@ -72,7 +74,20 @@ def test_help_is_not_an_error():
     assert result.returncode == 0 and "--samples" in result.stdout
 
 
-@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"layout": {"ps": []}, "pids": 7}', "[]"])
+_TASK = {"job": "worker", "index": 0, "node": "localhost", "host": "127.0.0.1", "port": 2222}
+
+
+def _state(task=None, **top) -> str:
+    return json.dumps({"layout": [{**_TASK, **(task or {})}], "pids": {}, "temporary": False, "agent_port": None, **top})
+
+
+@pytest.mark.parametrize("text", [
+    "[" * 100_000 + "]" * 100_000, '{"layout": {"ps": []}, "pids": 7}', "[]",
+    # the right shape, values of the wrong type: each named, not a traceback deep in cluster status
+    _state({"index": "a"}), _state({"node": 5}), _state({"host": None}), _state({"port": 70000}), _state({"job": "chief"}),
+    _state(pids={"worker:0": "123"}), _state(pids={"worker:0": True}), _state(agent_port="x"), _state(temporary="no"),
+    _state({"extra": 1}),
+])
 def test_a_damaged_local_cluster_state_is_one_line(state, text):
     """The state directory is ours, but whatever is in it must not become a traceback (a deep
     nesting was a RecursionError from json)."""

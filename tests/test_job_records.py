@@ -1,16 +1,23 @@
 """Job records in SQLite: states with reasons, exit codes per attempt, two commands at once."""
 
+import json
 import multiprocessing
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 
+import psutil
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from picluster.errors import ClusterError, UsageError
 from picluster.jobs.records import JobStore, recorded
+
+from conftest import one_line, picluster
 
 
 @pytest.fixture
@@ -55,7 +62,9 @@ def test_a_job_whose_coordinator_died_reads_failed(store):
         with store._tx() as db:
             import psutil
 
-            db.execute("UPDATE jobs SET pid = ?, pid_start = ? WHERE id = ?", (child.pid, psutil.Process(child.pid).create_time(), job_id))
+            proc = psutil.Process(child.pid)
+            db.execute("UPDATE jobs SET pid = ?, pid_start = ?, pid_cmdline = ? WHERE id = ?",
+                       (child.pid, proc.create_time(), json.dumps(proc.cmdline()), job_id))
         assert store.get(job_id).state == "PENDING"
         child.send_signal(signal.SIGKILL)
         child.wait()
@@ -103,7 +112,7 @@ def test_cancel_request_names_the_reason(store):
 def test_a_damaged_database_is_one_line(tmp_path):
     path = tmp_path / "jobs.db"
     path.write_bytes(b"not a database at all, but long enough to be read as a header" * 100)
-    with pytest.raises(ClusterError, match="move the file away"):
+    with pytest.raises(UsageError, match="move the file away"):
         JobStore(path).list()
 
 
@@ -132,3 +141,198 @@ def test_many_commands_at_once_lose_nothing(tmp_path):
     assert len(jobs) == 120 and len({j.id for j in jobs}) == 120
     assert all(j.state == "COMPLETED" and j.tasks[0].exit_codes == [int(j.name.split("-")[1])] for j in jobs)
     assert time.monotonic() - start < 120
+
+
+# -- the records are untrusted input ----------------------------------------------------------------
+
+def test_a_foreign_database_is_named_and_left_untouched(tmp_path):
+    path = tmp_path / "jobs.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE jobs (id INTEGER PRIMARY KEY, title TEXT)")  # someone else's "jobs"
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(UsageError, match=r"not picluster's job records.*missing columns.*left as it is"):
+        JobStore(path).list()
+    with pytest.raises(UsageError):
+        JobStore(path).create("x", "launch")
+    assert path.read_bytes() == before and not (tmp_path / "jobs.db-wal").exists()
+
+
+def test_a_newer_schema_is_named_and_never_relabelled(tmp_path):
+    path = tmp_path / "jobs.db"
+    JobStore(path).create("x", "launch")
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 7")
+    conn.commit()
+    conn.close()
+    with pytest.raises(UsageError, match="newer picluster \\(schema 7"):
+        JobStore(path).list()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 7
+    conn.close()
+
+
+def test_our_older_schema_is_upgraded_and_its_jobs_kept(tmp_path):
+    path = tmp_path / "jobs.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(_v1_schema())
+    conn.execute("INSERT INTO jobs (name, kind, state, created) VALUES ('old', 'launch', 'COMPLETED', 1.0)")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    store = JobStore(path)
+    assert [j.name for j in store.list()] == ["old"]
+    assert store.get(store.create("new", "launch")).state == "PENDING"
+
+
+def _v1_schema() -> str:
+    from picluster.jobs import record_schema
+
+    return record_schema._TABLES.replace(",\n    pid_cmdline TEXT", "")
+
+
+@pytest.mark.parametrize("column, value, words", [
+    ("command", "not json", "command is not JSON"),
+    ("command", '{"a": 1}', "command is not a list of strings"),
+    ("state", "SLEEPING", "state 'SLEEPING' is none of"),
+    ("created", "yesterday", "created is 'yesterday', not a time"),
+    ("restarts", -3, "restarts is -3"),
+    ("name", b"\xff", "name is b'\\xff', not text"),
+])
+def test_a_damaged_row_is_named_by_job_id_and_the_rest_still_list(tmp_path, column, value, words):
+    store = JobStore(tmp_path / "jobs.db")
+    ids = [store.create(f"j{i}", "launch") for i in range(3)]
+    for job_id in ids:
+        store.finish(job_id, "COMPLETED")
+    with store._tx() as db:
+        db.execute(f"UPDATE jobs SET {column} = ? WHERE id = ?", (value, ids[1]))
+    listed = store.list()
+    assert [j.id for j in listed] == [ids[0], ids[2]]
+    assert len(store.damaged) == 1 and store.damaged[0].startswith(f"job {ids[1]}: ") and words in store.damaged[0]
+    with pytest.raises(UsageError, match=f"job {ids[1]}'s record .* is damaged"):
+        store.get(ids[1])
+
+
+def test_a_damaged_task_row_is_named_too(tmp_path):
+    store = JobStore(tmp_path / "jobs.db")
+    job_id = store.create("x", "launch")
+    store.running(job_id, "localhost", [("chief", "localhost", "")])
+    store.finish(job_id, "COMPLETED")
+    with store._tx() as db:
+        db.execute("UPDATE tasks SET exit_codes = ? WHERE job_id = ?", ('[0, "x"]', job_id))
+    assert store.list() == [] and "a task's exit_codes is not a list of exit codes" in store.damaged[0]
+
+
+def test_the_cli_lists_the_good_rows_and_names_the_damaged_one(state):
+    store = JobStore(state / "jobs.db")
+    good, bad = store.create("good", "launch"), store.create("bad", "launch")
+    for job_id in (good, bad):
+        store.finish(job_id, "COMPLETED")
+    with store._tx() as db:
+        db.execute("UPDATE jobs SET command = 'x' WHERE id = ?", (bad,))
+    result = picluster("jobs")
+    one_line(result, 2, f"job {bad}: command is not JSON")
+    assert "good" in result.stdout
+
+
+@pytest.mark.parametrize("args", [["jobs", "9223372036854775808"], ["jobs", "--limit", "99999999999999999999"],
+                                  ["cancel", "9223372036854775808"], ["logs", "9223372036854775808"]])
+def test_numbers_beyond_sqlites_integers_are_usage_errors(state, args):
+    result = picluster(*args)
+    assert result.returncode == 2 and "Traceback" not in result.stderr and "OverflowError" not in result.stderr, result.stderr
+    assert "9223372036854775807" in result.stderr
+
+
+def test_numbers_beyond_sqlites_integers_are_refused_by_the_store(tmp_path):
+    with pytest.raises(UsageError, match="between 1 and 9223372036854775807"):
+        JobStore(tmp_path / "jobs.db").get(2**63)
+    with pytest.raises(UsageError, match="--limit"):
+        JobStore(tmp_path / "jobs.db").list(2**64)
+
+
+def test_a_state_directory_that_is_a_file_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "state").write_text("")
+    monkeypatch.setenv("PICLUSTER_STATE_DIR", str(tmp_path / "state" / "deeper"))
+    one_line(picluster("jobs"), 2, "is not a directory")
+    monkeypatch.setenv("PICLUSTER_STATE_DIR", str(tmp_path / "state"))
+    one_line(picluster("jobs"), 2, "is not a directory")
+
+
+def test_a_state_directory_that_cannot_be_made_is_one_line(monkeypatch):
+    # sysfs refuses a new folder even to root: "Operation not permitted" (the disk's, not the user's fault)
+    monkeypatch.setenv("PICLUSTER_STATE_DIR", "/sys/picluster-state")
+    one_line(picluster("jobs"), 1, "cannot write /sys/picluster-state")
+
+
+def test_cancel_never_signals_a_process_it_cannot_prove_is_the_job(state):
+    """A RUNNING record without the coordinator's start time, whose pid is now an unrelated process."""
+    store = JobStore(state / "jobs.db")
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        job_id = store.create("x", "launch")
+        store.running(job_id, "localhost")
+        with store._tx() as db:
+            db.execute("UPDATE jobs SET pid = ?, pid_start = NULL WHERE id = ?", (bystander.pid, job_id))
+        result = picluster("cancel", job_id)
+        assert "cannot find the job's process" in result.stdout + result.stderr, (result.stdout, result.stderr)
+        assert bystander.poll() is None, "an unrelated process was signalled"
+        job = store.get(job_id)
+        assert job.state == "FAILED" and job.reason.startswith("cannot find the job's process")
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_cancel_without_a_recorded_command_line_signals_nothing_and_marks_the_record(state):
+    """Pid and start time match (a record of the older schema, say) but no command line: not proven."""
+    store = JobStore(state / "jobs.db")
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        job_id = store.create("x", "launch")
+        store.running(job_id, "localhost")
+        with store._tx() as db:
+            db.execute("UPDATE jobs SET pid = ?, pid_start = ?, pid_cmdline = NULL WHERE id = ?",
+                       (bystander.pid, psutil.Process(bystander.pid).create_time(), job_id))
+        one_line(picluster("cancel", job_id), 1, "cannot find the job's process", "marked FAILED")
+        assert bystander.poll() is None, "an unrelated process was signalled"
+        assert store.get(job_id).state == "FAILED"
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+# -- property: whatever a row holds, reading lists it or names it ------------------------------------
+
+_ANY_VALUE = st.one_of(st.none(), st.integers(min_value=-(2**63), max_value=2**63 - 1), st.floats(allow_nan=True),
+                       st.text(max_size=30), st.binary(max_size=10), st.sampled_from(['[]', '["a"]', '[1, null]', '{}', 'null']))
+
+
+@given(values=st.dictionaries(st.sampled_from(["name", "kind", "mode", "state", "reason", "command", "log_dir", "pid",
+                                                "pid_start", "created", "started", "ended", "restarts",
+                                                "cancel_requested", "pid_cmdline"]), _ANY_VALUE, max_size=5),
+       codes=_ANY_VALUE)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_row_is_listed_or_named_never_a_traceback(tmp_path_factory, values, codes):
+    store = JobStore(tmp_path_factory.mktemp("db") / "jobs.db")
+    keep = store.create("keep", "launch")
+    store.finish(keep, "COMPLETED")
+    odd = store.create("odd", "launch")
+    store.running(odd, "localhost", [("chief", "localhost", "")])
+    with store._tx() as db:
+        for column, value in values.items():
+            try:
+                db.execute(f"UPDATE jobs SET {column} = ? WHERE id = ?", (value, odd))
+            except sqlite3.IntegrityError:
+                pass  # NOT NULL: SQLite itself refuses
+        try:
+            db.execute("UPDATE tasks SET exit_codes = ? WHERE job_id = ?", (codes, odd))
+        except sqlite3.IntegrityError:
+            pass
+    listed = store.list()
+    assert keep in [j.id for j in listed]
+    assert (odd in [j.id for j in listed]) != any(d.startswith(f"job {odd}: ") for d in store.damaged)
+    for job in listed:
+        assert isinstance(job.command, list) and all(isinstance(c, str) for c in job.command)
+        assert job.state in ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
+        assert all(c is None or isinstance(c, int) for t in job.tasks for c in t.exit_codes)

@@ -74,6 +74,37 @@ def test_dir_must_hold_the_script_and_stay_small(script, tmp_path, monkeypatch):
         launch_config.make(script, [], "each-worker", script.parent)
 
 
+def test_a_script_with_nul_bytes_is_not_python_source(script):
+    script.write_bytes(b"print('a')\n\x00\n")
+    with pytest.raises(UsageError) as err:
+        launch_config.make(script, [], "coordinator")
+    assert "not Python source" in str(err.value) and "None" not in str(err.value), str(err.value)
+
+
+def test_dir_refuses_a_symlink_that_leaves_the_folder(script, tmp_path):
+    secret = tmp_path / "secret.key"
+    secret.write_text("private")
+    (script.parent / "key").symlink_to(secret)
+    with pytest.raises(UsageError, match=r"key is a symlink to .*secret.key, outside the folder"):
+        launch_config.make(script, [], "each-worker", script.parent)
+    (script.parent / "key").unlink()
+    (script.parent / "etc").symlink_to("/etc")  # a folder outside, by a link
+    with pytest.raises(UsageError, match="etc is a symlink to /etc, outside the folder"):
+        launch_config.make(script, [], "each-worker", script.parent)
+
+
+def test_dir_copies_a_link_inside_the_folder_as_its_file_and_counts_its_bytes(script, monkeypatch):
+    (script.parent / "data").mkdir()
+    (script.parent / "data" / "big.bin").write_bytes(b"x" * 3000)
+    (script.parent / "alias.bin").symlink_to("data/big.bin")
+    (script.parent / "data-too").symlink_to("data")  # a folder inside: staged under its own name only
+    c = launch_config.make(script, [], "each-worker", script.parent)
+    assert [rel for rel, _ in c.files()] == ["alias.bin", "train.py", "data/big.bin"]
+    monkeypatch.setattr(launch_config, "MAX_BYTES", 5000)  # 3000 + 3000 + the script: what is really copied
+    with pytest.raises(UsageError, match="MiB to copy"):
+        launch_config.make(script, [], "each-worker", script.parent)
+
+
 # -- the failure policy -----------------------------------------------------------------------
 
 def test_exit_classes_are_tfjobs():

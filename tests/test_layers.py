@@ -15,7 +15,7 @@ LAYERS = (
     ("monitor", "provision", "lab"),
     ("cluster", "views"),
     ("clusterspec", "data", "inventory", "fanout", "nodestats"),
-    ("atomic", "nodeset", "tokens", "tflog"),
+    ("atomic", "nodeset", "tokens", "tflog", "processes"),
     ("paths", "errors"),
 )
 ENTRY = {"__init__", "__main__"}  # the package's face and `python -m picluster`: above everything

@@ -2,6 +2,8 @@
 
 import csv
 import itertools
+import math
+import os
 import re
 import struct
 import sys
@@ -10,12 +12,14 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from picluster.cluster.base import Agent
 from picluster.monitor.poll import Monitor
 from picluster.monitor.record import COLUMNS, Recorder
 
-from conftest import picluster
+from conftest import one_line, picluster
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -148,6 +152,19 @@ def test_scaling_figure_draws_linear_where_it_is_and_keeps_efficiency_above_100_
     (lambda d: d / "missing.csv", [], "no such file or directory"),
     (lambda d: d, [], "no metrics.csv or nodes.csv"),
     (lambda d: write_csv(d / "x.csv", ["samples", "nodes", "seconds"], [[1e7, 1, 1.0]]), ["--format", "gif"], "--format 'gif'"),
+    # A time of 0 divided the speedup by zero after the time figure was written; negative ones were drawn.
+    (lambda d: write_csv(d / "x.csv", ["samples", "nodes", "seconds"], [[1e7, 1, 2.0], [1e7, 2, 0]]), [],
+     "x.csv, line 3: seconds '0' is out of range"),
+    (lambda d: write_csv(d / "x.csv", ["samples", "nodes", "seconds"], [[1e7, 1, -2.0]]), [], "line 2: seconds '-2.0' is out of range"),
+    (lambda d: write_csv(d / "x.csv", ["samples", "nodes", "seconds"], [[1e7, 1.5, 2.0]]), [], "nodes '1.5' is not a whole number"),
+    (lambda d: write_csv(d / "s.csv", ["mode", "workers", "s_per_epoch"], [["async", 1, 4], ["async", 1.5, 2]]), [],
+     "s.csv, line 3: workers '1.5' is not a whole number"),
+    (lambda d: write_csv(d / "s.csv", ["mode", "workers", "s_per_epoch"], [["async", 0, 4]]), [], "workers '0' is out of range"),
+    (lambda d: write_csv(d / "s.csv", ["mode", "workers", "s_per_epoch"], [["", 1, 4]]), [], "mode is blank"),
+    (lambda d: write_csv(d / "x.csv", ["samples", "nodes", "seconds"], [[1e7, 1, 1.0]]), ["--title", "cost $$"],
+     "--title 'cost $$': not valid math text"),
+    (lambda d: write_csv(d / "x.csv", ["samples", "nodes", "seconds"], [[1e7, 1, 1.0]]), ["--title", r"$\frac$"], "not valid math text"),
+    (lambda d: _run_with_a_bad_timeline(d), [], "nodes.csv, line 3: cpu_percent '-5' is out of range"),
 ])
 def test_bad_sources_are_one_line_exit_2_and_nothing_is_written(tmp_path, make, args, words):
     source = make(tmp_path)
@@ -156,6 +173,59 @@ def test_bad_sources_are_one_line_exit_2_and_nothing_is_written(tmp_path, make, 
     assert result.returncode == 2, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and words in result.stderr, result.stderr
     assert not out.exists()
+
+
+def _run_with_a_bad_timeline(d: Path) -> Path:
+    """A run whose metrics.csv is good and whose nodes.csv is not: its curves were written before."""
+    run = d / "run"
+    run.mkdir()
+    write_csv(run / "metrics.csv", ["epoch", "train_acc", "val_acc", "train_loss", "val_loss"], [[1, 0.5, 0.5, 1.0, 1.0]])
+    write_csv(run / "nodes.csv", ["time", "node", "cpu_percent", "memory_used", "memory_total"],
+              [[1.0, "n1", 5, 10, 100], [2.0, "n1", -5, 10, 100]])
+    return run
+
+
+@pytest.mark.parametrize("out, code, words", [
+    (lambda d: Path("/dev/full"), 2, "/dev/full is not a directory"),
+    (lambda d: write_csv(d / "afile", ["a"], []) / "figs", 2, "afile is not a directory"),
+    (lambda d: Path("/sys/picluster-figures"), 1, "cannot write /sys/picluster-figures: Operation not permitted"),  # even root
+])
+def test_an_out_that_cannot_be_a_folder_is_one_line(tmp_path, out, code, words):
+    source = write_csv(tmp_path / "x.csv", ["samples", "nodes", "seconds"], [[1e7, 1, 1.0]])
+    result = picluster("plot", source, "--out", out(tmp_path))
+    one_line(result, code, words)
+
+
+def test_a_disk_full_after_the_first_figure_leaves_none(tmp_path, small_disk):
+    source = write_csv(tmp_path / "x.csv", ["samples", "nodes", "seconds"], [[1e7, 1, 2.0], [1e7, 2, 1.0]])
+    probe = tmp_path / "probe"
+    assert picluster("plot", source, "--out", probe, "--format", "png").returncode == 0
+    first, second = (probe / "x-time.png").stat().st_size, (probe / "x-speedup.png").stat().st_size
+    assert second > 3 * 4096, "the test needs figures larger than a few pages"
+    out = small_disk.path / "figs"
+    out.mkdir()
+    small_disk.fill()
+    os.truncate(small_disk.path / ".filler", (small_disk.path / ".filler").stat().st_size - first - 2 * 4096)
+    result = picluster("plot", source, "--out", out, "--format", "png")
+    one_line(result, 1, "No space left on device")
+    assert list(out.iterdir()) == []  # neither the first figure nor a part of the second
+
+
+@given(cells=st.lists(st.tuples(st.text(max_size=12), st.text(max_size=12), st.text(max_size=12)), min_size=1, max_size=6))
+def test_any_cell_is_drawn_only_if_it_is_a_sane_value(cells):
+    """Property: whatever a sweep CSV's cells hold, checking gives numbers in range or a UsageError naming the line."""
+    from picluster.errors import UsageError
+    from picluster.plots import sources
+
+    rows = [dict(zip(("samples", "nodes", "seconds"), c)) for c in cells]
+    try:
+        checked = sources._check(Path("x.csv"), rows, {"samples", "nodes", "seconds"})
+    except UsageError as exc:
+        assert str(exc).startswith("x.csv, line ") and "\n" not in str(exc)
+        return
+    for row in checked:
+        assert isinstance(row["samples"], int) and row["samples"] >= 1 and isinstance(row["nodes"], int) and row["nodes"] >= 1
+        assert row["seconds"] is None or (math.isfinite(row["seconds"]) and row["seconds"] > 0)
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """Wheels for the nodes' platform, downloaded by the coordinator (picluster.provision.wheelhouse)."""
 
+import os
 import tomllib
 import zipfile
 from pathlib import Path
@@ -9,6 +10,8 @@ import pytest
 from picluster.errors import ClusterError, UsageError
 from picluster.provision import wheelhouse
 from picluster.provision.wheelhouse import Platform
+
+from conftest import one_line, picluster
 
 ROOT = Path(__file__).resolve().parents[1]
 PI = Platform.of("aarch64", "3.11.2", "2.36")  # Raspberry Pi OS bookworm 64-bit
@@ -55,6 +58,35 @@ def test_a_bad_requirement_is_one_line():
         with pytest.raises(UsageError) as caught:
             wheelhouse.check_requirements([bad])
         assert "\n" not in str(caught.value) and bad in str(caught.value)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--glibc", "2.99999"], "--glibc '2.99999'"),  # one --platform per minor: pip's "Argument list too long"
+    (["--glibc", "2." + "9" * 100_000], "--glibc '2.999"),
+    (["--glibc", "2.36.1"], "not a glibc version from 2.17 to 2.99, such as 2.36"),
+    (["--glibc", "2.16"], "--glibc '2.16'"),
+    (["--glibc", "three"], "--glibc 'three'"),
+    (["--python", "2.7"], "--python '2.7': not a Python 3 version"),
+    (["--arch", "../x"], "--arch '../x'"),
+    (["psutil>>5"], "requirement 'psutil>>5'"),
+    ([], "afile is not a directory"),  # --out under a file: found first, not after every wheel (TensorFlow) is fetched
+])
+def test_wheelhouse_usage_errors_exit_2_before_any_download(tmp_path, args, words):
+    (tmp_path / "afile").write_text("")
+    out = tmp_path / "afile" / "wheels" if not args else tmp_path / "wheels"
+    env = dict(os.environ, PICLUSTER_CACHE_DIR=str(tmp_path / "cache"))
+    result = picluster("wheelhouse", "--out", out, *args, env=env, timeout=120)
+    one_line(result, 2, words[:60])
+    assert len(result.stderr) < 500  # an absurd value is cut short in the message
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "wheels").exists()
+
+
+def test_platform_from_options_is_a_usage_error_and_from_facts_a_cluster_error():
+    assert Platform.asked("aarch64", "3.11.2", "2.36") == PI
+    with pytest.raises(UsageError, match="--glibc"):
+        Platform.asked("aarch64", "3.11.2", "2.360")
+    with pytest.raises(ClusterError, match="the node's C library"):
+        Platform.of("aarch64", "3.11.2", "2.360")
 
 
 @pytest.mark.slow

@@ -7,12 +7,15 @@ from pathlib import Path
 
 import click
 
+from picluster.cli.options import Whole
+
+INT64_MAX = 2**63 - 1  # SQLite's integers: a larger job id or --limit is a usage error, not an OverflowError
 CANCEL_WAIT_S = 120.0  # the job's grace period and the kill after it fit in this
 
 
 @click.command()
-@click.argument("job_id", metavar="[JOB]", type=click.IntRange(1), required=False)
-@click.option("--limit", type=click.IntRange(1), default=50, show_default=True, help="the newest N jobs")
+@click.argument("job_id", metavar="[JOB]", type=Whole(1, INT64_MAX), required=False)
+@click.option("--limit", type=Whole(1, INT64_MAX), default=50, show_default=True, help="the newest N jobs")
 def jobs(job_id, limit) -> None:
     """List the jobs (launch, run, train) with their state and reason; with JOB, its tasks."""
     from rich.console import Console
@@ -27,14 +30,18 @@ def jobs(job_id, limit) -> None:
         console.print(job_detail(store.get(job_id)))
         return
     found = store.list(limit)
-    if not found:
+    if found:
+        console.print(jobs_table(found))
+    elif not store.damaged:
         click.echo("no jobs yet")
-        return
-    console.print(jobs_table(found))
+    if store.damaged:
+        from picluster.errors import UsageError
+
+        raise UsageError(f"damaged records in {store.path}, not listed: {'; '.join(store.damaged)}")
 
 
 @click.command()
-@click.argument("job_id", metavar="JOB", type=click.IntRange(1))
+@click.argument("job_id", metavar="JOB", type=Whole(1, INT64_MAX))
 @click.option("--task", "label", default=None, help="one task's log, e.g. worker:3 or chief")
 def logs(job_id, label) -> None:
     """Print a job's output as it was streamed (node prefixes), or one task's log."""
@@ -77,7 +84,7 @@ def _copy(path: Path, what: str) -> None:
 
 
 @click.command()
-@click.argument("job_id", metavar="JOB", type=click.IntRange(1))
+@click.argument("job_id", metavar="JOB", type=Whole(1, INT64_MAX))
 def cancel(job_id) -> None:
     """Stop a running job: SIGTERM to its tasks, SIGKILL after its grace period; nothing is left running."""
     import signal
@@ -88,10 +95,9 @@ def cancel(job_id) -> None:
     store = JobStore()
     job = store.get(job_id)
     if not job.active:
-        click.echo(f"job {job_id} is already {job.state}; nothing to cancel")
+        click.echo(f"job {job_id} is already {job.state}" + (f" ({job.reason})" if job.reason else "") + "; nothing to cancel")
         return
-    store.request_cancel(job_id)
-    coordinator = store.coordinator(job)
+    coordinator = store.cancel_target(job_id)  # only a process proven to be the job's
     if coordinator is None:
         job = store.get(job_id)  # reading marks it FAILED: its coordinator is gone
         click.echo(f"job {job_id}: {job.state} ({job.reason})")

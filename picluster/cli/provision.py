@@ -5,7 +5,7 @@ from pathlib import Path
 import click
 
 from picluster.cli.options import Real, Whole, node_inventory_option
-from picluster.errors import ClusterError, UsageError
+from picluster.errors import ClusterError, StorageError, UsageError
 
 _known_hosts_option = click.option(
     "--known-hosts",
@@ -84,7 +84,6 @@ def inventory(inventory, as_ansible, out, known_hosts) -> None:
         raise UsageError("say which format: --ansible")
     if out is not None:
         from picluster import atomic
-        from picluster.errors import StorageError
 
         try:
             atomic.not_a_file(out)  # a rename would replace a device or a pipe
@@ -114,15 +113,16 @@ def wheelhouse(out: Path, arch: str, python_version: str, glibc: str, requiremen
 
     from picluster.provision import wheelhouse as wh
 
-    target = wh.Platform.of(arch, python_version, glibc)
+    target = wh.Platform.asked(arch, python_version, glibc)  # usage errors, all found before any download
+    wanted = wh.check_requirements(list(requirements)) if requirements else None
+    wh.check_out(out)
     own = None
-    if requirements:
-        house = wh.download(target, wh.check_requirements(list(requirements)))
+    if wanted is not None:
+        house = wh.download(target, wanted)
     else:
         own = wh.own_wheel()
         house = wh.download(target, wh.requirements_of(own, target))
     try:
-        out.mkdir(parents=True, exist_ok=True)
         files = dict(house.files)
         for name in files:
             shutil.copyfile(house.dir / name, out / name)
@@ -132,5 +132,5 @@ def wheelhouse(out: Path, arch: str, python_version: str, glibc: str, requiremen
             shutil.rmtree(own.parent, ignore_errors=True)
         (out / wh.MANIFEST).write_text(wh.Wheelhouse(out, files).manifest_text())
     except OSError as exc:
-        raise UsageError(f"--out {out}: cannot write: {exc.strerror}") from None
+        raise StorageError(out, exc) from None
     click.echo(f"{len(files)} wheels for {target.key} in {out}")

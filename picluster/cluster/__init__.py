@@ -2,6 +2,7 @@
 
 attach.py    which cluster a job attaches to: the inventory's, the running local one, or a temporary one
 local.py     the embedded local cluster: servers as processes on 127.0.0.1
+localstate.py  its cluster.json read back as untrusted input, value by value
 nodes.py     servers and agents on inventory nodes, started over SSH
 ssh.py       one node over SSH (Fabric): commands, sudo, idempotent file writes
 server.py    one TensorFlow task (python -m picluster.cluster.server)

@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 
 from picluster import atomic
+from picluster.cluster import localstate
 from picluster.cluster.base import Agent, Cluster, TaskState
 from picluster.cluster.exits import Exit, Exited, file_tail
 from picluster.cluster.lifetime import signal_group
@@ -182,14 +183,16 @@ class LocalCluster(Cluster):
     def open(cls, run_dir: Path | None = None) -> "LocalCluster | None":
         run_dir = run_dir or persistent_dir()
         try:
-            data = json.loads((run_dir / _STATE).read_text())
-            cluster = cls(run_dir, Layout.from_json(data["layout"]), dict(data.get("pids", {})), data.get("temporary", False))
-            cluster.agent_port = data.get("agent_port")
-            return cluster
+            layout, pids, temporary, agent_port = localstate.parse(json.loads((run_dir / _STATE).read_text()))
         except FileNotFoundError:
             return None
-        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:  # any shape, any depth
+        except NotADirectoryError:
+            raise UsageError(f"{run_dir} is not a directory: move that file away, or set PICLUSTER_STATE_DIR to a folder") from None
+        except (ValueError, RecursionError) as exc:  # BadState names the value; JSON errors the place
             raise ClusterError(f"local cluster state {run_dir / _STATE} is damaged ({exc}); remove {run_dir}") from None
+        cluster = cls(run_dir, layout, pids, temporary)
+        cluster.agent_port = agent_port
+        return cluster
 
     def status(self) -> list[TaskState]:
         """Every task, then the agent (once it has a port)."""

@@ -4,4 +4,5 @@ montecarlo/  the distributed Monte-Carlo estimate of pi: estimate, report, sweep
 har/         HAR training: the residual bidirectional LSTM, between-graph replicated
 launch/      the user's own TensorFlow script (``picluster launch``), in coordinator or each-worker mode
 records.py   the record of every job of the three kinds (SQLite in the state directory)
+record_schema.py  its schema, checked on open, and each row read back checked value by value
 """

@@ -6,7 +6,10 @@ nodes, times, the coordinator process that runs it, and per task its node, log a
 (one per attempt).  SQLite makes every change atomic, and with a write-ahead log and a busy
 timeout two picluster commands (a ``launch`` and a ``jobs``, two ``launch``es, a ``cancel``) can
 use it at once.  A job whose coordinator vanished without recording the end (killed with
-SIGKILL, a power cut) is marked FAILED the next time anyone reads the records.
+SIGKILL, a power cut) is marked FAILED the next time anyone reads the records.  The file is
+untrusted input (record_schema.py): a foreign or newer database is refused untouched, a damaged
+row named by its job id.  A coordinator is signalled only when processes.same_process proves it
+(pid, start time, command line).
 """
 
 import json
@@ -20,43 +23,14 @@ from pathlib import Path
 
 import psutil
 
-from picluster.errors import ClusterError, PiclusterError, UsageError
+from picluster.errors import ClusterError, PiclusterError, StorageError, UsageError
+from picluster.jobs import record_schema as schema
+from picluster.jobs.record_schema import STATES, DamagedRow
 from picluster.paths import state_dir
+from picluster.processes import same_process
 
-STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
 ACTIVE = ("PENDING", "RUNNING")
 BUSY_S = 30.0  # how long a command waits for another's transaction
-_SCHEMA_VERSION = 1
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    name TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    mode TEXT NOT NULL DEFAULT '',
-    state TEXT NOT NULL,
-    reason TEXT NOT NULL DEFAULT '',
-    cluster TEXT NOT NULL DEFAULT '',
-    nodes TEXT NOT NULL DEFAULT '',
-    command TEXT NOT NULL DEFAULT '[]',
-    log_dir TEXT NOT NULL DEFAULT '',
-    pid INTEGER,
-    pid_start REAL,
-    created REAL NOT NULL,
-    started REAL,
-    ended REAL,
-    restarts INTEGER NOT NULL DEFAULT 0,
-    cancel_requested REAL
-);
-CREATE TABLE IF NOT EXISTS tasks (
-    job_id INTEGER NOT NULL REFERENCES jobs(id),
-    label TEXT NOT NULL,
-    node TEXT NOT NULL,
-    log TEXT NOT NULL DEFAULT '',
-    state TEXT NOT NULL DEFAULT 'PENDING',
-    exit_codes TEXT NOT NULL DEFAULT '[]',
-    PRIMARY KEY (job_id, label)
-);
-"""
 
 
 @dataclass
@@ -117,18 +91,21 @@ class JobStore:
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or database()
+        self._prepared = False
+        self.damaged: list[str] = []  # "job 7: command is not JSON", from the last list()
 
     @contextmanager
     def _tx(self, write: bool = True) -> Iterator[sqlite3.Connection]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._make_folder()
         try:
             conn = sqlite3.connect(self.path, timeout=BUSY_S, isolation_level=None)
         except sqlite3.Error as exc:
             raise ClusterError(f"cannot open the job records {self.path}: {exc}") from None
         try:
             conn.row_factory = sqlite3.Row
-            if conn.execute("PRAGMA user_version").fetchone()[0] != _SCHEMA_VERSION:
-                self._create(conn)
+            if not self._prepared:
+                schema.prepare(conn, self.path)  # checked once per store: a foreign file is refused untouched
+                self._prepared = True
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
                 yield conn
@@ -140,21 +117,22 @@ class JobStore:
             if "locked" in str(exc) or "busy" in str(exc):
                 raise ClusterError(f"job records {self.path} stayed locked for {BUSY_S:.0f} s; is a picluster command hung?") from None
             raise ClusterError(f"job records {self.path}: {exc}") from None
-        except sqlite3.DatabaseError as exc:
-            raise ClusterError(f"job records {self.path}: {exc} (move the file away to start new records)") from None
+        except sqlite3.DatabaseError as exc:  # not a database, a malformed page: the file, not the cluster
+            raise UsageError(f"job records {self.path}: {exc} (move the file away to start new records)") from None
         finally:
             conn.close()
 
-    @staticmethod
-    def _create(conn: sqlite3.Connection) -> None:
-        conn.execute("PRAGMA journal_mode = WAL")  # readers never block the writer, nor it them; it sticks to the file
-        conn.execute("BEGIN IMMEDIATE")  # two first commands at once: one creates, the other waits and sees it done
-        if conn.execute("PRAGMA user_version").fetchone()[0] != _SCHEMA_VERSION:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
-        conn.execute("COMMIT")
+    def _make_folder(self) -> None:
+        folder = self.path.parent
+        if folder.is_dir():
+            return
+        if folder.exists() or any(p.exists() and not p.is_dir() for p in folder.parents):
+            raise UsageError(f"state directory {folder} is not a directory: move that file away, "
+                             "or set PICLUSTER_STATE_DIR to a folder")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(folder, exc) from None
 
     # -- writing --------------------------------------------------------------------------
 
@@ -163,9 +141,10 @@ class JobStore:
         me = psutil.Process()
         with self._tx() as db:
             cur = db.execute(
-                "INSERT INTO jobs (name, kind, mode, state, cluster, command, log_dir, pid, pid_start, created)"
-                " VALUES (?, ?, ?, 'PENDING', ?, ?, ?, ?, ?, ?)",
-                (name, kind, mode, cluster, json.dumps(command or []), log_dir, os.getpid(), me.create_time(), time.time()),
+                "INSERT INTO jobs (name, kind, mode, state, cluster, command, log_dir, pid, pid_start, pid_cmdline, created)"
+                " VALUES (?, ?, ?, 'PENDING', ?, ?, ?, ?, ?, ?, ?)",
+                (name, kind, mode, cluster, json.dumps(command or []), log_dir, os.getpid(), me.create_time(),
+                 json.dumps(me.cmdline()), time.time()),
             )
             assert cur.lastrowid is not None
             return cur.lastrowid
@@ -185,7 +164,10 @@ class JobStore:
         """One attempt of a task ended with ``code``; ``state``: the task's state now."""
         with self._tx() as db:
             row = db.execute("SELECT exit_codes FROM tasks WHERE job_id = ? AND label = ?", (job_id, label)).fetchone()
-            codes = json.loads(row["exit_codes"]) if row else []
+            try:
+                codes = schema.exit_codes(row) if row else []
+            except DamagedRow:
+                codes = []  # our own job's row: its earlier attempts are lost, this one is still recorded
             db.execute("UPDATE tasks SET exit_codes = ?, state = ? WHERE job_id = ? AND label = ?",
                        (json.dumps(codes + [code]), state, job_id, label))
 
@@ -220,54 +202,98 @@ class JobStore:
     # -- reading --------------------------------------------------------------------------
 
     def get(self, job_id: int) -> JobRecord:
+        schema.job_id_arg(job_id)
         self._reap()
         with self._tx(write=False) as db:
             row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if row is None:
                 raise UsageError(f"no job {job_id} in {self.path} ('picluster jobs' lists them)")
-            return self._job(db, row)
+            try:
+                return self._job(db, row)
+            except DamagedRow as exc:
+                raise UsageError(f"job {job_id}'s record in {self.path} is damaged: {exc}") from None
 
     def list(self, limit: int | None = None) -> list[JobRecord]:
+        """The newest ``limit`` jobs, oldest first; damaged rows are left out and named in ``damaged``."""
+        if limit is not None:
+            schema.job_id_arg(limit, "--limit")
         self._reap()
+        self.damaged = []
+        found = []
         with self._tx(write=False) as db:
             rows = db.execute("SELECT * FROM jobs ORDER BY id DESC" + (" LIMIT ?" if limit else ""),
                               (limit,) if limit else ()).fetchall()
-            return [self._job(db, row) for row in reversed(rows)]
+            for row in reversed(rows):
+                try:
+                    found.append(self._job(db, row))
+                except DamagedRow as exc:
+                    self.damaged.append(f"job {row['id']}: {exc}")
+        return found
 
     def _job(self, db: sqlite3.Connection, row: sqlite3.Row) -> JobRecord:
-        tasks = [TaskRecord(t["label"], t["node"], t["log"], t["state"], json.loads(t["exit_codes"]))
-                 for t in db.execute("SELECT * FROM tasks WHERE job_id = ? ORDER BY rowid", (row["id"],))]
-        return JobRecord(row["id"], row["name"], row["kind"], row["mode"], row["state"], row["reason"], row["cluster"],
-                         row["nodes"], json.loads(row["command"]), row["log_dir"], row["pid"], row["created"],
-                         row["started"], row["ended"], row["restarts"], row["cancel_requested"], tasks)
+        job_id = schema.integer(row, "id", low=1)
+        tasks = []
+        for t in db.execute("SELECT * FROM tasks WHERE job_id = ? ORDER BY rowid", (job_id,)):
+            try:
+                tasks.append(TaskRecord(schema.text(t, "label"), schema.text(t, "node"), schema.text(t, "log"),
+                                        schema.state(t), schema.exit_codes(t)))
+            except DamagedRow as exc:
+                raise DamagedRow(f"a task's {exc}") from None
+        return JobRecord(job_id, schema.text(row, "name"), schema.text(row, "kind"), schema.text(row, "mode"), schema.state(row),
+                         schema.text(row, "reason"), schema.text(row, "cluster"), schema.text(row, "nodes"),
+                         schema.strings(row, "command"), schema.text(row, "log_dir"), schema.optional_integer(row, "pid", 1),
+                         schema.moment(row, "created"), schema.optional_moment(row, "started"), schema.optional_moment(row, "ended"),
+                         schema.integer(row, "restarts"), schema.optional_moment(row, "cancel_requested"), tasks)
 
     def _reap(self) -> None:
-        """Jobs whose coordinator is gone but that still read PENDING or RUNNING: FAILED, saying so."""
+        """Jobs whose coordinator is gone but that still read PENDING or RUNNING: FAILED, saying so.
+        A record without the coordinator's start time cannot tell it from a process that took its
+        pid since: that job's process cannot be found either."""
         if not self.path.exists():
             return
         with self._tx(write=False) as db:
-            active = db.execute("SELECT id, pid, pid_start FROM jobs WHERE state IN ('PENDING', 'RUNNING')").fetchall()
+            active = db.execute("SELECT id, pid, pid_start, pid_cmdline FROM jobs WHERE state IN ('PENDING', 'RUNNING')").fetchall()
         for row in active:
-            if not coordinator_alive(row["pid"], row["pid_start"]):
-                self.finish(row["id"], "FAILED", f"its coordinator (pid {row['pid']}) ended without recording how the job ended")
+            try:
+                pid, started = schema.optional_integer(row, "pid", 1), schema.optional_moment(row, "pid_start")
+                cmdline = schema.optional_strings(row, "pid_cmdline")
+            except DamagedRow as exc:
+                self.finish(row["id"], "FAILED", f"cannot find the job's process: its record is damaged ({exc})")
+                continue
+            if pid is not None and started is None:
+                self.finish(row["id"], "FAILED", f"cannot find the job's process: pid {pid} has no recorded start time, "
+                                                 "so it cannot be told from a process that took the pid since")
+            elif not same_process(pid, started, cmdline):
+                self.finish(row["id"], "FAILED", f"its coordinator (pid {pid}) ended without recording how the job ended")
+
+    def cancel_target(self, job_id: int) -> psutil.Process | None:
+        """The process to signal to cancel an active job, proven to be its coordinator; None when it is
+        gone.  One that cannot be proven (a record without the start time or command line) is not
+        signalled: the record is marked FAILED, saying so, and a ClusterError tells the user."""
+        job = self.request_cancel(job_id)
+        proc = self.coordinator(job)
+        if proc is not None or not self.get(job_id).active:  # reading reaps a job whose coordinator is gone
+            return proc
+        reason = (f"cannot find the job's process: pid {job.pid} is alive but its record lacks the start time or "
+                  "command line that would prove it is the job's; nothing was signalled")
+        self.finish(job_id, "FAILED", reason)
+        raise ClusterError(f"job {job_id}: {reason} (the record is marked FAILED)")
 
     def coordinator(self, job: JobRecord) -> psutil.Process | None:
+        """The job's coordinator, only if pid, start time and command line all prove it is; else None."""
         with self._tx(write=False) as db:
-            row = db.execute("SELECT pid, pid_start FROM jobs WHERE id = ?", (job.id,)).fetchone()
-        if row is None or not coordinator_alive(row["pid"], row["pid_start"]):
+            row = db.execute("SELECT pid, pid_start, pid_cmdline FROM jobs WHERE id = ?", (job.id,)).fetchone()
+        try:
+            pid, started = schema.integer(row, "pid", 1), schema.moment(row, "pid_start")
+            cmdline = schema.strings(row, "pid_cmdline")
+        except (DamagedRow, TypeError):
             return None
-        return psutil.Process(row["pid"])
-
-
-def coordinator_alive(pid: int | None, started: float | None) -> bool:
-    """Whether ``pid`` is still the process that recorded the job (pids are reused)."""
-    if pid is None:
-        return False
-    try:
-        proc = psutil.Process(pid)
-        return proc.status() != psutil.STATUS_ZOMBIE and (started is None or abs(proc.create_time() - started) < 0.5)
-    except psutil.Error:
-        return False
+        if not same_process(pid, started, cmdline):
+            return None
+        try:
+            return psutil.Process(pid)
+        except psutil.Error:
+            return None
 
 
 class Recorder:

@@ -23,14 +23,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Self
 
-import psutil
-
 from picluster.cluster.lifetime import die_with_parent
 from picluster.errors import ClusterError
 from picluster.lab import commands, keys, mockpi, procs
 from picluster.lab.cgroups import Cgroup, host_mounts
 from picluster.lab.changes import Changes
 from picluster.lab.limits import Limits
+from picluster.processes import same_process, start_time
 
 OVERLAID = ("/etc", "/var", "/home", "/srv", "/mnt", "/boot")
 SHARE_DIR = "/srv/picluster"
@@ -226,10 +225,7 @@ Subsystem sftp {commands.SFTP_SERVER}
                 preexec_fn=_chain(self._joiner(), die_with_parent if owned else None),
             )
         self.pid = proc.pid
-        try:
-            self.started = psutil.Process(proc.pid).create_time()
-        except psutil.NoSuchProcess:
-            self.started = None
+        self.started = start_time(proc.pid)
         return proc
 
     def record_namespaces(self) -> None:
@@ -239,15 +235,7 @@ Subsystem sftp {commands.SFTP_SERVER}
             self.mnt_inode = procs.namespace_inode(self.pid, "mnt")
 
     def alive(self) -> bool:
-        if self.pid is None:
-            return False
-        try:
-            proc = psutil.Process(self.pid)
-            if self.started is not None and abs(proc.create_time() - self.started) > 0.01:
-                return False
-            return proc.status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return False
+        return same_process(self.pid, self.started)
 
     def log_tail(self) -> str:
         """The last two lines of the host's log on one line (sshd says what, then that it quits)."""

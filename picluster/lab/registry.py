@@ -12,11 +12,10 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 
-import psutil
-
 from picluster import paths
 from picluster.errors import ClusterError
 from picluster.lab import cgroups, commands, kinds, links, naming, netns, procs
+from picluster.processes import same_process, start_time
 
 _LOCK = Path("/run/lock/picluster-lab.lock")
 
@@ -41,14 +40,11 @@ def known_ids(root: Path | None = None) -> list[str]:
 
 def this_owner() -> dict:
     """This process, as a lab's state file names its owner (the start time tells a reused pid)."""
-    return {"pid": os.getpid(), "started": psutil.Process().create_time()}
+    return {"pid": os.getpid(), "started": start_time(os.getpid())}
 
 
 def owner_alive(owner: dict) -> bool:
-    try:
-        return abs(psutil.Process(owner["pid"]).create_time() - owner["started"]) < 0.01
-    except psutil.NoSuchProcess:
-        return False
+    return isinstance(owner, dict) and same_process(owner.get("pid"), owner.get("started"))
 
 
 @contextlib.contextmanager

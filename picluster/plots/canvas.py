@@ -1,9 +1,18 @@
-"""Matplotlib, set up once for files (no display), and figures written in each asked-for format."""
+"""Matplotlib, set up once for files (no display), and figures written in each asked-for format.
 
+A call draws every figure into memory first (``save`` renders, it does not write), then
+``write_all`` puts them on disk: each beside its name, then all renamed into place.  So a bad
+value or a full disk leaves none of the call's figures, rather than the first of them.
+"""
+
+import io
 import math
+import os
 from pathlib import Path
 
-from picluster.errors import UsageError
+from picluster.errors import StorageError, UsageError
+
+Rendered = tuple[Path, bytes]  # where a figure goes, and its bytes
 
 FORMATS = ("png", "svg")
 
@@ -22,20 +31,74 @@ def pyplot():
     return plt
 
 
-def save(fig, out_dir: Path, name: str, formats: tuple[str, ...]) -> list[Path]:
-    """``out_dir/name.png`` and/or ``.svg``; the figure is closed afterwards."""
+def save(fig, out_dir: Path, name: str, formats: tuple[str, ...]) -> list[Rendered]:
+    """``out_dir/name.png`` and/or ``.svg``, rendered (``write_all`` writes them); the figure is closed."""
     plt = pyplot()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
+    rendered = []
     try:
         fig.tight_layout()
         for fmt in formats:
-            path = out_dir / f"{name}.{fmt}"
-            fig.savefig(path, format=fmt, metadata={"Software": "picluster"} if fmt == "png" else None)
-            written.append(path)
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format=fmt, metadata={"Software": "picluster"} if fmt == "png" else None)
+            rendered.append((out_dir / f"{name}.{fmt}", buffer.getvalue()))
     finally:
         plt.close(fig)
-    return written
+    return rendered
+
+
+def check_out(out_dir: Path, make: bool = True) -> None:
+    """The output folder, made if missing (``make``); one line when it cannot be.  Checked (not
+    made) before any drawing, so a bad value leaves no empty folder behind."""
+    if out_dir.is_dir():
+        return
+    for place in (out_dir, *out_dir.parents):
+        if place.exists() and not place.is_dir():
+            raise UsageError(f"--out {out_dir}: {place} is not a directory; give a folder for the figures")
+    if not make:
+        return
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(out_dir, exc) from None
+
+
+def write_all(rendered: list[Rendered]) -> list[Path]:
+    """Every figure, or none: each written beside its name, then all renamed into place."""
+    for folder in dict.fromkeys(path.parent for path, _ in rendered):
+        check_out(folder)
+    parts: list[Path] = []
+    try:
+        for path, data in rendered:
+            parts.append(path.with_name(f".{path.name}.part"))
+            with open(parts[-1], "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        for (path, _), part in zip(rendered, parts):
+            os.replace(part, path)
+    except OSError as exc:
+        for part in parts:
+            part.unlink(missing_ok=True)
+        raise StorageError(exc.filename or parts[-1], exc) from None
+    return [path for path, _ in rendered]
+
+
+def check_title(title: str) -> str:
+    """A title with math text (an even number of unescaped ``$``) must parse, else one line, not
+    matplotlib's traceback when the figure is drawn."""
+    if not title:
+        return title
+    pyplot()
+    from matplotlib import cbook
+    from matplotlib.mathtext import MathTextParser
+
+    if cbook.is_math_text(title):
+        try:
+            MathTextParser("path").parse(title)
+        except ValueError as exc:
+            why = " ".join(str(exc).split()).split("ParseException: ")[-1].split("ParseSyntaxException: ")[-1]
+            raise UsageError(f"--title {title!r}: not valid math text ({why}); write a literal $ as \\$") from None
+    return title
 
 
 def check_formats(formats: str) -> tuple[str, ...]:

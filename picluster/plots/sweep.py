@@ -4,10 +4,10 @@ node count, the thesis's own numbers dashed beside ours; and the speedup over on
 from pathlib import Path
 
 from picluster.jobs.montecarlo import thesis
-from picluster.plots.canvas import color, linear_reference, pyplot, save
+from picluster.plots.canvas import Rendered, color, linear_reference, pyplot, save
 
 
-def time_figure(seconds: dict[tuple[int, int], float], out_dir: Path, name: str, formats, title: str = "") -> list[Path]:
+def time_figure(seconds: dict[tuple[int, int], float], out_dir: Path, name: str, formats, title: str = "") -> list[Rendered]:
     """``seconds``: (samples, nodes) -> compute seconds (a failed cell is left out)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
@@ -29,7 +29,7 @@ def time_figure(seconds: dict[tuple[int, int], float], out_dir: Path, name: str,
     return save(fig, out_dir, name, formats)
 
 
-def speedup_figure(seconds: dict[tuple[int, int], float], out_dir: Path, name: str, formats, title: str = "") -> list[Path]:
+def speedup_figure(seconds: dict[tuple[int, int], float], out_dir: Path, name: str, formats, title: str = "") -> list[Rendered]:
     """Speedup t(1 node) / t(N nodes) per sample count: the smallest, 6e7 (the thesis's largest
     one-node size) and the largest; the thesis's dashed where it has a one-node time."""
     plt = pyplot()

@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from picluster.plots.canvas import color, pyplot, save
+from picluster.plots.canvas import Rendered, color, pyplot, save
 
 
-def timeline_figure(rows: list[dict], out_dir: Path, name: str, formats, title: str = "") -> list[Path]:
+def timeline_figure(rows: list[dict], out_dir: Path, name: str, formats, title: str = "") -> list[Rendered]:
     plt = pyplot()
     fig, (cpu, mem) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
     t0 = min(float(r["time"]) for r in rows)

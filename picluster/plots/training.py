@@ -3,10 +3,10 @@ input, compute and exchange, and a scaling table's speedup and efficiency by wor
 
 from pathlib import Path
 
-from picluster.plots.canvas import color, linear_reference, pyplot, save
+from picluster.plots.canvas import Rendered, color, linear_reference, pyplot, save
 
 
-def curves_figure(rows: list[dict], out_dir: Path, name: str, formats, title: str = "") -> list[Path]:
+def curves_figure(rows: list[dict], out_dir: Path, name: str, formats, title: str = "") -> list[Rendered]:
     """Train and validation accuracy and loss per epoch (test scores are not plotted: the epoch
     is chosen on validation, and a test curve invites choosing it there)."""
     plt = pyplot()
@@ -32,7 +32,7 @@ def curves_figure(rows: list[dict], out_dir: Path, name: str, formats, title: st
     return save(fig, out_dir, name, formats)
 
 
-def epoch_time_figure(rows: list[dict], out_dir: Path, name: str, formats, title: str = "") -> list[Path]:
+def epoch_time_figure(rows: list[dict], out_dir: Path, name: str, formats, title: str = "") -> list[Rendered]:
     """Stacked bars: each epoch's seconds of input, compute and exchange (the chief's view)."""
     plt = pyplot()
     from matplotlib.ticker import MaxNLocator
@@ -54,7 +54,7 @@ def epoch_time_figure(rows: list[dict], out_dir: Path, name: str, formats, title
     return save(fig, out_dir, name, formats)
 
 
-def scaling_figure(rows: list[dict], out_dir: Path, name: str, formats, title: str = "") -> list[Path]:
+def scaling_figure(rows: list[dict], out_dir: Path, name: str, formats, title: str = "") -> list[Rendered]:
     """Speedup (epoch time of one worker over N's) and efficiency (speedup / N) per mode."""
     plt = pyplot()
     fig, (speed, eff) = plt.subplots(1, 2, figsize=(10, 4))

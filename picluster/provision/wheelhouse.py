@@ -18,6 +18,7 @@ when whole), so a second run, or a new node of the same kind, needs no network a
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,10 +30,14 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 
 from picluster import paths
-from picluster.errors import ClusterError, UsageError
+from picluster.errors import ClusterError, StorageError, UsageError
 
 MANIFEST = "MANIFEST.json"
 OLDEST_GLIBC = 17  # manylinux2014 = manylinux_2_17: nothing older is worth listing
+NEWEST_GLIBC = 99  # glibc is at 2.4x; a larger number is a typo, and each minor is a --platform for pip
+_ARCH = re.compile(r"^[A-Za-z0-9_]{1,32}$")
+_PYTHON = re.compile(r"^3\.(\d{1,2})(?:\.\d{1,3})?$")
+_GLIBC = re.compile(r"^2\.(\d{1,2})$")
 DOWNLOAD_TIMEOUT = 3600.0
 
 
@@ -47,14 +52,26 @@ class Platform:
 
     @classmethod
     def of(cls, arch: str, python: str, glibc: str) -> "Platform":
-        try:
-            major, minor = (int(p) for p in python.split(".")[:2])
-            g_major, g_minor = (int(p) for p in glibc.split(".")[:2])
-        except ValueError:
-            raise ClusterError(f"cannot tell the node's Python ({python or '?'}) and C library ({glibc or '?'}) versions") from None
-        if not arch or "/" in arch:
-            raise ClusterError(f"cannot tell the node's architecture ({arch or '?'})")
-        return cls(arch, f"{major}.{minor}", python, (g_major, g_minor))
+        """From a node's facts: a value that makes no sense is the node's fault (ClusterError)."""
+        return cls._checked(arch, python, glibc, ClusterError, ("the node's architecture", "the node's Python", "the node's C library"))
+
+    @classmethod
+    def asked(cls, arch: str, python: str, glibc: str) -> "Platform":
+        """From ``--arch``, ``--python`` and ``--glibc``: a bad one is a usage error, found before any download."""
+        return cls._checked(arch, python, glibc, UsageError, ("--arch", "--python", "--glibc"))
+
+    @classmethod
+    def _checked(cls, arch: str, python: str, glibc: str, error: type, names: tuple[str, str, str]) -> "Platform":
+        # Ranges keep pip's command line short (one --platform per glibc minor) and the names real.
+        if not _ARCH.match(arch or ""):
+            raise error(f"{names[0]} {_shown(arch)}: not a machine name such as aarch64, armv7l or x86_64")
+        found = _PYTHON.match(python or "")
+        if not found:
+            raise error(f"{names[1]} {_shown(python)}: not a Python 3 version such as 3.11 or 3.11.2")
+        g = _GLIBC.match(glibc or "")
+        if not g or not OLDEST_GLIBC <= int(g[1]) <= NEWEST_GLIBC:
+            raise error(f"{names[2]} {_shown(glibc)}: not a glibc version from 2.{OLDEST_GLIBC} to 2.{NEWEST_GLIBC}, such as 2.36")
+        return cls(arch, f"3.{int(found[1])}", python, (2, int(g[1])))
 
     @property
     def key(self) -> str:
@@ -89,6 +106,12 @@ class Platform:
             "sys_platform": "linux",
             "extra": "",
         }
+
+
+def _shown(value: str) -> str:
+    """A value quoted for a one-line message, cut short: an absurd one may be 100,000 characters."""
+    shown = repr(value)
+    return shown if len(shown) <= 40 else shown[:36] + "...'"
 
 
 @dataclass(frozen=True)
@@ -131,6 +154,19 @@ def check_requirements(requirements: list[str]) -> list[str]:
         if req.url:
             raise UsageError(f"requirement {text!r}: URLs are not downloaded for nodes; name a package")
     return list(requirements)
+
+
+def check_out(out: Path) -> None:
+    """``--out``: a folder we can write, made if missing; checked before anything is downloaded."""
+    for place in (out, *out.parents):
+        if place.exists() and not place.is_dir():
+            raise UsageError(f"--out {out}: {place} is not a directory; give a folder for the wheels")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(out, exc) from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise StorageError(out, "permission denied")
 
 
 def key_of(target: Platform, requirements: list[str]) -> str:

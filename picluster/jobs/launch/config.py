@@ -85,24 +85,45 @@ def _check_syntax(path: Path, shown: str) -> None:
     try:
         compile(source, shown, "exec", dont_inherit=True)
     except SyntaxError as exc:
+        if exc.lineno is None:  # no line to point at: a NUL byte ("source code string cannot contain null bytes")
+            raise UsageError(f"SCRIPT {shown}: not Python source ({exc.msg})") from None
         raise UsageError(f"{shown}:{exc.lineno}: {type(exc).__name__}: {exc.msg}") from None
-    except ValueError as exc:  # e.g. a NUL byte: not Python source at all
+    except ValueError as exc:  # older Pythons say NUL bytes with a ValueError
         raise UsageError(f"SCRIPT {shown}: not Python source ({exc})") from None
 
 
 def staged_files(folder: Path) -> list[tuple[str, Path]]:
-    """(path relative to the folder, file) for everything staged: regular files, no caches or VCS."""
+    """(path relative to the folder, file) for everything staged: regular files, no caches or VCS.
+
+    Only what is inside the folder is copied to the nodes: a symlink (to a file or a folder) that
+    leads out of it — ``hostname -> /etc/hostname``, a link to a key — is refused, named, rather
+    than its target copied to every node.  A link to a file inside the tree is copied as that file;
+    a link to a folder inside it is not walked (the folder is staged under its own name).  The
+    limits count the bytes of what is really copied: each file's target.
+    """
+    root_dir = folder.resolve()
     found: list[tuple[str, Path]] = []
     total = 0
-    for root, dirs, files in os.walk(folder):
+    for root, dirs, files in os.walk(root_dir):
         dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+        for name in [d for d in dirs if (Path(root) / d).is_symlink()]:
+            _inside(root_dir, Path(root) / name, folder)
         for name in sorted(files):
             path = Path(root) / name
+            if path.is_symlink():
+                _inside(root_dir, path, folder)
             if not path.is_file():
-                continue  # sockets, broken links
-            found.append((path.relative_to(folder).as_posix(), path))
+                continue  # sockets, fifos, devices, broken links
+            found.append((path.relative_to(root_dir).as_posix(), path))
             total += path.stat().st_size
             if len(found) > MAX_FILES or total > MAX_BYTES:
                 raise UsageError(f"--dir {folder}: more than {MAX_FILES} files or {MAX_BYTES >> 20} MiB to copy to every node; "
                                  "give a smaller folder")
     return found
+
+
+def _inside(root_dir: Path, link: Path, shown: Path) -> None:
+    target = link.resolve()
+    if target != root_dir and root_dir not in target.parents:
+        raise UsageError(f"--dir {shown}: {link.relative_to(root_dir).as_posix()} is a symlink to {target}, outside the "
+                         "folder; only the folder's own files are copied to the nodes: copy the file in, or remove the link")

@@ -21,8 +21,6 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
 from picluster.cluster.lifetime import die_with_parent
 from picluster.errors import ClusterError
 from picluster.lab import commands
@@ -30,6 +28,7 @@ from picluster.lab.host import HostOptions, StateFileEntry, User
 from picluster.lab.vm import seed, support, tap
 from picluster.lab.vm.accel import Accel
 from picluster.lab.vm.image import Image
+from picluster.processes import same_process, start_time
 
 # net.ifnames=0: the NIC is eth0, as in a namespace host (the seed's network file matches its MAC).
 KERNEL_ARGS = "root=/dev/vda rw console=ttyS0 net.ifnames=0"
@@ -156,22 +155,11 @@ class VM(StateFileEntry):
         self._proc = proc
         self.pid = proc.pid
         self.accel = accel.name
-        try:
-            self.started = psutil.Process(proc.pid).create_time()
-        except psutil.NoSuchProcess:
-            self.started = None
+        self.started = start_time(proc.pid)
         return proc
 
     def alive(self) -> bool:
-        if self.pid is None:
-            return False
-        try:
-            proc = psutil.Process(self.pid)
-            if self.started is not None and abs(proc.create_time() - self.started) > 0.01:
-                return False
-            return proc.status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return False
+        return same_process(self.pid, self.started)
 
     def why_stopped(self) -> str:
         """One line: qemu's last complaint, else the console's last line."""
