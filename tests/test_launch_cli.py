@@ -39,7 +39,7 @@ def script(tmp_path):
     (["launch"], 2, "Missing argument 'SCRIPT'"),
     (["logs", "99"], 2, "no job 99"),
     (["cancel", "99"], 2, "no job 99"),
-    (["jobs", "0"], 2, "0 is not in the range"),
+    (["jobs", "0"], 2, "0 is below the minimum 1"),
 ])
 def test_bad_input_is_one_line(state, script, args, code, says):
     args = [a.format(script=script, dir=script.parent) for a in args]
