@@ -219,3 +219,23 @@ def test_other_validation_volunteers_validate_the_run(state, tmp_path):
                        "--epochs", "1", "--val-volunteers", "3", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["val_volunteers"] == [3]
+
+
+@pytest.mark.slow
+def test_a_run_of_an_earlier_version_resumes_with_its_test_columns(state, tiny, tmp_path):
+    run_dir = tmp_path / "run"
+    first = picluster("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *STANDALONE, "--epochs", "2",
+                      "--eval-test-every-epoch", "--json")
+    assert first.returncode == 0, first.stderr
+    config = json.loads((run_dir / "config.json").read_text())
+    for name in ("eval_test_every_epoch", "val_volunteers"):  # as an earlier version wrote it
+        del config[name]
+    (run_dir / "config.json").write_text(json.dumps(config))
+    result = picluster("train", "har", "--resume", run_dir, "--epochs", "3", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = _rows(run_dir)
+    assert len(rows) == 3 and all(r["test_acc"] != "" for r in rows)
+    out = json.loads(result.stdout)
+    # Extended after it had finished: the test set was scored at each end, and the count says so.
+    assert out["test_scored"]["times"] == 2 and out["test_scored"]["epoch"] == out["best_epoch"]
+    assert len(_scorings(run_dir)) == 2 and "scored 2 times in this run" in _scorings(run_dir)[-1]
