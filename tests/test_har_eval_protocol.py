@@ -239,3 +239,16 @@ def test_a_run_of_an_earlier_version_resumes_with_its_test_columns(state, tiny, 
     # Extended after it had finished: the test set was scored at each end, and the count says so.
     assert out["test_scored"]["times"] == 2 and out["test_scored"]["epoch"] == out["best_epoch"]
     assert len(_scorings(run_dir)) == 2 and "scored 2 times in this run" in _scorings(run_dir)[-1]
+
+
+@pytest.mark.slow
+def test_a_run_stopped_at_its_target_scores_the_test_set_once_for_the_chosen_epoch(state, tiny, tmp_path):
+    run_dir = tmp_path / "run"
+    result = picluster("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *STANDALONE, "--epochs", "30",
+                       "--target-val-accuracy", "0.6", "--json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    rows = _rows(run_dir)
+    assert out["stopped_at_target"] and len(rows) < 30
+    assert out["test_scored"]["times"] == 1 and out["test_scored"]["epoch"] == out["best_epoch"] == _best_by_validation(rows)
+    assert len(_scorings(run_dir)) == 1 and out["test_accuracy"] is not None
