@@ -2,19 +2,32 @@
 
 Run: .venv/bin/python benchmarks/har_study.py [--configs defaults,conv+l2-0.0005+rot45-all ...] [--seeds 1,2,3]
          [--epochs 40] [-j 1] [--cluster] [--threads 1] [--common "--mode async"] [--tag T] [--keep DIR]
+     .venv/bin/python benchmarks/har_study.py --cv [--folds 5] [--seeds 1,2,3,4,5] [--configs recipe,recipe-nomirror]
 
 Each (configuration, seed) is a real `picluster train har` run, one process (--standalone)
 unless --cluster (the default temporary local cluster: 1 ps + 2 workers, sync).  The model is
 the epoch with the best validation accuracy (4 held-out volunteers); the table shows that
-epoch, its validation and test accuracy, and the run's wall time.  Test accuracy is never used
-to choose anything.  Rows are appended to benchmarks/results/har_study.jsonl as they finish,
-so an interrupted study keeps what it measured.  A benchmark, not a test: nothing asserts.
+epoch, its validation accuracy and the test accuracy the run scored once at its end, and the
+run's wall time.  Test accuracy is never used to choose anything.
+
+--cv: leave-volunteers-out cross-validation, for recipe claims.  The training volunteers of the
+prepared data (its train and validation splits; never a test volunteer) are dealt into --folds
+groups (jobs/har/folds.py; with 5 folds on UCI HAR one of them is the usual validation split);
+each (configuration, seed, fold) trains on the other folds and validates on its own
+(--val-volunteers).  By default the recipe with and without the mirror augmentation, 5 seeds.
+Per configuration: the mean and the sample standard deviation (n - 1) of validation accuracy
+over every fold and seed, both at the epoch chosen on that validation (optimistic: chosen and
+scored on the same volunteers) and at the last epoch (no choice made).  Test scores are not
+read.  Rows (and a "summary" row per configuration) are appended to
+benchmarks/results/har_study.jsonl as they finish, so an interrupted study keeps what it
+measured.  A benchmark, not a test: nothing asserts.
 """
 
 import argparse
 import csv
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,6 +36,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from picluster.errors import UsageError  # noqa: E402
 
 # resbidir with its defaults: the study's baseline until issue 13.  Names joined by '+' add their
 # options in order (the last value of an option wins), so "conv+l2-0.0005+rot45-all" is the
@@ -75,33 +91,69 @@ CONFIGS = {
     "rot45-all": ["--augment", "rotate:45,mirror:0.5,scale:0.1,shift:8"],
     "rot90-all": ["--augment", "rotate:90,mirror:0.5,scale:0.1,shift:8"],
     "rot180-all": ["--augment", "rotate:180,mirror:0.5,scale:0.1,shift:8"],
+    # The recipe (convlstm's defaults) as it is, and without its mirror augmentation: --cv's pair.
+    "recipe": [],
+    "recipe-nomirror": ["--augment", "rotate:45,scale:0.1,shift:8"],
 }
 
 
-def run(name: str, seed: int, args, tmp: Path) -> dict:
-    run_dir = tmp / f"{name}-s{seed}".replace("/", "_").replace(" ", "_")
+def run(name: str, seed: int, args, tmp: Path, fold: tuple[int, tuple[int, ...]] | None = None) -> dict:
+    label = f"{name}-s{seed}" + (f"-f{fold[0]}" if fold else "")
+    run_dir = tmp / label.replace("/", "_").replace(" ", "_")
     extra = [] if args.cluster else ["--standalone"]
     cmd = [sys.executable, "-m", "picluster", "train", "har", "--run-dir", str(run_dir), "--epochs", str(args.epochs),
            "--seed", str(seed), "--json", *extra, *parse(name), *args.common.split()]
     if args.threads and not args.cluster:
         cmd += ["--threads", str(args.threads)]
-    env = dict(os.environ, PICLUSTER_STATE_DIR=str(tmp / f"state-{name}-s{seed}".replace("/", "_").replace(" ", "_")))
+    if args.data_dir:
+        cmd += ["--data-dir", str(args.data_dir)]
+    if fold:
+        cmd += ["--val-volunteers", ",".join(map(str, fold[1]))]
+    env = dict(os.environ, PICLUSTER_STATE_DIR=str(tmp / f"state-{label}".replace("/", "_").replace(" ", "_")))
     start = time.time()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     wall = time.time() - start
+    where = {"config": name, "seed": seed} | ({"fold": fold[0], "val_volunteers": list(fold[1])} if fold else {})
     if done.returncode != 0:
-        return {"config": name, "seed": seed, "error": (done.stderr.strip().splitlines() or ["?"])[-1]}
+        return where | {"error": (done.stderr.strip().splitlines() or ["?"])[-1]}
     result = json.loads(done.stdout)
     with open(run_dir / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
-    return {
-        "config": name, "options": " ".join(parse(name) + args.common.split()), "seed": seed, "epochs": len(rows),
+    row = where | {
+        "options": " ".join(parse(name) + args.common.split()), "epochs": len(rows),
         "parameters": result["parameters"], "threads": args.threads, "tag": args.tag,
         "mode": "sync cluster" if args.cluster else "standalone",
-        "best_epoch": result["best_epoch"], "val_acc": result["val_accuracy"], "test_acc": result["test_accuracy"],
-        "last_test_acc": float(rows[-1]["test_acc"]), "max_test_acc_not_used": max(float(r["test_acc"]) for r in rows),
+        "best_epoch": result["best_epoch"], "val_acc": result["val_accuracy"], "last_val_acc": float(rows[-1]["val_acc"]),
         "epoch_s": result["epoch_s_mean"], "wall_s": round(wall, 1),
     }
+    if fold:
+        return row  # cross-validation reads no test score
+    row["test_acc"] = result["test_accuracy"]  # scored once, at the end, for best_epoch
+    if rows and rows[-1].get("test_acc"):  # per-epoch test columns: only with --eval-test-every-epoch in --common
+        row["last_test_acc"] = float(rows[-1]["test_acc"])
+        row["max_test_acc_not_used"] = max(float(r["test_acc"]) for r in rows)
+    return row
+
+
+def summary(name: str, rows: list[dict]) -> dict:
+    """Mean and sample standard deviation of validation accuracy over every fold and seed of ``name``."""
+    done = [r for r in rows if r["config"] == name and "error" not in r]
+    out: dict = {"summary": name, "runs": len(done), "failed": sum(r["config"] == name and "error" in r for r in rows),
+                 "folds": len({r["fold"] for r in done}), "seeds": len({r["seed"] for r in done})}
+    for key in ("val_acc", "last_val_acc"):
+        values = [float(r[key]) for r in done]
+        out[f"{key}_mean"] = statistics.fmean(values) if values else None
+        out[f"{key}_sd"] = statistics.stdev(values) if len(values) > 1 else None  # sample (n - 1)
+    return out
+
+
+def cv_folds(args) -> list[tuple[int, tuple[int, ...]]]:
+    """(index, volunteers) of each fold over the prepared data's training volunteers."""
+    from picluster.data.har.dataset import cache_path, har_dir, load
+    from picluster.jobs.har.folds import folds, training_volunteers
+
+    data = load(cache_path(args.data_dir or har_dir()))
+    return list(enumerate(folds(training_volunteers(data), args.folds)))
 
 
 def parse(name: str) -> list[str]:
@@ -113,8 +165,12 @@ def parse(name: str) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--configs", default="defaults,thesis,norm-batch,norm-step,norm-none,standardise,relu-logits,cosine")
-    parser.add_argument("--seeds", default="1,2")
+    parser.add_argument("--configs", help="[defaults,thesis,norm-batch,norm-step,norm-none,standardise,relu-logits,cosine; "
+                        "with --cv: recipe,recipe-nomirror]")
+    parser.add_argument("--seeds", help="[1,2; with --cv: 1,2,3,4,5]")
+    parser.add_argument("--cv", action="store_true", help="leave-volunteers-out cross-validation over the training volunteers")
+    parser.add_argument("--folds", type=int, default=5, help="--cv: folds of training volunteers [5]")
+    parser.add_argument("--data-dir", type=Path, help="prepared HAR folder [picluster data har's]")
     parser.add_argument("--epochs", type=int, default=40)
     parser.add_argument("-j", "--jobs", type=int, default=1, help="runs at once (each uses every core)")
     parser.add_argument("--cluster", action="store_true", help="the default local cluster instead of --standalone")
@@ -124,17 +180,41 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="keep the run directories here")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "har_study.jsonl")
     args = parser.parse_args()
+    configs = (args.configs or ("recipe,recipe-nomirror" if args.cv else
+                                "defaults,thesis,norm-batch,norm-step,norm-none,standardise,relu-logits,cosine")).split(",")
+    seeds = args.seeds or ("1,2,3,4,5" if args.cv else "1,2")
+    try:
+        for name in configs:
+            parse(name)
+    except KeyError as exc:
+        raise UsageError(f"--configs: no configuration {exc} (see CONFIGS in {Path(__file__).name})") from None
+    if not all(s.strip().isdigit() for s in seeds.split(",")):
+        raise UsageError(f"--seeds {seeds!r}: give whole numbers separated by commas, e.g. 1,2,3,4,5")
+    folds = cv_folds(args) if args.cv else [None]
+    jobs = [(c, int(s), f) for c in configs for s in seeds.split(",") for f in folds]
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    jobs = [(c, int(s)) for c in args.configs.split(",") for s in args.seeds.split(",")]
+    rows = []
     with tempfile.TemporaryDirectory() as scratch:
         tmp = args.keep or Path(scratch)
         tmp.mkdir(parents=True, exist_ok=True)
         with ThreadPoolExecutor(args.jobs) as pool:
-            for row in pool.map(lambda job: run(*job, args, tmp), jobs):
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(row) + "\n")
-                print(json.dumps(row), flush=True)
+            for row in pool.map(lambda job: run(job[0], job[1], args, tmp, job[2]), jobs):
+                rows.append(row)
+                record(args.out, row)
+    if args.cv:
+        for name in configs:
+            record(args.out, summary(name, rows) | {"tag": args.tag, "epochs": args.epochs, "options": " ".join(parse(name) + args.common.split())})
+
+
+def record(out: Path, row: dict) -> None:
+    with open(out, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except UsageError as exc:
+        print(f"har_study.py: error: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -206,7 +206,16 @@ def test_a_killed_chief_stops_the_run_and_resume_continues(state, tiny, tmp_path
     checkpointed = checkpointed_step(run_dir)
     result = picluster("train", "har", "--resume", run_dir, "--epochs", str(len(_rows(run_dir)) + 2), "--json", timeout=240)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout)["resumes"][0]["global_step"] == checkpointed > 0
+    final = json.loads(result.stdout)
+    assert final["resumes"][0]["global_step"] == checkpointed > 0
+    # The killed launch never reached its end: the test set is scored once, by the resumed one,
+    # for the epoch chosen on validation over the whole run.
+    rows = _rows(run_dir)
+    best = min(rows, key=lambda r: (-float(r["val_acc"]), float(r["val_loss"]), int(r["epoch"])))
+    assert final["test_scored"]["times"] == 1 and final["test_scored"]["epoch"] == final["best_epoch"] == int(best["epoch"])
+    scorings = [ln for ln in (run_dir / "worker-0.log").read_text().splitlines() if "chief: test: scored" in ln]
+    assert scorings == [f"chief: test: scored once, checkpoint of epoch {best['epoch']} (best/model-{best['global_step']})"]
+    assert not [c for c in rows[0] if c.startswith("test_")]
 
 
 @pytest.mark.slow
@@ -281,8 +290,8 @@ TINY_CONV = ["--model", "convlstm", "--layers", "1", "--conv-filters", "4", "--c
 @pytest.mark.parametrize("mode", [["--standalone"], ["--mode", "sync"]])
 def test_the_same_seed_gives_the_same_metrics(state, tiny, tmp_path, mode):
     """Seeded initialisation, dropout, input order and augmentation: two runs, identical numbers."""
-    columns = ("train_loss", "train_acc", "val_loss", "val_acc", "test_loss", "test_acc")
-    runs = []
+    columns = ("train_loss", "train_acc", "val_loss", "val_acc")
+    runs, tests = [], []
     for i in range(2):
         run_dir = tmp_path / f"run{i}"
         result = picluster("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *TINY_CONV, "--epochs", "3",
@@ -290,6 +299,7 @@ def test_the_same_seed_gives_the_same_metrics(state, tiny, tmp_path, mode):
         assert result.returncode == 0, result.stderr
         runs.append([[r[c] for c in columns] for r in _rows(run_dir)])
         final = json.loads(result.stdout)
+        tests.append((final["test_accuracy"], final["test_loss"]))
         assert final["model"] == "convlstm" and final["augment"] == "rotate:45,mirror:0.5,scale:0.1,shift:8"
         assert final["deterministic"] == {"seed": 7, "op_determinism": False, "reproducible": True, "threads": None}
-    assert len(runs[0]) == 3 and runs[0] == runs[1]
+    assert len(runs[0]) == 3 and runs[0] == runs[1] and tests[0] == tests[1]

@@ -95,3 +95,17 @@ def test_the_run_line_names_the_model_and_async_says_it_is_not_reproducible(opti
     out = console(200)
     Printer(TrainConfig.for_model(model="resbidir"), "RUN", console=out)
     assert "run RUN: resbidir: 3x2 bidir LSTM, hidden 32, no augmentation, sync, 1 ps + 2 workers, 40 epochs" in text(out)
+
+
+def test_epoch_lines_show_test_scores_only_when_the_run_records_them():
+    from picluster.jobs.har.progress import Printer
+
+    out = console(200)
+    printer = Printer(TrainConfig(epochs=3), "RUN", console=out)
+    row = {"epoch": "1", "train_loss": "1.2", "train_acc": "0.5", "val_loss": "1.1", "val_acc": "0.6", "val_f1": "0.55",
+           "epoch_s": "3", "input_s": "0.1", "compute_s": "2", "exchange_s": "0.9", "staleness_mean": "", "staleness_max": ""}
+    printer.epoch(row)  # the default: validation only
+    printer.epoch(row | {"epoch": "2", "test_loss": "1.0", "test_acc": "0.7", "test_f1": "0.65"})  # --eval-test-every-epoch
+    first, second = [line for line in text(out).splitlines() if line.startswith("epoch")]
+    assert "val 1.100 60.0% F1 0.550  3.0s" in first and "test" not in first and "nan" not in first
+    assert "val 1.100 60.0% F1 0.550  test 1.000 70.0% F1 0.650  3.0s" in second

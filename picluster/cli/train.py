@@ -56,6 +56,11 @@ def train() -> None:
 @click.option("--target-val-accuracy", type=Real(), default=None, help="stop once validation accuracy reaches this")
 @click.option("--checkpoint-epochs", type=Whole(), default=None, help="epochs between checkpoints [1]")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="prepared HAR folder [picluster data har's]")
+@click.option("--val-volunteers", type=str, default=None, metavar="LIST",
+              help="training volunteers that validate instead of the data's own, e.g. 5,14,21,27 (cross-validation folds); never test volunteers")
+@click.option("--eval-test-every-epoch", is_flag=True, default=None,
+              help="for study only: also score the test volunteers every epoch (metrics.csv test columns); "
+                   "by default the test set is scored once, at the end, for the model chosen on validation")
 @click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="where the run keeps its files [<state>/runs/<time>]")
 @click.option("--resume", type=click.Path(file_okay=False, path_type=Path), default=None, help="continue the run in this directory from its last checkpoint")
 @click.option("--json", "as_json", is_flag=True, help="print result.json at the end instead of a summary")

@@ -1,14 +1,17 @@
 """Worker 0's extra duties: evaluate every epoch, select the model on validation, save, report.
 
-The chief evaluates on the validation and the test volunteers after each of its epochs, appends
-the row to metrics.csv, keeps the best model *by validation accuracy* in best/ (test accuracy is
-only reported), checkpoints, and at the end writes result.json.  On a resumed run it first drops
-the rows of epochs the restored checkpoint does not contain: they are trained again (the
+The chief evaluates on the validation volunteers after each of its epochs, appends the row to
+metrics.csv, keeps the best model *by validation accuracy* in best/, checkpoints, and at the end
+scores the test volunteers once, for the model in best/ (restored into a graph of its own), and
+writes result.json.  So nothing is ever chosen on the test set, not even by looking at a test
+curve; --eval-test-every-epoch adds per-epoch test columns for study.  On a resumed run it first
+drops the rows of epochs the restored checkpoint does not contain: they are trained again (the
 checkpoint is the newest intact one, checkpoints.prepare; a run without one is refused).
 """
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -34,13 +37,14 @@ class Chief:
         self.run, self.cfg, self.g, self.data, self.with_raw = run, cfg, g, data, with_raw
         self.raw = lambda fetches, feed=None: with_raw(lambda s: s.run(fetches, feed))
         self.csv = run.metrics
+        self.columns = metrics.columns(cfg.eval_test_every_epoch)  # an existing file keeps its own (metrics._header)
         self.state_path = run.state
         self.state = _load_state(self.state_path)
         # Rows past the restored checkpoint are redone: drop them.
         rows = metrics.read_rows(self.csv)
         kept = [r for r in rows if int(r["epoch"]) <= start_epoch]
         if len(kept) < len(rows):
-            metrics.write_rows(self.csv, kept)  # replaced whole: a failure leaves the old rows
+            metrics.write_rows(self.csv, kept, self.columns)  # replaced whole: a failure leaves the old rows
         if self.state.get("best", {}).get("epoch", 0) > start_epoch:
             del self.state["best"]
         self.state.setdefault("resumes", [])
@@ -53,36 +57,38 @@ class Chief:
         self.last_epoch = start_epoch
         self.stopped_early = False
 
-    def evaluate(self, split: str) -> dict:
+    def evaluate(self, split: str, g: Graph | None = None, run=None) -> dict:
+        """Scores on ``split`` of graph ``g`` run by ``run`` (default: the training graph, on the cluster)."""
+        g, run = g or self.g, run or self.raw
         x, y = getattr(self.data, f"x_{split}"), getattr(self.data, f"y_{split}")
         preds, loss = [], 0.0
         for i in range(0, len(x), self.cfg.eval_batch):
-            p, batch_loss = self.raw([self.g.pred, self.g.xent_sum], {self.g.x: x[i:i + self.cfg.eval_batch], self.g.y: y[i:i + self.cfg.eval_batch]})
+            p, batch_loss = run([g.pred, g.xent_sum], {g.x: x[i:i + self.cfg.eval_batch], g.y: y[i:i + self.cfg.eval_batch]})
             preds.append(p)
             loss += float(batch_loss)
         pred = np.concatenate(preds) if preds else np.zeros(0, np.int64)
-        m = metrics.confusion(y, pred, self.g.shape.classes)
+        m = metrics.confusion(y, pred, g.shape.classes)
         return {"loss": loss / max(len(x), 1), "acc": float((pred == y).mean()) if len(y) else 0.0,
                 "f1": metrics.weighted_f1(m), "confusion": m.tolist(),
                 "by_volunteer": metrics.accuracy_by(getattr(self.data, f"subject_{split}"), y, pred)}
 
     def end_epoch(self, epoch: int, stats: dict) -> bool:
         """Record the epoch; True when training should stop."""
-        val, test = self.evaluate("val"), self.evaluate("test")
+        val = self.evaluate("val")
         step = int(self.raw(self.g.global_step))
         row = {"epoch": epoch, **stats, "global_step": step,
                "val_loss": val["loss"], "val_acc": val["acc"], "val_f1": val["f1"],
-               "test_loss": test["loss"], "test_acc": test["acc"], "test_f1": test["f1"],
                "wall_s": time.time() - self.state["started"], "time": time.time()}
-        metrics.append_row(self.csv, row)
+        if self.cfg.eval_test_every_epoch:  # for study only: recorded, never used to choose
+            test = self.evaluate("test")
+            row |= {"test_loss": test["loss"], "test_acc": test["acc"], "test_f1": test["f1"]}
+        metrics.append_row(self.csv, row, self.columns)
         self._summaries(row, step)
         best = self.state.get("best")
         better = best is None or val["acc"] > best["val_acc"] or (val["acc"] == best["val_acc"] and val["loss"] < best["val_loss"])
         if better or self.cfg.select == "last":
             self.state["best"] = {"epoch": epoch, "global_step": step, "val_acc": val["acc"], "val_loss": val["loss"],
-                                  "val_f1": val["f1"], "test_acc": test["acc"], "test_f1": test["f1"],
-                                  "test_loss": test["loss"], "confusion": test["confusion"],
-                                  "test_by_volunteer": test["by_volunteer"]}
+                                  "val_f1": val["f1"]}
             self.raw_save(self.g.best_saver, self.run.best / "model", step)
         if epoch % self.cfg.checkpoint_epochs == 0 or epoch == self.cfg.epochs:
             self.raw_save(self.g.saver, self.run.checkpoints / "model.ckpt", step)
@@ -107,7 +113,7 @@ class Chief:
     def _summaries(self, row: dict, step: int) -> None:
         values = [tf.compat.v1.Summary.Value(tag=k, simple_value=float(row[k]))
                   for k in ("train_loss", "train_acc", "val_loss", "val_acc", "val_f1", "test_loss", "test_acc", "test_f1",
-                            "epoch_s", "input_s", "compute_s", "exchange_s")]
+                            "epoch_s", "input_s", "compute_s", "exchange_s") if k in row]
         self.writer.add_summary(tf.compat.v1.Summary(value=values), step)
         self.writer.flush()
 
@@ -121,8 +127,38 @@ class Chief:
                 placed[key] = placed.get(key, 0) + int(np.prod(v.shape))
         return dict(sorted(placed.items()))
 
+    def score_test(self) -> dict | None:
+        """The test volunteers' scores for the model in best/, once, at the end of the run.
+
+        The saved weights are restored into a graph of the chief's own, in this process: the
+        cluster's variables are left as they are, and what is scored is exactly what best/ holds
+        (the epoch chosen on validation, or the last with --select last)."""
+        best = self.state.get("best")
+        if best is None:
+            return None
+        prefix = self.run.best / f"model-{best['global_step']}"
+        if not Path(f"{prefix}.index").exists():
+            raise UsageError(f"{prefix}: the checkpoint of epoch {best['epoch']} chosen on validation is missing; "
+                             "the test set cannot be scored for it")
+        local = replace(self.cfg, standalone=True)  # same variables, no ps, no sync queues
+        g = Graph(local, 0, self.data)
+        threads = self.cfg.threads or 0
+        config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads)
+        with g.graph.as_default(), tf.compat.v1.Session(graph=g.graph, config=config) as session:
+            g.best_saver.restore(session, str(prefix))
+            test = self.evaluate("test", g, lambda fetches, feed=None: session.run(fetches, feed))
+        scored = {"epoch": best["epoch"], "global_step": best["global_step"],
+                  "checkpoint": f"{self.run.BEST}/{prefix.name}", "time": time.time()}
+        self.state.setdefault("test_scored", []).append(scored)
+        atomic.write_json(self.state_path, self.state)
+        times = len(self.state["test_scored"])
+        print(f"chief: test: scored {'once' if times == 1 else f'{times} times in this run'}, "
+              f"checkpoint of epoch {best['epoch']} ({scored['checkpoint']})", flush=True)
+        return test | {"scored": scored, "times": times}
+
     def finish(self) -> None:
         best = self.state.get("best", {})
+        test = self.score_test() or {}
         rows = metrics.read_rows(self.csv)
         result = {
             "selected_on": "validation" if self.cfg.select == "best" else "last epoch",
@@ -133,11 +169,16 @@ class Chief:
                               "reproducible": self.cfg.standalone or self.cfg.mode == "sync" or self.cfg.workers == 1,
                               "threads": self.cfg.threads or None},
             "best_epoch": best.get("epoch"),
-            "test_accuracy": best.get("test_acc"),
-            "test_f1": best.get("test_f1"),
+            # The test set, scored once at the end for the model selected above (best/).
+            "test_scored": {"epoch": test["scored"]["epoch"], "global_step": test["scored"]["global_step"],
+                            "checkpoint": test["scored"]["checkpoint"], "times": test["times"]} if test else None,
+            "test_accuracy": test.get("acc"),
+            "test_f1": test.get("f1"),
+            "test_loss": test.get("loss"),
             "val_accuracy": best.get("val_acc"),
-            "confusion": best.get("confusion"),
-            "test_accuracy_by_volunteer": best.get("test_by_volunteer"),  # volunteers differ in posture more than models do
+            "val_volunteers": sorted(int(v) for v in np.unique(self.data.subject_val)),
+            "confusion": test.get("confusion"),
+            "test_accuracy_by_volunteer": test.get("by_volunteer"),  # volunteers differ in posture more than models do
             "epochs_run": self.last_epoch,
             "stopped_at_target": self.stopped_early,
             "parameters": self.g.parameters,
@@ -159,7 +200,7 @@ def _load_state(path: Path) -> dict:
         state = json.loads(path.read_text())
     except (OSError, ValueError, RecursionError) as exc:
         raise UsageError(f"{path}: cannot read the run's state ({type(exc).__name__}); the run cannot be resumed") from None
-    shapes: dict[str, type | tuple[type, ...]] = {"best": dict, "resumes": list, "started": (int, float)}
+    shapes: dict[str, type | tuple[type, ...]] = {"best": dict, "resumes": list, "started": (int, float), "test_scored": list}
     wrong = [k for k, kind in shapes.items() if isinstance(state, dict) and k in state and not isinstance(state[k], kind)]
     best = state.get("best", {}) if isinstance(state, dict) else None
     if not isinstance(state, dict) or wrong or not isinstance(best, dict) or not isinstance(best.get("epoch", 0), int):

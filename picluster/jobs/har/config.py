@@ -14,6 +14,7 @@ from pathlib import Path
 from picluster import tokens
 from picluster.errors import UsageError
 from picluster.jobs.har.augment import parse as augment_spec
+from picluster.jobs.har.folds import parse as volunteers_spec
 
 MODELS = ("convlstm", "resbidir")
 MODES = ("sync", "async")
@@ -25,6 +26,8 @@ MAX_CONFIG_BYTES = 64 * 1024  # config.json is about 1 KB
 MAX_CONV_LAYERS = 7  # 128 steps: the seventh pool of 2 leaves one
 # Fields a run's config.json of an earlier version names otherwise: (old name, models, new name).
 RENAMED = (("conv_layers", ("convlstm",), "layers"),)
+# Fields a run's config.json of an earlier version lacks, with the value that run was made with.
+ADDED: dict = {"eval_test_every_epoch": True, "val_volunteers": ""}
 
 
 def within(default, low, high, *, low_open: bool = False, high_open: bool = False, flag: str | None = None):
@@ -91,6 +94,9 @@ class TrainConfig:
     target_val_accuracy: float = within(0.0, 0.0, 1.0)  # stop once validation accuracy reaches this (0: never)
     eval_batch: int = within(1000, 1, 100_000)
     data_dir: str = ""  # prepared HAR folder ("" = har_dir() of the inventory or this machine)
+    # -- evaluation protocol (docs/har.md): validation chooses, the test set is scored once at the end --
+    eval_test_every_epoch: bool = False  # for study only: also score the test volunteers after every epoch
+    val_volunteers: str = parsed("", volunteers_spec)  # e.g. "3,11,19": these training volunteers validate ("" = the data's)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -159,6 +165,7 @@ class TrainConfig:
                 value = data.pop(old)
                 if data.get("model") in models:
                     data[new] = value
+        data = {name: value for name, value in ADDED.items() if name not in data} | data
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(data) - set(known))
         if unknown:

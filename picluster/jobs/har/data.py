@@ -9,6 +9,8 @@ from picluster.data.har.dataset import cache_path, load
 from picluster.data.har.spec import CHANNELS, CLASSES, WINDOW
 from picluster.errors import UsageError
 from picluster.jobs.har.config import TrainConfig
+from picluster.jobs.har.folds import parse as volunteers
+from picluster.jobs.har.folds import revalidate
 
 
 def load_data(config: TrainConfig) -> HarData:
@@ -18,7 +20,7 @@ def load_data(config: TrainConfig) -> HarData:
     before any server starts, so a bad data set is one line, not a failed worker.
     """
     folder = Path(config.data_dir) if config.data_dir else har_dir()
-    data = load(cache_path(folder))
+    data = revalidate(load(cache_path(folder)), volunteers(config.val_volunteers), str(folder))
     for split in ("train", "val", "test"):
         x, y = getattr(data, f"x_{split}"), getattr(data, f"y_{split}")
         if x.ndim != 3 or x.shape[1:] != (WINDOW, len(CHANNELS)) or y.shape != (len(x),):

@@ -1,4 +1,9 @@
-"""Scores from predictions, and the per-epoch metrics.csv the chief appends to."""
+"""Scores from predictions, and the per-epoch metrics.csv the chief appends to.
+
+metrics.csv scores validation only: the test volunteers are scored once, at the end (chief.py).
+Its test columns are there with --eval-test-every-epoch (for study) and in runs made before;
+an existing file's header names its columns, so a resumed run appends rows of the same shape.
+"""
 
 import csv
 import io
@@ -10,11 +15,17 @@ import numpy as np
 from picluster import atomic
 from picluster.errors import UsageError
 
+TEST_COLUMNS = ("test_loss", "test_acc", "test_f1")
 COLUMNS = (
     "epoch", "global_step", "train_loss", "train_acc", "val_loss", "val_acc", "val_f1",
-    "test_loss", "test_acc", "test_f1", "epoch_s", "input_s", "compute_s", "exchange_s",
+    *TEST_COLUMNS, "epoch_s", "input_s", "compute_s", "exchange_s",
     "staleness_mean", "staleness_max", "wall_s", "time",
 )
+
+
+def columns(with_test: bool) -> tuple[str, ...]:
+    """The columns of a new metrics.csv: the test ones only when the test set is scored every epoch."""
+    return COLUMNS if with_test else tuple(c for c in COLUMNS if c not in TEST_COLUMNS)
 
 
 def confusion(y_true: np.ndarray, y_pred: np.ndarray, classes: int) -> np.ndarray:
@@ -40,7 +51,7 @@ def weighted_f1(m: np.ndarray) -> float:
     return float((f1 * actual).sum() / actual.sum()) if actual.sum() else 0.0
 
 
-def append_row(path: Path, row: dict) -> None:
+def append_row(path: Path, row: dict, names: tuple[str, ...] = COLUMNS) -> None:
     """Add one row (and the header to a new file), flushed to disk.
 
     metrics.csv is appended to, not replaced, so a failed write (a full disk) could leave half a
@@ -49,7 +60,7 @@ def append_row(path: Path, row: dict) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         size = os.fstat(fd).st_size
-        data = _render([row], header=size == 0).encode()
+        data = _render([row], header=size == 0, names=_header(path) if size else names).encode()
         try:
             while data:
                 data = data[os.write(fd, data):]
@@ -64,9 +75,19 @@ def append_row(path: Path, row: dict) -> None:
         os.close(fd)
 
 
-def write_rows(path: Path, rows: list[dict]) -> None:
-    """Replace the file with these rows: whole, or (on any failure) not at all."""
-    atomic.write_text(path, _render(rows, header=True))
+def write_rows(path: Path, rows: list[dict], names: tuple[str, ...] = COLUMNS) -> None:
+    """Replace the file with these rows (under its own header, if it has one): whole, or (on any failure) not at all."""
+    atomic.write_text(path, _render(rows, header=True, names=_header(path) or names))
+
+
+def _header(path: Path) -> tuple[str, ...]:
+    """The columns an existing metrics.csv names (() for none): new rows keep to them."""
+    try:
+        with open(path, newline="") as f:
+            first = next(csv.reader(f), [])
+    except FileNotFoundError:
+        return ()
+    return tuple(first) if first and set(first) <= set(COLUMNS) else ()
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -79,10 +100,11 @@ def read_rows(path: Path) -> list[dict]:
         return []
     if not text.endswith("\n"):
         text = text[:text.rfind("\n") + 1]
-    rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    rows = list(reader)
     for number, row in enumerate(rows, start=2):
         if None in row or None in row.values() or not str(row.get("epoch", "")).isdigit() or not all(map(_number, row.values())):
-            raise UsageError(f"{path}: line {number} is not a complete row of {len(COLUMNS)} numbers; the file was damaged")
+            raise UsageError(f"{path}: line {number} is not a complete row of {len(reader.fieldnames or COLUMNS)} numbers; the file was damaged")
     return rows
 
 
@@ -96,13 +118,13 @@ def _number(text: str) -> bool:
     return True
 
 
-def _render(rows: list[dict], header: bool) -> str:
+def _render(rows: list[dict], header: bool, names: tuple[str, ...] = COLUMNS) -> str:
     out = io.StringIO()
-    writer = csv.DictWriter(out, COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer = csv.DictWriter(out, names, extrasaction="ignore", lineterminator="\n")
     if header:
         writer.writeheader()
     for row in rows:
-        writer.writerow({k: _fmt(row.get(k, "")) for k in COLUMNS})
+        writer.writerow({k: _fmt(row.get(k, "")) for k in names})
     return out.getvalue()
 
 

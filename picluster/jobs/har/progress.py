@@ -38,10 +38,11 @@ class Printer:
             return
         f = lambda k: float(r[k]) if r.get(k) not in (None, "") else float("nan")
         stale = f" stale {f('staleness_mean'):.2f}/{r['staleness_max']}" if r.get("staleness_mean") else ""
+        # Test scores per epoch only with --eval-test-every-epoch (and in runs made before it).
+        test = f"test {f('test_loss'):.3f} {f('test_acc'):.1%} F1 {f('test_f1'):.3f}  " if r.get("test_acc") not in (None, "") else ""
         self.console.print(
             f"epoch {int(r['epoch']):3d}  train {f('train_loss'):.3f} {f('train_acc'):.1%}  "
-            f"val {f('val_loss'):.3f} {f('val_acc'):.1%} F1 {f('val_f1'):.3f}  "
-            f"test {f('test_loss'):.3f} {f('test_acc'):.1%} F1 {f('test_f1'):.3f}  "
+            f"val {f('val_loss'):.3f} {f('val_acc'):.1%} F1 {f('val_f1'):.3f}  {test}"
             f"{f('epoch_s'):.1f}s = input {f('input_s'):.2f} + compute {f('compute_s'):.1f} + exchange {f('exchange_s'):.1f}{stale}"
         )
 
@@ -50,8 +51,9 @@ class Printer:
         if result.get("best_epoch") is None:
             c.print("no epoch completed")
             return
-        c.print(f"selected on validation: epoch {result['best_epoch']} (val {result['val_accuracy']:.1%})  "
-                f"test accuracy {result['test_accuracy']:.2%}  weighted F1 {result['test_f1']:.4f}  "
+        selected = "selected on validation" if result.get("selected_on", "validation") == "validation" else "selected: last"
+        c.print(f"{selected}: epoch {result['best_epoch']} (val {result['val_accuracy']:.1%})  "
+                f"test accuracy {result['test_accuracy']:.2%}  weighted F1 {result['test_f1']:.4f} (scored once, for this epoch)  "
                 f"({result['wall_s']:.0f} s, {result['parameters']:,} parameters)")
         if result.get("test_accuracy_by_volunteer"):
             c.print("test accuracy by volunteer: "
