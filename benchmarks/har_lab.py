@@ -5,6 +5,14 @@ Run as root, on a quiet machine (one configuration per run keeps each run short;
     .venv/bin/python benchmarks/har_lab.py --workers 1 --modes sync
     .venv/bin/python benchmarks/har_lab.py --workers 2,4,8 --modes sync,async
     .venv/bin/python benchmarks/har_lab.py --report        # table and figures from what was measured
+    # the exchange side by side: the thesis' fixed global batch against the defaults, 1 and 2 ps
+    .venv/bin/python benchmarks/har_lab.py --workers 1,8 --modes sync --epochs 4 --no-target \
+        --variants 'global=--global-batch --lr-scaling none --warmup-epochs 0;default=;2ps=--ps 2'
+
+Each row also says where a step's time goes (``--breakdown``): per worker step, the windows fed,
+the input pipeline, the session call (compute, exchange with the ps and waiting for the others),
+the measured cost of moving the weights and gradients once, and each host's CPU (ps and workers)
+while training, from the run's nodes.csv.
 
 1 + max(--hosts-for) test hosts (node01 ps, the rest workers), every host limited to the same CPU
 share, this machine's cores / hosts (0.22 of a core for 1 ps + 8 workers: N·C at most the cores,
@@ -24,6 +32,7 @@ N's, efficiency speedup / N, per mode.  The chief's agents record every host's C
 
 import argparse
 import csv
+import itertools
 import json
 import shutil
 import subprocess
@@ -42,17 +51,18 @@ from picluster.plots import plot
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TABLE = RESULTS / "har_lab.csv"
-COLUMNS = ("mode", "workers", "s_per_epoch", "time_to_90_s", "best_val_acc", "epochs", "cpu_per_host", "ok")
+COLUMNS = ("variant", "mode", "workers", "s_per_epoch", "time_to_90_s", "start_s", "best_val_acc", "epochs", "cpu_per_host",
+           "steps_per_epoch", "input_ms", "session_ms", "exchange_ms", "ps_cpu", "worker_cpu", "ok")
 
 
-def load() -> dict[tuple[str, int], dict]:
+def load() -> dict[tuple[str, str, int], dict]:
     if not TABLE.exists():
         return {}
     with open(TABLE, newline="") as f:
-        return {(r["mode"], int(r["workers"])): r for r in csv.DictReader(f)}
+        return {(r.get("variant") or "default", r["mode"], int(r["workers"])): r for r in csv.DictReader(f)}
 
 
-def save(rows: dict[tuple[str, int], dict]) -> None:
+def save(rows: dict[tuple[str, str, int], dict]) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     with open(TABLE, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
@@ -61,35 +71,77 @@ def save(rows: dict[tuple[str, int], dict]) -> None:
             writer.writerow({c: rows[key].get(c, "") for c in COLUMNS})
 
 
-def one(inventory: Path, mode: str, workers: int, epochs: int, run_dir: Path) -> dict:
+def one(inventory: Path, mode: str, workers: int, epochs: int, run_dir: Path, extra: list[str], target: bool) -> dict:
     started = time.time()
     proc = subprocess.run([sys.executable, "-m", "picluster", "train", "har", "-i", str(inventory), "--workers", str(workers),
-                           "--mode", mode, "--epochs", str(epochs), "--target-val-accuracy", "0.9", "--run-dir", str(run_dir),
-                           "--no-live", "--json"], capture_output=True, text=True, timeout=3 * 3600)
+                           "--mode", mode, "--epochs", str(epochs), *(["--target-val-accuracy", "0.9"] if target else []),
+                           "--run-dir", str(run_dir), "--no-live", "--json", *extra], capture_output=True, text=True, timeout=3 * 3600)
     with open(run_dir / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    later = [float(r["epoch_s"]) for r in rows[1:]] or [float(r["epoch_s"]) for r in rows]
+    later = rows[1:] or rows
+    mean = lambda key: sum(float(r[key] or 0) for r in later) / len(later)
     reached = next((float(r["time"]) - started for r in rows if float(r["val_acc"]) >= 0.9), None)
-    return {"mode": mode, "workers": workers, "s_per_epoch": f"{sum(later) / len(later):.2f}",
+    steps = _steps_per_epoch(rows) // (workers if mode == "async" else 1)  # async: every worker's step counts
+    ps_cpu, worker_cpu = _cpu(run_dir, float(rows[0]["time"]) - float(rows[0]["epoch_s"]), float(rows[-1]["time"]))
+    return {"mode": mode, "workers": workers, "s_per_epoch": f"{mean('epoch_s'):.2f}",
             "time_to_90_s": f"{reached:.0f}" if reached is not None else "",
+            "start_s": f"{float(rows[0]['time']) - float(rows[0]['epoch_s']) - started:.0f}",
             "best_val_acc": f"{max(float(r['val_acc']) for r in rows):.4f}", "epochs": len(rows),
-            "ok": "yes" if proc.returncode == 0 else proc.stderr.strip().splitlines()[-1][:200]}
+            "steps_per_epoch": steps,
+            "input_ms": f"{1000 * mean('input_s') / max(steps, 1):.0f}",
+            # The chief's session calls; replica.py books the probed exchange apart from compute_s.
+            "session_ms": f"{1000 * (mean('compute_s') + mean('exchange_s')) / max(steps, 1):.0f}",
+            "exchange_ms": f"{1000 * mean('exchange_s') / max(steps, 1):.0f}",
+            "ps_cpu": ps_cpu, "worker_cpu": worker_cpu,
+            "ok": "yes" if proc.returncode == 0 else (proc.stderr.strip().splitlines() or ["?"])[-1][:200]}
 
 
-def report(rows: dict[tuple[str, int], dict], figures: Path) -> None:
-    print("| mode | workers | s/epoch | time to val >= 90 % | best val acc (epochs) | speedup | efficiency |")
-    print("|---|---|---|---|---|---|---|")
-    for (mode, workers), r in sorted(rows.items()):
-        base = rows.get((mode, 1))
+def _steps_per_epoch(rows: list[dict]) -> int:
+    """Each worker's steps in an epoch, from the global step's progress (sync: one per update)."""
+    steps = [int(b["global_step"]) - int(a["global_step"]) for a, b in itertools.pairwise(rows) if a["global_step"] and b["global_step"]]
+    return max(steps) if steps else int(rows[0]["global_step"] or 0)
+
+
+def _cpu(run_dir: Path, begin: float, end: float) -> tuple[str, str]:
+    """Mean CPU (% of each host's share) of the ps host and of the busy worker hosts while training."""
+    path = run_dir / "nodes.csv"
+    if not path.exists():
+        return "", ""
+    by_node: dict[str, list[float]] = {}
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            if begin <= float(r["time"]) <= end and r["cpu_percent"]:
+                by_node.setdefault(r["node"], []).append(float(r["cpu_percent"]))
+    means = {node: sum(v) / len(v) for node, v in by_node.items() if v}
+    ps = means.pop("node01", None)
+    busy = [m for m in means.values() if m >= 5.0]  # hosts of workers this run did not use idle
+    return (f"{ps:.0f}" if ps is not None else ""), (f"{sum(busy) / len(busy):.0f}" if busy else "")
+
+
+def report(rows: dict[tuple[str, str, int], dict], figures: Path) -> None:
+    print("| variant | mode | workers | s/epoch | time to val >= 90 % | start-up | best val acc (epochs) | speedup | efficiency |"
+          " steps/epoch | input ms/step | session ms/step | exchange ms/step | ps CPU % | worker CPU % |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for (variant, mode, workers), r in sorted(rows.items()):
+        base = rows.get((variant, mode, 1))
         speedup = float(base["s_per_epoch"]) / float(r["s_per_epoch"]) if base else None
         reached = f"{float(r['time_to_90_s']):.0f} s" if r["time_to_90_s"] else f"not in {r['epochs']} epochs"
-        print(f"| {mode} | {workers} | {float(r['s_per_epoch']):.1f} | {reached} | {float(r['best_val_acc']):.1%} ({r['epochs']}) | "
-              + (f"{speedup:.2f} | {speedup / workers:.0%} |" if speedup else "- | - |"))
+        print(f"| {variant} | {mode} | {workers} | {float(r['s_per_epoch']):.1f} | {reached} | {r.get('start_s') or '-'} s | "
+              f"{float(r['best_val_acc']):.1%} ({r['epochs']}) | "
+              + (f"{speedup:.2f} | {speedup / workers:.0%} |" if speedup else "- | - |")
+              + "".join(f" {r.get(k) or '-'} |" for k in ("steps_per_epoch", "input_ms", "session_ms", "exchange_ms", "ps_cpu", "worker_cpu")))
     cpu = {r["cpu_per_host"] for r in rows.values()}
     print(f"\nper host: {', '.join(sorted(cpu))} CPU and 1 GiB; failed runs: "
-          + (", ".join(f"{m} x{w}: {r['ok']}" for (m, w), r in rows.items() if r["ok"] != "yes") or "none"))
-    for path in plot(TABLE, figures, ("png",), title="HAR on Pi-shaped test hosts: scaling by workers"):
-        print(f"figure: {path}")
+          + (", ".join(f"{v} {m} x{w}: {r['ok']}" for (v, m, w), r in rows.items() if r["ok"] != "yes") or "none"))
+    defaults = {(m, w): r for (v, m, w), r in rows.items() if v == "default"}
+    if defaults:
+        with open(RESULTS / "har_lab_default.csv", "w", newline="") as f:  # the figure's table: the defaults only
+            writer = csv.DictWriter(f, fieldnames=COLUMNS[1:])
+            writer.writeheader()
+            for key in sorted(defaults):
+                writer.writerow({c: defaults[key].get(c, "") for c in COLUMNS[1:]})
+        for path in plot(RESULTS / "har_lab_default.csv", figures, ("png",), title="HAR on Pi-shaped test hosts: scaling by workers"):
+            print(f"figure: {path}")
 
 
 def main() -> None:
@@ -98,6 +150,9 @@ def main() -> None:
     parser.add_argument("--modes", default="sync,async")
     parser.add_argument("--hosts-for", type=int, default=8, help="workers the lab is sized for (fixes the CPU share)")
     parser.add_argument("--epochs", type=int, default=30, help="at most this many (a run stops at validation >= 90 %%)")
+    parser.add_argument("--variants", default="default=",
+                        help="NAME=EXTRA TRAIN OPTIONS;... each run side by side (default: the defaults)")
+    parser.add_argument("--no-target", action="store_true", help="run every epoch (no stop at validation >= 90 %%)")
     parser.add_argument("--report", action="store_true", help="only print the table and draw the figures")
     parser.add_argument("--figures", type=Path, default=Path(__file__).resolve().parent.parent / "docs" / "images")
     args = parser.parse_args()
@@ -111,22 +166,25 @@ def main() -> None:
     hosts = 1 + args.hosts_for
     cpu = fair_share(machine()[0], hosts)
     limits = Limits(cpu=cpu, memory=resolve(hosts, profile="pi3b").memory)
-    wanted = [(m, int(w)) for m in args.modes.split(",") for w in args.workers.split(",")]
+    variants = dict(v.split("=", 1) for v in args.variants.split(";"))
+    # Interleaved: variants of one configuration back to back, so a drift of the machine hits them alike.
+    wanted = [(v, m, int(w)) for m in args.modes.split(",") for w in args.workers.split(",") for v in variants]
     with lab_cluster(hosts, limits) as (lab, inventory, inv):
         for host in lab.hosts[1:]:
             target = host.path(f"{inv.data_dir}/har")
             target.mkdir(parents=True, exist_ok=True)
             shutil.copy2(har, target / CACHE_NAME)
-        for mode, workers in wanted:
-            run_dir = RESULTS / "har_lab" / f"{mode}-{workers}"
+        for variant, mode, workers in wanted:
+            run_dir = RESULTS / "har_lab" / f"{variant}-{mode}-{workers}"
             shutil.rmtree(run_dir, ignore_errors=True)
             run_dir.parent.mkdir(parents=True, exist_ok=True)
             t0 = time.perf_counter()
-            row = one(inventory, mode, workers, args.epochs, run_dir)
+            row = one(inventory, mode, workers, args.epochs, run_dir, variants[variant].split(), not args.no_target)
             row["cpu_per_host"] = f"{cpu:g}"
-            rows[(mode, workers)] = row
+            row["variant"] = variant
+            rows[(variant, mode, workers)] = row
             save(rows)
-            print(f"{mode} x{workers}: {json.dumps(row)} ({time.perf_counter() - t0:.0f} s)", flush=True)
+            print(f"{variant} {mode} x{workers}: {json.dumps(row)} ({time.perf_counter() - t0:.0f} s)", flush=True)
     report(rows, args.figures)
 
 

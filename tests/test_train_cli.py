@@ -41,7 +41,7 @@ def _one_line_usage_error(result):
         (["--model", "resbidir", "--hidden", "3"], "--hidden 3 must be even"),
         (["--epochs", "-2"], "--epochs -2"),
         (["--workers", "-1"], "--workers -1"),
-        (["--batch", "1"], "smaller than --workers"),
+        (["--batch", "1", "--global-batch"], "--global-batch splits a batch across the workers"),
         (["--ema", "1"], "--ema 1.0 must be in [0, 1)"),
         (["--worker-runtime", "shared"], "--worker-runtime shared needs an inventory cluster"),
     ],
@@ -152,8 +152,8 @@ def test_sync_training_learns_and_a_killed_worker_run_resumes(state, tiny, tmp_p
     _no_clients_left(run_dir)
     done = _rows(run_dir)
     steps = [int(r["global_step"]) for r in done]
-    # 240 windows / 2 workers / 10 each (sync splits --batch 20): 12 steps, one gradient per worker each
-    assert steps == sorted(steps) and steps[0] == 12
+    # 240 windows / 2 workers / 20 each (--batch per worker): 6 steps, one gradient per worker each
+    assert steps == sorted(steps) and steps[0] == 6
     checkpointed = checkpointed_step(run_dir)
 
     result = picluster("train", "har", "--resume", run_dir, "--epochs", str(len(done) + 5), "--json", timeout=240)
@@ -161,7 +161,7 @@ def test_sync_training_learns_and_a_killed_worker_run_resumes(state, tiny, tmp_p
     rows = _rows(run_dir)
     resumed = [r for r in rows if int(r["global_step"]) > checkpointed]
     # The first epoch after the restart starts from the checkpoint's step, not from zero.
-    assert int(resumed[0]["global_step"]) == checkpointed + 12
+    assert int(resumed[0]["global_step"]) == checkpointed + 6
     assert int(rows[-1]["epoch"]) == len(done) + 5
     losses = [float(r["train_loss"]) for r in rows]
     assert losses[-1] < 0.7 * losses[0]
@@ -258,7 +258,7 @@ def test_sync_chief_moves_the_weight_averages(state, tiny, tmp_path):
                        "--ema", "0.9", "--json", timeout=300)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["config"]["ema"] == 0.9
-    first, second = (tf.train.load_checkpoint(str(run / "checkpoints" / f"model.ckpt-{step}")) for step in (12, 24))
+    first, second = (tf.train.load_checkpoint(str(run / "checkpoints" / f"model.ckpt-{step}")) for step in (6, 12))
     averaged = [name for name, _ in tf.train.list_variables(str(run / "checkpoints")) if name.endswith("ExponentialMovingAverage")]
     assert "output/fc/w/ExponentialMovingAverage" in averaged
     for name in averaged:
@@ -277,7 +277,7 @@ def test_each_run_on_a_running_cluster_starts_from_fresh_variables(state, tiny, 
             assert result.returncode == 0, result.stderr
             assert json.loads((tmp_path / name / "layout.json").read_text())["cluster"] == "local"
             firsts.append(int(_rows(tmp_path / name)[0]["global_step"]))
-        assert firsts == [12, 12]  # 240 windows / 2 workers / 10 per worker, counted from zero both times
+        assert firsts == [6, 6]  # 240 windows / 2 workers / 20 per worker, counted from zero both times
     finally:
         picluster("cluster", "down")
 

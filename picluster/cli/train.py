@@ -38,7 +38,15 @@ def train() -> None:
                    "[convlstm: rotate:45,mirror:0.5,scale:0.1,shift:8; resbidir: none]")
 @click.option("--label-smoothing", type=Real(), default=None, help="of the training loss's targets [0]")
 @click.option("--epochs", type=Whole(), default=None, help="epochs [convlstm: 60; resbidir: 40]")
-@click.option("--batch", type=Whole(), default=None, help="windows per update; split across workers in sync mode [100]")
+@click.option("--batch", type=Whole(), default=None, help="windows per worker step; with --global-batch, per sync update [100]")
+@click.option("--batch-per-worker/--global-batch", "batch_per_worker", default=None,
+              help="sync: each worker feeds --batch windows (an update sees workers x batch), or --batch is split "
+                   "across the workers, as in the thesis [batch-per-worker]")
+@click.option("--lr-scaling", type=click.Choice(["none", "sqrt", "linear"]), default=None,
+              help="the rate times (an update's windows / --batch) to the power 0, 1/2 or 1 [sqrt]")
+@click.option("--warmup-epochs", type=Real(), default=None, help="epochs over which the scaled rate is reached linearly [2]")
+@click.option("--async-lr", type=click.Choice(["constant", "staleness"]), default=None,
+              help="async: divide each update's rate by its staleness (updates since it read the weights) [staleness]")
 @click.option("--lr", "learning_rate", type=Real(), default=None, help="Adam learning rate [0.001]")
 @click.option("--lr-schedule", type=click.Choice(["constant", "cosine"]), default=None, help="learning rate over the epochs [constant]")
 @click.option("--l2", type=Real(), default=None, help="L2 weight on the weights [convlstm: 0.0005; resbidir: 0.005]")

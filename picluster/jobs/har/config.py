@@ -10,6 +10,7 @@ import json
 import math
 from dataclasses import Field, asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from picluster import tokens
 from picluster.errors import UsageError
@@ -22,12 +23,16 @@ NORMS = ("window", "step", "batch", "none")  # see model._normalise
 READOUTS = ("last", "mean", "both")  # see model.conv_logits
 SELECTS = ("best", "last")
 SCHEDULES = ("constant", "cosine")
+LR_SCALINGS = ("none", "sqrt", "linear")  # how the learning rate follows the update's batch (large-batch training)
+ASYNC_LRS = ("constant", "staleness")  # "staleness": each update's rate divided by how many updates it missed
 MAX_CONFIG_BYTES = 64 * 1024  # config.json is about 1 KB
 MAX_CONV_LAYERS = 7  # 128 steps: the seventh pool of 2 leaves one
 # Fields a run's config.json of an earlier version names otherwise: (old name, models, new name).
 RENAMED = (("conv_layers", ("convlstm",), "layers"),)
-# Fields a run's config.json of an earlier version lacks, with the value that run was made with.
-ADDED: dict = {"eval_test_every_epoch": True, "val_volunteers": ""}
+# Fields added since: the value that reproduces what a run of an earlier version did (its
+# config.json lacks them), which is not always the new default.
+ADDED: dict[str, Any] = {"eval_test_every_epoch": True, "val_volunteers": "",
+                         "batch_per_worker": False, "lr_scaling": "none", "warmup_epochs": 0.0, "async_lr": "constant"}
 
 
 def within(default, low, high, *, low_open: bool = False, high_open: bool = False, flag: str | None = None):
@@ -77,7 +82,14 @@ class TrainConfig:
     l2: float = within(0.0005, 0.0, 1.0)  # on weights; biases and normalisation parameters are left out; resbidir: 0.005
     clip_norm: float = within(15.0, 0.0, 1e6, low_open=True, flag="--clip")  # global gradient norm
     ema: float = within(0.0, 0.0, 1.0, high_open=True)  # decay of the evaluated weights' moving average (0: raw weights); thesis: none
-    batch: int = within(100, 1, 100_000)  # windows per update: split across the workers in sync mode, per worker in async
+    batch: int = within(100, 1, 100_000)  # windows per worker step (--global-batch: per sync update, split across the workers)
+    # Sync: each worker feeds --batch windows, so an update sees workers x batch and an epoch has
+    # that many times fewer exchanges, as large-batch training does; False: --batch is split across
+    # the workers (the thesis' way: every update sees --batch windows, however many workers).
+    batch_per_worker: bool = True
+    lr_scaling: str = one_of("sqrt", LR_SCALINGS)  # the rate times (update's windows / --batch) ** (1/2, 1 or 0)
+    warmup_epochs: float = within(2.0, 0.0, 1000.0)  # the scaled rate is reached linearly over this many epochs
+    async_lr: str = one_of("staleness", ASYNC_LRS)  # async: "staleness" divides each update's rate by its staleness
     epochs: int = within(60, 1, 100_000)  # convlstm + augmentation: no validation gain at 90; resbidir: 40 (the thesis ran 250)
     seed: int = within(1, 0, 2**31 - 1)
     select: str = one_of("best", SELECTS)  # the model kept: the epoch of best validation accuracy, or the last
@@ -114,8 +126,9 @@ class TrainConfig:
             raise UsageError(f"--rnn-hidden {self.rnn_hidden} must be even with --bidir (rnn_hidden/2 units per direction)")
         if self.threads and not self.standalone:
             raise UsageError("--threads sets a standalone run's threads; a cluster's servers set their own: add --standalone or drop --threads")
-        if self.mode == "sync" and not self.standalone and self.batch < self.workers:
-            raise UsageError(f"--batch {self.batch} is smaller than --workers {self.workers}: sync splits a batch across workers")
+        if self.mode == "sync" and not self.standalone and not self.batch_per_worker and self.batch < self.workers:
+            raise UsageError(f"--batch {self.batch} is smaller than --workers {self.workers}: --global-batch splits a batch across "
+                             "the workers; raise --batch or drop --global-batch")
 
     @classmethod
     def for_model(cls, **given) -> "TrainConfig":
@@ -128,9 +141,16 @@ class TrainConfig:
         return config
 
     def worker_batch(self, workers: int) -> int:
-        """Windows one worker feeds per step.  Sync averages one gradient per worker per update,
-        so each takes its share of --batch: an update sees --batch windows, as in the thesis."""
-        return self.batch // workers if self.mode == "sync" else self.batch
+        """Windows one worker feeds per step: --batch, or with --global-batch in sync mode its share
+        of --batch (an update then sees --batch windows, as in the thesis)."""
+        return self.batch // workers if self.mode == "sync" and not self.batch_per_worker else self.batch
+
+    def lr_scale(self, workers: int) -> float:
+        """The learning rate's factor for the windows one update sees: sync averages ``workers``
+        gradients of worker_batch windows each; an async update is one worker's."""
+        windows = self.worker_batch(workers) * (workers if self.mode == "sync" and not self.standalone else 1)
+        power = {"none": 0.0, "sqrt": 0.5, "linear": 1.0}[self.lr_scaling]
+        return (windows / self.batch) ** power
 
     def steps_per_epoch(self, n_train: int, workers: int) -> tuple[int, int]:
         """(steps of each worker, global-step increments) per epoch: every worker takes the same

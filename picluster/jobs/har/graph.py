@@ -1,14 +1,18 @@
 """The training graph one replica builds: the model, its loss and optimiser, the update step.
 
 Between-graph replication: every worker builds this same graph, with the variables placed on the
-ps tasks by ``replica_device_setter`` and its own ops on its worker task.  Sync mode adds the
-gradient queues of ``_sync_step``; ``--ema`` a moving average that evaluation reads; every
-replica also gets a probe that times moving the weights, for the epoch's exchange figure.
+ps tasks by ``replica_device_setter`` and its own ops on its worker task.  Several ps tasks share
+the variables by bytes, not by count (``GreedyLoadBalancingStrategy``: round robin put every
+weight matrix on one ps and every bias on another).  Sync mode adds the gradient queues of
+``_sync_step``, one set per ps, so each ps averages its own share; ``--ema`` a moving average that
+evaluation reads; every replica also gets a probe that times moving the weights, for the epoch's
+exchange figure.
 """
 
 import numpy as np
 import tensorflow as tf
 
+from picluster.errors import UsageError
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.convlstm import ConvShape, conv_logits
 from picluster.jobs.har.model import STEPS, Shape, channel_moments, l2_penalty, logits, standardise
@@ -46,9 +50,12 @@ class Graph:
                 here = None
             else:
                 here = f"/job:worker/task:{task}"
+                spec = tf.train.ClusterSpec(cluster)
+                shards = spec.num_tasks("ps")
                 setter = tf.compat.v1.train.replica_device_setter(
-                    cluster=tf.train.ClusterSpec(cluster), worker_device=here
-                )  # round-robin: variables spread across every ps task
+                    cluster=spec, worker_device=here,
+                    ps_strategy=ByteBalancer(shards),
+                )
             with tf.compat.v1.device(setter):
                 self.global_step = tf.compat.v1.train.get_or_create_global_step()
                 # Start barrier: each launch of the run adds one per worker; kept in checkpoints.
@@ -74,13 +81,14 @@ class Graph:
                     self.xent = tf.reduce_mean(xent)
                 self.loss = self.xent + config.l2 * l2_penalty(tf.compat.v1.trainable_variables())
                 self.correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(out, 1), self.y), tf.int64))
-                lr = config.learning_rate
-                if config.lr_schedule == "cosine":
-                    _, per_epoch = config.steps_per_epoch(len(data.x_train), workers)
-                    lr = tf.compat.v1.train.cosine_decay(lr, self.global_step, max(1, per_epoch * config.epochs))
+                _, per_epoch = config.steps_per_epoch(len(data.x_train), workers)
+                self.learning_rate = learning_rate(config, self.global_step, per_epoch, workers)
+                self.sync = config.mode == "sync" and workers > 1
+                lr = self.learning_rate
+                if not self.sync and config.async_lr == "staleness" and workers > 1:
+                    lr = lr / self._staleness()
                 opt = tf.compat.v1.train.AdamOptimizer(lr)
                 grads, variables = zip(*opt.compute_gradients(self.loss))
-                self.sync = config.mode == "sync" and workers > 1
                 if self.sync:
                     self.train = _sync_step(opt, grads, variables, self.global_step, config, task, workers, launch)
                 else:
@@ -104,10 +112,19 @@ class Graph:
             self.uninitialised = tf.compat.v1.report_uninitialized_variables()
             self.uninitialised.mark_used()  # only non-chief workers run it; unused, TF warns at exit
             self.variables = tf.compat.v1.trainable_variables()
+            if cluster is not None:
+                _check_shards(tf.train.ClusterSpec(cluster).num_tasks("ps"), tf.compat.v1.global_variables())
             self.parameters = int(sum(np.prod(v.shape) for v in self.variables))
             self.saver = tf.compat.v1.train.Saver(max_to_keep=2)
             self.best_saver = tf.compat.v1.train.Saver(max_to_keep=1)
             self._exchange_probe(here)
+
+    def _staleness(self):
+        """How many updates landed since this step read its weights (at least 1): an async update's
+        learning rate is divided by it, so a stale gradient moves the weights less (Zhang et al.,
+        "Staleness-aware Async-SGD", 2016)."""
+        now = self.global_step.read_value()
+        return tf.cast(tf.maximum(tf.constant(1, tf.int64), now - self.step_before), tf.float32)
 
     def _exchange_probe(self, here) -> None:
         """Pull every weight to this worker and push a same-sized zero update back."""
@@ -121,6 +138,48 @@ class Graph:
             self.zeros = {v: tf.compat.v1.placeholder(v.dtype.base_dtype, v.shape) for v in self.variables}
         self.push = tf.group(*[v.assign_add(z, read_value=False) for v, z in self.zeros.items()])
         self.zero_values = {z: np.zeros(v.shape, np.float32) for v, z in self.zeros.items()}
+
+
+class ByteBalancer:
+    """replica_device_setter's ps_strategy: each variable to the ps task holding the fewest bytes so
+    far (the greedy rule of TF 1's GreedyLoadBalancingStrategy, which TF 2 no longer exports).
+    Every worker builds the same graph in the same order, so all agree on the placement."""
+
+    def __init__(self, tasks: int) -> None:
+        self.load = [0] * tasks
+
+    def __call__(self, op) -> int:
+        shape = tf.TensorShape(op.get_attr("shape"))
+        size = shape.num_elements() if shape.is_fully_defined() else 1
+        task = min(range(len(self.load)), key=lambda t: (self.load[t], t))
+        self.load[task] += max(1, size) * tf.as_dtype(op.get_attr("dtype")).size
+        return task
+
+
+def _check_shards(tasks: int, variables) -> None:
+    """Every ps task must hold a share: an empty one would be started, waited for and never used."""
+    used = {v.device for v in variables}
+    empty = [t for t in range(tasks) if f"/job:ps/task:{t}" not in used]
+    if empty:
+        raise UsageError(f"--ps {tasks} leaves ps task {empty[0]} without variables (this model has {len(used)} "
+                         f"to place); use --ps {len(used)} or fewer")
+
+
+def learning_rate(config: TrainConfig, global_step, per_epoch: int, workers: int):
+    """The rate of each update: --lr times lr_scale (for the windows one update sees), reached
+    linearly over --warmup-epochs (a large batch's first steps diverge at the full rate: Goyal et
+    al., 2017), then constant or cosine-decayed to 0 at the last epoch."""
+    base = config.learning_rate
+    peak = base * config.lr_scale(workers)
+    step = tf.cast(global_step, tf.float32)
+    lr = tf.constant(peak, tf.float32)
+    warm = config.warmup_epochs * per_epoch
+    if warm > 0 and peak != base:
+        lr = base + (peak - base) * tf.minimum(1.0, step / warm)
+    if config.lr_schedule == "cosine":
+        total = float(max(1, per_epoch * config.epochs))
+        lr = lr * 0.5 * (1.0 + tf.cos(np.pi * tf.minimum(1.0, step / total)))
+    return lr
 
 
 def _averaged_logits(ema, x, forward):
@@ -137,27 +196,45 @@ def _averaged_logits(ema, x, forward):
 def _sync_step(opt, grads, variables, global_step, config, task, workers, launch):
     """One synchronous step: every worker's gradient, averaged, applied once by the chief.
 
-    Each worker puts its gradients in its own one-slot queue on ps 0 and waits for a token;
-    the chief takes one gradient from every queue, averages and clips them, applies Adam and
-    hands each worker a token.  Unlike SyncReplicasOptimizer, which accepts any
-    ``replicas_to_aggregate`` gradients (a fast worker may supply two), every step holds
-    exactly one gradient per worker.  Queue names carry the launch id, so a persistent
-    cluster's leftovers from an earlier launch are never read.
+    Per ps task, each worker puts the gradients of that ps's variables in its own one-slot queue
+    there and then waits for a token; the chief takes one gradient from every queue, each ps
+    averages its own share (the work is spread as the bytes are), the chief clips by the global
+    norm (from one scalar per ps), applies Adam (on each variable's ps) and hands each worker a
+    token.  Unlike SyncReplicasOptimizer, which accepts any ``replicas_to_aggregate`` gradients
+    (a fast worker may supply two), every step holds exactly one gradient per worker.  Queue
+    names carry the launch id, so a persistent cluster's leftovers from an earlier launch are
+    never read.
     """
-    shapes = [v.shape for v in variables]
+    shards: dict[str, list[int]] = {}
+    for i, v in enumerate(variables):
+        shards.setdefault(v.device, []).append(i)
+    pushes, means = [], [None] * len(variables)
+    averaged = []
+    for s, (device, members) in enumerate(sorted(shards.items())):
+        with tf.compat.v1.device(device):
+            queues = [tf.queue.FIFOQueue(1, [tf.float32] * len(members), shapes=[variables[i].shape for i in members],
+                                         shared_name=f"grads_{s}_{w}_{launch}", name=f"grads_{s}_{w}") for w in range(workers)]
+        pushes.append(queues[task].enqueue([grads[i] for i in members]))
+        if task == 0:
+            with tf.control_dependencies(pushes[-1:]), tf.compat.v1.device(device):
+                taken = [q.dequeue() for q in queues]
+                taken = [t if isinstance(t, list | tuple) else [t] for t in taken]
+                mean = [tf.add_n(list(gs)) / float(workers) for gs in zip(*taken)]
+                averaged.append((tf.add_n([tf.reduce_sum(tf.square(g)) for g in mean]), device))
+            for i, g in zip(members, mean):
+                means[i] = g
     with tf.compat.v1.device("/job:ps/task:0"):
-        queues = [tf.queue.FIFOQueue(1, [tf.float32] * len(grads), shapes=shapes,
-                                     shared_name=f"grads_{w}_{launch}", name=f"grads_{w}") for w in range(workers)]
         tokens = [tf.queue.FIFOQueue(1, [tf.int64], shapes=[[]], shared_name=f"token_{w}_{launch}", name=f"token_{w}")
                   for w in range(workers)]
-    push = queues[task].enqueue(list(grads))
     if task != 0:
-        with tf.control_dependencies([push]):
+        with tf.control_dependencies(pushes):
             return tokens[task].dequeue()
-    with tf.control_dependencies([push]), tf.compat.v1.device("/job:ps/task:0"):
-        taken = [q.dequeue() for q in queues]
-        mean = [tf.add_n(list(gs)) / float(workers) for gs in zip(*taken)]
-    clipped, _ = tf.clip_by_global_norm(mean, config.clip_norm)
+    norm = tf.sqrt(tf.add_n([sq for sq, _ in averaged]))
+    scale = config.clip_norm / tf.maximum(norm, config.clip_norm)  # clip_by_global_norm's factor
+    clipped = []
+    for i, g in enumerate(means):
+        with tf.compat.v1.device(variables[i].device):
+            clipped.append(g * scale)
     apply = opt.apply_gradients(zip(clipped, variables), global_step=global_step)
     with tf.control_dependencies([apply]):
         step = global_step.read_value()

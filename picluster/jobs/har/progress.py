@@ -17,6 +17,16 @@ def describe_model(config) -> str:
     return model + (f", augment {config.augment}" if config.augment else ", no augmentation")
 
 
+def _update(config) -> str:
+    """What one update is: its windows and learning rate (scaled for the windows, reached over the warm-up)."""
+    workers = 1 if config.standalone else config.workers
+    windows = config.worker_batch(workers) * (workers if config.mode == "sync" else 1)
+    lr = config.learning_rate * config.lr_scale(workers)
+    warm = f" after {config.warmup_epochs:g} warm-up epochs" if config.warmup_epochs and lr != config.learning_rate else ""
+    stale = ", divided by its staleness" if config.mode == "async" and config.async_lr == "staleness" and workers > 1 else ""
+    return f"{windows} windows per update at rate {lr:.3g}{warm}{stale}"
+
+
 class Printer:
     def __init__(self, config, run_dir, quiet: bool = False, console: Console | None = None) -> None:
         self.config = config
@@ -25,7 +35,7 @@ class Printer:
         self.console = console or Console(file=sys.stderr, highlight=False, soft_wrap=True)
         if not quiet:
             kind = "one process" if config.standalone else f"{config.mode}, {config.ps} ps + {config.workers} workers"
-            self.console.print(f"run {run_dir}: {describe_model(config)}, {kind}, {config.epochs} epochs")
+            self.console.print(f"run {run_dir}: {describe_model(config)}, {kind}, {config.epochs} epochs, {_update(config)}")
             if config.mode == "async" and not config.standalone and config.workers > 1:
                 self.console.print("async mode is not reproducible: which weights each gradient is computed against "
                                    "depends on timing, so the same --seed gives different numbers (README: HAR)")

@@ -1,0 +1,100 @@
+"""What lets more workers train faster (docs/har.md, *Scaling*): a batch per worker with the rate
+scaled and warmed up, the ps tasks' shares of the bytes, the async rate over staleness."""
+
+import json
+import types
+
+import numpy as np
+import pytest
+
+from picluster.errors import UsageError
+from picluster.jobs.har.config import TrainConfig
+
+CLUSTER = {"ps": ["127.0.0.1:1", "127.0.0.1:2"], "worker": ["127.0.0.1:3", "127.0.0.1:4"]}
+
+
+def test_sync_feeds_a_batch_per_worker_and_scales_the_rate_by_default():
+    c = TrainConfig(workers=8)
+    assert c.worker_batch(8) == 100 and c.lr_scale(8) == pytest.approx(8 ** 0.5)
+    assert c.steps_per_epoch(8000, 8) == (10, 10)  # 8000 windows: 10 updates of 800
+    linear = TrainConfig(workers=8, lr_scaling="linear")
+    assert linear.lr_scale(8) == pytest.approx(8.0)
+
+
+def test_global_batch_is_the_thesis_split_with_the_rate_unscaled():
+    c = TrainConfig(workers=8, batch_per_worker=False)
+    assert c.worker_batch(8) == 12 and c.lr_scale(8) == pytest.approx((96 / 100) ** 0.5)
+    with pytest.raises(UsageError, match="--global-batch splits a batch"):
+        TrainConfig(workers=8, batch=4, batch_per_worker=False)
+    assert TrainConfig(workers=8, batch=4).worker_batch(8) == 4  # per worker: any batch will do
+
+
+def test_async_updates_are_one_workers_batch_and_keep_the_rate():
+    c = TrainConfig(workers=8, mode="async")
+    assert c.worker_batch(8) == 100 and c.lr_scale(8) == 1.0
+    assert TrainConfig(standalone=True).lr_scale(2) == 1.0
+
+
+def test_a_config_of_an_earlier_version_keeps_the_way_it_trained(tmp_path):
+    """Resuming a run written before these fields existed must train as it did."""
+    old = json.loads(TrainConfig().to_json())
+    for name in ("batch_per_worker", "lr_scaling", "warmup_epochs", "async_lr"):
+        del old[name]
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    c = TrainConfig.load(tmp_path / "config.json")
+    assert (c.batch_per_worker, c.lr_scaling, c.warmup_epochs, c.async_lr) == (False, "none", 0.0, "constant")
+
+
+def test_two_ps_tasks_hold_even_shares_of_the_bytes():
+    """Round robin by variable put nearly every weight on one ps and the biases on the other."""
+    import tensorflow as tf
+
+    from picluster.jobs.har.graph import Graph
+
+    tf.compat.v1.disable_eager_execution()
+    x = np.zeros((1600, 128, 9), np.float32)
+    g = Graph(TrainConfig(workers=2, ps=2), 0, types.SimpleNamespace(x_train=x), cluster=CLUSTER)
+    share: dict[str, int] = {}
+    for v in g.variables:
+        share[v.device] = share.get(v.device, 0) + int(np.prod(v.shape)) * 4
+    assert set(share) == {"/job:ps/task:0", "/job:ps/task:1"}, share
+    assert max(share.values()) <= 1.25 * min(share.values()), share
+
+
+def test_the_rate_warms_up_to_the_scaled_rate_then_stays():
+    import tensorflow as tf
+
+    from picluster.jobs.har.graph import learning_rate
+
+    tf.compat.v1.disable_eager_execution()
+    c = TrainConfig(workers=4, warmup_epochs=2.0)  # sqrt(4) = 2x the rate
+    with tf.Graph().as_default():
+        step = tf.compat.v1.placeholder(tf.int64, [])
+        lr = learning_rate(c, step, per_epoch=10, workers=4)
+        with tf.compat.v1.Session() as s:
+            got = [s.run(lr, {step: n}) for n in (0, 10, 20, 100)]
+    assert got == pytest.approx([0.001, 0.0015, 0.002, 0.002])
+
+
+def test_cosine_decays_the_scaled_rate_to_zero_at_the_last_epoch():
+    import tensorflow as tf
+
+    from picluster.jobs.har.graph import learning_rate
+
+    tf.compat.v1.disable_eager_execution()
+    c = TrainConfig(workers=4, warmup_epochs=0.0, lr_schedule="cosine", epochs=10)
+    with tf.Graph().as_default():
+        step = tf.compat.v1.placeholder(tf.int64, [])
+        lr = learning_rate(c, step, per_epoch=10, workers=4)
+        with tf.compat.v1.Session() as s:
+            got = [s.run(lr, {step: n}) for n in (0, 50, 100)]
+    assert got == pytest.approx([0.002, 0.001, 0.0], abs=1e-7)
+
+
+def test_a_ps_task_left_without_variables_is_refused():
+    from picluster.jobs.har.graph import _check_shards
+
+    held = [types.SimpleNamespace(device=f"/job:ps/task:{t}") for t in (0, 1, 0)]
+    _check_shards(2, held)
+    with pytest.raises(UsageError, match=r"--ps 3 leaves ps task 2 without variables .* use --ps 2 or fewer"):
+        _check_shards(3, held)
