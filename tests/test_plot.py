@@ -158,7 +158,7 @@ def test_bad_sources_are_one_line_exit_2_and_nothing_is_written(tmp_path, make, 
     assert not out.exists()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_recorder_writes_each_nodes_cpu_and_memory_from_a_real_agent(tmp_path):
     import socket
     import subprocess

@@ -57,7 +57,7 @@ def test_a_bad_requirement_is_one_line():
         assert "\n" not in str(caught.value) and bad in str(caught.value)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_download_fetches_wheels_for_the_nodes_platform_once(tmp_path):
     # psutil has compiled wheels: the aarch64 one must come although this machine is x86_64.
     house = wheelhouse.download(PI, ["psutil>=5.9,<8"], cache=tmp_path)
