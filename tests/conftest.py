@@ -14,6 +14,39 @@ settings.register_profile("thorough", max_examples=5000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 ROOT = Path(__file__).resolve().parent.parent
+PARTS = ("unit", "e2e", "lab", "vm")  # by cost, cheapest first (pyproject.toml's markers)
+_part_of: dict[str, str] = {}
+_spent: dict[str, list[float]] = {}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Each test's part: its costliest marker, else unit.  ``slow`` is derived, never written."""
+    for item in items:
+        if item.get_closest_marker("slow"):
+            raise pytest.UsageError(f"{item.nodeid}: mark it e2e, lab or vm (its cost), not slow")
+        part = next((p for p in reversed(PARTS[1:]) if item.get_closest_marker(p)), "unit")
+        item.add_marker(part)
+        if part != "unit":
+            item.add_marker("slow")
+        _part_of[item.nodeid] = part
+
+
+def pytest_runtest_logreport(report):
+    # Setup and teardown count too: a module's lab or VMs are made in its first test's setup.
+    part = _part_of.get(report.nodeid)
+    if part is not None:
+        spent = _spent.setdefault(part, [0.0, 0])
+        spent[0] += report.duration
+        if report.when == "call":
+            spent[1] += 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _spent:
+        return
+    parts = [f"{p} {int(_spent[p][1])} tests {_spent[p][0] / 60:.1f} min" for p in PARTS if p in _spent]
+    total = sum(s for s, _ in _spent.values())
+    terminalreporter.write_line(f"time by part: {'; '.join(parts)}; all {total / 60:.1f} min")
 
 
 def server_processes(state: Path, module: str = "picluster.cluster.server") -> list[psutil.Process]:
@@ -39,17 +72,24 @@ def state(tmp_path, monkeypatch):
     assert not left, f"servers or agents left running: {[p.pid for p in left]}"
 
 
-def picluster(*args, env=None, timeout=300, input=None, cwd=ROOT):
-    """Run the real CLI in a subprocess: real exit codes, real stderr."""
+def cli(*args) -> list[str]:
+    """The command line that runs picluster's CLI from this checkout with this interpreter."""
+    return [sys.executable, "-m", "picluster", *map(str, args)]
+
+
+def picluster(*args, env=None, timeout=300, input=None, cwd=ROOT, how=()) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess, to its end: real exit codes, real stderr.  ``how``: a
+    prefix that runs it otherwise (e.g. as another user)."""
     return subprocess.run(
-        [sys.executable, "-m", "picluster", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env or os.environ.copy(),
-        input=input,
-        cwd=cwd,
-    )
+        [*how, *cli(*args)], capture_output=True, text=True, timeout=timeout,
+        env=env or os.environ.copy(), input=input, cwd=cwd,
+    )  # fmt: skip
+
+
+def picluster_popen(*args, env=None, cwd=ROOT, **popen) -> subprocess.Popen:
+    """Start the real CLI in a subprocess and return at once (text pipes for stdout and stderr)."""
+    return subprocess.Popen(cli(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env or os.environ.copy(), cwd=cwd, **popen)
 
 
 def ansible_playbook(inventory: Path, *extra: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -1,10 +1,8 @@
 """Helpers for the launch tests: a launch running in the background, and the processes of its tasks."""
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -12,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, picluster_popen
 
 EXAMPLES = ROOT / "examples"
 
@@ -27,9 +25,7 @@ class Launched:
 
     def __init__(self, *args, env=None) -> None:
         self.start = time.monotonic()
-        self.proc = subprocess.Popen([sys.executable, "-m", "picluster", "launch", "--no-live", *map(str, args)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                                     env=env or os.environ.copy())
+        self.proc = picluster_popen("launch", "--no-live", *args, env=env)
         self.out: list[str] = []
         self.err: list[str] = []
         self._readers = [threading.Thread(target=self._read, args=(stream, sink), daemon=True)

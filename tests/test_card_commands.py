@@ -28,7 +28,7 @@ def assert_quiet(result) -> None:
     assert "Traceback" not in shown, shown[-3000:]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_run_montecarlo_as_written(state):
     result = picluster("run", "montecarlo", "--samples", "1e8", "--nodes", "8")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -38,7 +38,7 @@ def test_run_montecarlo_as_written(state):
     assert_quiet(result)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_train_har_layers_3_as_written_trains_the_recipe(state, tmp_path):
     data = write_tiny_har(tmp_path / "har")
     run = tmp_path / "run"
@@ -68,7 +68,7 @@ def test_import_tensorflow_drops_only_the_start_up_lines():
     ]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_tensorflow_import_on_a_terminal_process_shows_nothing_of_its_start(tmp_path):
     import subprocess
     import sys

@@ -169,7 +169,7 @@ def _scorings(run_dir) -> list[str]:
     return [line for line in (run_dir / "worker-0.log").read_text().splitlines() if "chief: test: scored" in line]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_test_is_scored_once_at_the_end_for_the_epoch_chosen_on_validation(state, tiny, tmp_path):
     run_dir = tmp_path / "run"
     result = picluster("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *STANDALONE, "--epochs", "4", "--json")
@@ -187,7 +187,7 @@ def test_test_is_scored_once_at_the_end_for_the_epoch_chosen_on_validation(state
     assert json.loads((run_dir / "config.json").read_text())["eval_test_every_epoch"] is False
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_eval_test_every_epoch_adds_the_columns_and_the_end_scores_the_chosen_epoch(state, tiny, tmp_path):
     # A rate high enough that validation wobbles: the chosen epoch is not the last one.
     run_dir = tmp_path / "run"
@@ -207,7 +207,7 @@ def test_eval_test_every_epoch_adds_the_columns_and_the_end_scores_the_chosen_ep
     assert len(_scorings(run_dir)) == 1
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_other_validation_volunteers_validate_the_run(state, tmp_path):
     data = _three_volunteers()
     many = {k: np.concatenate([getattr(data, k)] * 48) for k in ("x_train", "y_train", "subject_train")}
@@ -221,7 +221,7 @@ def test_other_validation_volunteers_validate_the_run(state, tmp_path):
     assert json.loads(result.stdout)["val_volunteers"] == [3]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_run_of_an_earlier_version_resumes_with_its_test_columns(state, tiny, tmp_path):
     run_dir = tmp_path / "run"
     first = picluster("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *STANDALONE, "--epochs", "2",
@@ -241,7 +241,7 @@ def test_a_run_of_an_earlier_version_resumes_with_its_test_columns(state, tiny, 
     assert len(_scorings(run_dir)) == 2 and "scored 2 times in this run" in _scorings(run_dir)[-1]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_run_stopped_at_its_target_scores_the_test_set_once_for_the_chosen_epoch(state, tiny, tmp_path):
     run_dir = tmp_path / "run"
     result = picluster("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *STANDALONE, "--epochs", "30",

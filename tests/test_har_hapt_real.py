@@ -9,7 +9,7 @@ from picluster.data.har.dataset import cache_path, load, load_har
 from picluster.data.har.spec import CLASSES, TEST_SUBJECTS, UCI_CLASS_COUNTS, VALIDATION_SUBJECTS
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_reconstruction_from_the_package_matches_uci_counts(tmp_path):
     data = load_har(tmp_path)  # nothing cached: prepares from HAPT and caches
     assert data.source.startswith("hapt:")

@@ -2,23 +2,18 @@
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, server_processes
+from conftest import ROOT, cli, picluster_popen, server_processes
 
 
 def started(args, env=None) -> subprocess.Popen:
     """The CLI running in the background, as from a terminal."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "picluster", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        cwd=ROOT, env=env,
-        # A shell without job control starts background jobs with SIGINT ignored: undo that, as a terminal would.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )  # fmt: skip
+    # A shell without job control starts background jobs with SIGINT ignored: undo that, as a terminal would.
+    return picluster_popen(*args, env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def interrupted(args, after: float, env=None):
@@ -43,7 +38,7 @@ def test_ctrl_c_while_python_loads_the_command_line(tmp_path):
     fake.mkdir()
     (fake / "__init__.py").write_text("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(30)\n")
     env = dict(__import__("os").environ, PYTHONPATH=str(tmp_path))
-    result = subprocess.run([sys.executable, "-m", "picluster", "data", "har"], capture_output=True, text=True, env=env,
+    result = subprocess.run([*cli(), "data", "har"], capture_output=True, text=True, env=env,
                             cwd=ROOT, timeout=60)
     assert_interrupted(result.returncode, result.stderr)
 
@@ -58,7 +53,7 @@ def _writing(pid: int, out: Path) -> bool:
     return out.is_dir() and any(p.name.endswith(".part") for p in out.iterdir())
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 # A fixed delay lands after the end on a fast machine (the whole command takes ~2.5 s here), where
 # CPython has already put back SIGINT's default action and the process dies by the signal with its
 # work done.  So wait for the phase itself, seen from outside: /proc maps, then the cache's .part file.
@@ -78,7 +73,7 @@ def test_ctrl_c_while_preparing_har_data(tmp_path, phase):
     assert not out.exists() or [p.name for p in out.iterdir()] == []  # no half-written cache
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("after", [1.0, 6.0])
 def test_ctrl_c_during_a_run_stops_its_servers(state, after):
     code, err = interrupted(["run", "montecarlo", "--samples", "1e11", "--nodes", "2", "--no-live"], after)
@@ -87,7 +82,7 @@ def test_ctrl_c_during_a_run_stops_its_servers(state, after):
     assert not server_processes(state) and not server_processes(state, "picluster.monitor.agent")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_ctrl_c_during_training_stops_clients_and_servers(state, tmp_path):
     from train_fixtures import TINY_MODEL, write_tiny_har
 

@@ -1,7 +1,6 @@
 import ipaddress
 import resource
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -9,7 +8,7 @@ import pytest
 from picluster.errors import UsageError
 from picluster.inventory import load_inventory
 
-from conftest import ROOT, one_line
+from conftest import ROOT, cli, one_line
 
 GOOD = """
 [cluster]
@@ -112,7 +111,7 @@ def test_a_device_is_not_read_to_its_end():
     def cap():
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 
-    result = subprocess.run([sys.executable, "-m", "picluster", "inventory", "--ansible", "-i", "/dev/zero"],
+    result = subprocess.run([*cli(), "inventory", "--ansible", "-i", "/dev/zero"],
                             capture_output=True, text=True, timeout=120, preexec_fn=cap, cwd=ROOT)
     one_line(result, 2, "inventory /dev/zero: larger than 1024 KiB")
 

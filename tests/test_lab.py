@@ -22,19 +22,13 @@ from picluster.errors import ClusterError, UsageError
 from picluster.lab import Host, HostOptions, Lab, commands, keys, links, naming, netns, procs, reap_orphans, snapshot, teardown
 from picluster.lab.registry import known_ids, state_root
 
+from conftest import picluster
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = dict(os.environ, COLUMNS="200")
-    return subprocess.run(
-        [sys.executable, "-m", "picluster", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-        env=env,
-    )
+    return picluster(*args, timeout=timeout, env=dict(os.environ, COLUMNS="200"))
 
 
 def lab_processes(lab: Lab) -> list[psutil.Process]:
@@ -173,7 +167,7 @@ def test_keypair_is_usable_by_paramiko(tmp_path):
 # -- against real hosts ----------------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.lab
 def test_lab_deps_script_is_idempotent_and_leaves_no_sshd_on_the_machine():
     script = REPO / "scripts" / "lab-deps.sh"
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=600)
@@ -184,7 +178,7 @@ def test_lab_deps_script_is_idempotent_and_leaves_no_sshd_on_the_machine():
     assert listening == []  # lab hosts' sshds listen in their own namespaces only
 
 
-@pytest.mark.slow
+@pytest.mark.lab
 def test_hosts_have_their_own_names_addresses_and_routes(lab4):
     assert [h.name for h in lab4.hosts] == ["node01", "node02", "node03", "node04"]
     assert len({h.address for h in lab4.hosts}) == 4
@@ -204,7 +198,7 @@ def test_hosts_have_their_own_names_addresses_and_routes(lab4):
     assert socket.gethostname() not in {h.name for h in lab4.hosts}
 
 
-@pytest.mark.slow
+@pytest.mark.lab
 def test_run_key_logs_in_and_other_ways_in_are_refused(lab4, tmp_path):
     host = lab4.host("node02")
     with lab4.connect(host) as conn:
@@ -224,7 +218,7 @@ def test_run_key_logs_in_and_other_ways_in_are_refused(lab4, tmp_path):
     client.close()
 
 
-@pytest.mark.slow
+@pytest.mark.lab
 def test_venv_python_runs_as_the_cluster_user(lab4):
     # Later tests start TensorFlow servers this way; the venv's interpreter may live under /root.
     root_mode = os.stat("/root").st_mode
@@ -238,7 +232,7 @@ def test_venv_python_runs_as_the_cluster_user(lab4):
     assert host.changes(since=before) == []
 
 
-@pytest.mark.slow
+@pytest.mark.lab
 def test_writes_stay_in_the_writing_hosts_overlay(lab4):
     real_before = snapshot.take()
     writer, others = lab4.host("node02"), [lab4.host(n) for n in ("node01", "node03", "node04")]
@@ -274,7 +268,7 @@ def test_writes_stay_in_the_writing_hosts_overlay(lab4):
     assert {c.path for c in writer.changes(since=writer_before)} == {"/etc/motd"}
 
 
-@pytest.mark.slow
+@pytest.mark.lab
 def test_hosts_carry_a_mock_pi_boot_partition_and_model(lab4):
     assert not Path("/srv/picluster").exists() and not Path("/mnt/picluster").exists()
     for host in lab4.hosts:
@@ -285,7 +279,7 @@ def test_hosts_carry_a_mock_pi_boot_partition_and_model(lab4):
         assert host.path("/srv/picluster").is_dir() and host.path("/mnt/picluster").is_dir()
 
 
-@pytest.mark.slow
+@pytest.mark.lab
 def test_sudo_without_password_and_a_host_whose_sudo_asks(lab_factory):
     lab = lab_factory(2, host_options={"node02": HostOptions(sudo_nopasswd=False, pi_model=None)})
     with lab.connect("node01") as conn:
@@ -298,7 +292,7 @@ def test_sudo_without_password_and_a_host_whose_sudo_asks(lab_factory):
     assert lab.host("node01").path("/sys/firmware/devicetree/base/model").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.lab
 def test_make_unreachable_mid_session_and_restore(lab4):
     target, other = lab4.host("node03"), lab4.host("node01")
     probe = ["timeout", "2", "bash", "-c", f"exec 3<>/dev/tcp/{target.address}/22"]
@@ -326,7 +320,7 @@ def test_make_unreachable_mid_session_and_restore(lab4):
         lab4.make_unreachable(target, how="unplug")
 
 
-@pytest.mark.slow
+@pytest.mark.lab
 def test_shape_limits_the_rate_both_ways_and_delay_needs_netem(lab4):
     size = 2_000_000  # 16 Mbit: about 1 s at 16mbit
     fast_down = download_seconds(lab4, "node04", size)
@@ -356,7 +350,7 @@ def test_shape_limits_the_rate_both_ways_and_delay_needs_netem(lab4):
         assert {s.name: s.shaping for s in lab4.status()}["node04"] == ""
 
 
-@pytest.mark.slow
+@pytest.mark.lab
 def test_inventory_describes_the_lab(lab4, tmp_path):
     path = lab4.write_inventory(tmp_path / "picluster.toml")
     data = tomllib.loads(path.read_text())
@@ -382,7 +376,7 @@ def test_inventory_describes_the_lab(lab4, tmp_path):
     assert [(n.name, n.address) for n in inventory.nodes] == [(h.name, h.address) for h in lab4.hosts]
 
 
-@pytest.mark.slow
+@pytest.mark.lab
 def test_two_labs_coexist(lab4, lab_factory):
     other = lab_factory(1)
     assert other.id != lab4.id and other.bridge != lab4.bridge
@@ -394,7 +388,7 @@ def test_two_labs_coexist(lab4, lab_factory):
     assert other.host("node01").address != lab4.host("node01").address
 
 
-@pytest.mark.slow
+@pytest.mark.lab
 def test_down_leaves_no_namespace_link_mount_process_or_file(lab_factory):
     lab = lab_factory(2)
     lab.make_unreachable("node02", how="drop")  # so there is an nft table to remove too
@@ -420,7 +414,7 @@ def test_down_leaves_no_namespace_link_mount_process_or_file(lab_factory):
         Lab.load(lab.id)
 
 
-@pytest.mark.slow
+@pytest.mark.lab
 def test_an_exception_in_the_middle_of_up_leaves_nothing(lab_support, monkeypatch):
     real_start = Host.start
     started: list[Host] = []
@@ -442,7 +436,7 @@ def test_an_exception_in_the_middle_of_up_leaves_nothing(lab_support, monkeypatc
     assert_nothing_left(lab.id, lab.run_dir, processes)
 
 
-@pytest.mark.slow
+@pytest.mark.lab
 def test_a_host_whose_sshd_fails_is_named_and_the_lab_torn_down(lab_support, monkeypatch):
     real_config = Host._sshd_config
 
@@ -457,7 +451,7 @@ def test_a_host_whose_sshd_fails_is_named_and_the_lab_torn_down(lab_support, mon
     assert_nothing_left(lab.id, lab.run_dir)
 
 
-@pytest.mark.slow
+@pytest.mark.lab
 def test_a_lab_whose_owner_was_killed_mid_up_is_cleaned_up(lab_support, tmp_path):
     lab_id = "k" + os.urandom(2).hex()
     script = textwrap.dedent(f"""
@@ -492,7 +486,7 @@ def test_a_lab_whose_owner_was_killed_mid_up_is_cleaned_up(lab_support, tmp_path
     assert_nothing_left(lab_id, state_root() / lab_id, processes)
 
 
-@pytest.mark.slow
+@pytest.mark.lab
 def test_cli_up_status_and_down_from_another_process(lab_support, tmp_path):
     lab_id = "c" + os.urandom(2).hex()
     inventory = tmp_path / "inv" / "picluster.toml"
@@ -541,7 +535,7 @@ def test_cli_up_status_and_down_from_another_process(lab_support, tmp_path):
     assert bad.returncode == 2
 
 
-@pytest.mark.slow
+@pytest.mark.lab
 def test_a_lab_can_keep_its_state_under_tmp(lab_factory, tmp_path):
     # Tests give picluster a private PICLUSTER_STATE_DIR under /tmp, which every host covers
     # with its own tmpfs: the host's sshd and layers must not care.

@@ -166,7 +166,7 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-@pytest.mark.slow
+@pytest.mark.lab
 def test_every_process_of_a_limited_host_is_in_its_cgroup_and_the_limits_hold(lab_factory):
     lab = lab_factory(2, limits=Limits(cpu=0.5, memory=256 * 2**20))
     host = lab.hosts[0]

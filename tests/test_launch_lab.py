@@ -22,7 +22,7 @@ from picluster.paths import state_dir
 from conftest import picluster
 from launch_fixtures import EXAMPLES, job_record, kill_worker_script, wait_gone, write_script
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.lab
 
 
 @pytest.fixture(scope="module")

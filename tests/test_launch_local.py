@@ -14,7 +14,7 @@ from conftest import picluster, server_processes
 from launch_fixtures import EXAMPLES, job_record, kill_worker_script, script_processes, tethers, wait_gone, write_script
 from train_fixtures import TINY_MODEL, write_tiny_har
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")

@@ -6,15 +6,14 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import psutil
 import pytest
 
-from conftest import ROOT, picluster, server_processes
+from conftest import ROOT, cli, picluster, server_processes
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 def wait_for(predicate, timeout=60.0, interval=0.1):
@@ -128,7 +127,7 @@ def test_configured_port_places_the_tasks_and_then_the_agent(state):
 
 def start_long_run(state):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "picluster", "run", "montecarlo", "--samples", "1e13", "--nodes", "2"],
+        [*cli(), "run", "montecarlo", "--samples", "1e13", "--nodes", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=os.environ.copy(),
         # pytest started as a background job (`cmd &` without job control) passes SIGINT on ignored: undo that.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),

@@ -22,7 +22,7 @@ def test_estimate_statistics():
     assert e.samples_per_s == pytest.approx(2_000_000)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_montecarlo_on_real_cluster(state, monkeypatch):
     from picluster.cluster.local import LocalCluster
     from picluster.jobs.montecarlo.estimate import MonteCarlo

@@ -196,6 +196,7 @@ def test_an_out_that_cannot_be_a_folder_is_one_line(tmp_path, out, code, words):
     one_line(result, code, words)
 
 
+@pytest.mark.lab  # small_disk: a tmpfs mount, root
 def test_a_disk_full_after_the_first_figure_leaves_none(tmp_path, small_disk):
     source = write_csv(tmp_path / "x.csv", ["samples", "nodes", "seconds"], [[1e7, 1, 2.0], [1e7, 2, 1.0]])
     probe = tmp_path / "probe"
@@ -228,7 +229,7 @@ def test_any_cell_is_drawn_only_if_it_is_a_sane_value(cells):
         assert row["seconds"] is None or (math.isfinite(row["seconds"]) and row["seconds"] > 0)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_recorder_writes_each_nodes_cpu_and_memory_from_a_real_agent(tmp_path):
     import socket
     import subprocess

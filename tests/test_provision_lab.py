@@ -26,7 +26,7 @@ from picluster.provision.steps import NO_NFS, Options
 
 from conftest import ansible_playbook, assert_converged, picluster
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.lab
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = sys.prefix  # the coordinator's venv: the hosts share /usr and this tree, so picluster and TF import

@@ -111,6 +111,7 @@ def listeners():
             listener.stop()
 
 
+@pytest.mark.lab  # binds port 22 on loopback addresses: root
 def test_provision_against_hosts_that_close_stall_or_are_not_there(listeners, tmp_path):
     inv = tmp_path / "picluster.toml"
     inv.write_text('[cluster]\nname = "loop"\nuser = "pi"\nnodes = "node[01-05]"\naddresses = "127.0.24.[1-5]"\n')

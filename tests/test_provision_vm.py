@@ -29,7 +29,7 @@ from picluster.provision.steps import Options
 from conftest import picluster
 from vm_checks import REMOVED, RUNTIME, apt_repository, as_a_fresh_card, check_nfs_and_firewall, check_runtime, inventory, served, sh
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.vm, pytest.mark.timeout(3600)]
 
 THREADS = 13  # not nfsd's default 8: reading 13 back proves the setting took
 

@@ -14,7 +14,7 @@ from picluster.inventory import load_inventory
 from conftest import ansible_playbook, assert_converged, picluster
 from vm_checks import REMOVED, RUNTIME, apt_repository, as_a_fresh_card, check_nfs_and_firewall, check_runtime, inventory, served, sh
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.vm, pytest.mark.timeout(3600)]
 
 
 def test_ansible_converges_fresh_vms_to_the_same_state(lab_factory, vm_image, tmp_path):

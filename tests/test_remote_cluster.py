@@ -12,9 +12,9 @@ import pytest
 
 from picluster.cluster.nodes import RUN_DIR
 
-from conftest import picluster
+from conftest import cli, picluster
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.lab
 
 
 def table_rows(text: str) -> list[list[str]]:
@@ -105,7 +105,7 @@ def test_worker_killed_mid_run_names_the_node(lab_cluster):
     lab, inventory = lab_cluster
     assert picluster("cluster", "up", "-i", inventory).returncode == 0
     run = subprocess.Popen(
-        [sys.executable, "-m", "picluster", "run", "montecarlo", "-i", str(inventory), "--samples", "1e12",
+        [*cli(), "run", "montecarlo", "-i", str(inventory), "--samples", "1e12",
          "--nodes", "2", "--no-live"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )

@@ -11,7 +11,7 @@ from conftest import picluster, server_processes
 from launch_fixtures import write_script
 from train_fixtures import TINY_MODEL, write_tiny_har
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.lab
 
 BROKEN_TF = "ImportError: MOCK: this TensorFlow install is broken"
 

@@ -5,7 +5,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -16,9 +15,12 @@ from picluster import atomic
 from picluster.errors import StorageError
 from picluster.jobs.har import metrics
 
-from conftest import ROOT, one_line, picluster, server_processes
+from conftest import ROOT, cli, one_line, picluster, server_processes
 
 ROW = {"epoch": 1, "global_step": 10, "train_loss": 1.5, "time": 1700000000.123}
+
+
+pytestmark = pytest.mark.lab  # small_disk mounts a tmpfs and runs the CLI as nobody: root
 
 
 def leftovers(folder: Path) -> list[str]:
@@ -86,11 +88,8 @@ def test_csv_where_the_user_may_not_write(tmp_path):
     try:
         folder.chmod(0o755)
         env = dict(os.environ, HOME=str(folder), PICLUSTER_STATE_DIR=str(folder / "state"))
-        result = subprocess.run(
-            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m", "picluster",
-             "run", "montecarlo", "--sweep", "1e6", "--csv", str(folder / "t5.csv")],
-            capture_output=True, text=True, timeout=60, env=env, cwd=ROOT,
-        )  # fmt: skip
+        result = picluster("run", "montecarlo", "--sweep", "1e6", "--csv", folder / "t5.csv", timeout=60, env=env,
+                           how=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])  # as nobody
         one_line(result, 2, "Permission denied", str(folder))
         assert leftovers(folder) == []
     finally:
@@ -132,11 +131,10 @@ def test_cluster_state_on_a_read_only_file_system_starts_nothing(small_disk, mon
     assert not server_processes(state) and not server_processes(state, "picluster.monitor.agent")
 
 
-@pytest.mark.slow
 def test_a_sweep_table_onto_a_full_disk_is_one_line_and_no_file(small_disk, state):
     out = small_disk.path / "t5.csv"
     # Full only once the sweep has begun: the check before it must pass, the write after it fail.
-    proc = subprocess.Popen([sys.executable, "-m", "picluster", "run", "montecarlo", "--sweep", "1e6,2e6", "--nodes-list", "1",
+    proc = subprocess.Popen([*cli(), "run", "montecarlo", "--sweep", "1e6,2e6", "--nodes-list", "1",
                              "--csv", str(out), "--no-live"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         deadline = time.monotonic() + 120
@@ -153,7 +151,6 @@ def test_a_sweep_table_onto_a_full_disk_is_one_line_and_no_file(small_disk, stat
     assert not server_processes(state) and not server_processes(state, "picluster.monitor.agent")
 
 
-@pytest.mark.slow
 def test_har_data_onto_a_full_disk_leaves_no_cache(small_disk):
     small_disk.fill()
     out = small_disk.path / "har"

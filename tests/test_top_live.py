@@ -10,7 +10,7 @@ import pytest
 
 from conftest import picluster
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.e2e
 
 
 def tmux(*args: str) -> subprocess.CompletedProcess:

@@ -2,9 +2,6 @@
 
 import csv
 import json
-import os
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -13,7 +10,7 @@ import pytest
 
 from picluster.data.har.dataset import CACHE_NAME, checksum, save
 
-from conftest import ROOT, picluster
+from conftest import picluster, picluster_popen
 from train_fixtures import TINY_MODEL, checkpointed_step, write_tiny_har
 from train_fixtures import error_line as _error_line
 
@@ -95,10 +92,7 @@ def test_dataset_of_the_wrong_shape_is_refused(state, tmp_path):
 
 
 def _start(*args):
-    return subprocess.Popen(
-        [sys.executable, "-m", "picluster", "train", "har", *map(str, args)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=os.environ.copy(),
-    )
+    return picluster_popen("train", "har", *args)
 
 
 def _client(run_dir, task):
@@ -142,7 +136,7 @@ def _no_clients_left(run_dir):
     assert _client(run_dir, 0) is None and _client(run_dir, 1) is None
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_sync_training_learns_and_a_killed_worker_run_resumes(state, tiny, tmp_path):
     run_dir = tmp_path / "run"
     proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "40", "--mode", "sync")
@@ -176,7 +170,7 @@ def test_sync_training_learns_and_a_killed_worker_run_resumes(state, tiny, tmp_p
     assert (run_dir / "tensorboard").is_dir() and any((run_dir / "best").glob("*.index"))
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_async_training_goes_on_without_a_killed_worker(state, tiny, tmp_path):
     run_dir = tmp_path / "run"
     proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "8", "--mode", "async", "--json")
@@ -193,7 +187,7 @@ def test_async_training_goes_on_without_a_killed_worker(state, tiny, tmp_path):
     _no_clients_left(run_dir)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_killed_chief_stops_the_run_and_resume_continues(state, tiny, tmp_path):
     run_dir = tmp_path / "run"
     # Sync: no update can land between the chief's last save and its death, so the step is exact.
@@ -218,7 +212,7 @@ def test_a_killed_chief_stops_the_run_and_resume_continues(state, tiny, tmp_path
     assert not [c for c in rows[0] if c.startswith("test_")]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_killed_ps_stops_the_run_naming_it(state, tiny, tmp_path):
     from picluster.cluster.local import LocalCluster
 
@@ -236,7 +230,7 @@ def test_a_killed_ps_stops_the_run_naming_it(state, tiny, tmp_path):
         picluster("cluster", "down")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_two_ps_tasks_share_the_variables(state, tiny, tmp_path):
     result = picluster("train", "har", "--data-dir", tiny, "--run-dir", tmp_path / "run", *TINY_MODEL, "--epochs", "1",
                        "--ps", "2", "--workers", "2", "--json", timeout=300)
@@ -248,7 +242,7 @@ def test_two_ps_tasks_share_the_variables(state, tiny, tmp_path):
     assert json.loads((tmp_path / "run" / "layout.json").read_text())["cluster"] == "temporary"
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_sync_chief_moves_the_weight_averages(state, tiny, tmp_path):
     """--ema: only the chief applies sync updates, and its step must move the averages too."""
     import tensorflow as tf
@@ -265,7 +259,7 @@ def test_sync_chief_moves_the_weight_averages(state, tiny, tmp_path):
         assert not np.allclose(first.get_tensor(name), second.get_tensor(name)), name
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_each_run_on_a_running_cluster_starts_from_fresh_variables(state, tiny, tmp_path):
     """The ps keeps variables between sessions: a second run must not inherit the first one's."""
     assert picluster("cluster", "up", "--ps", "1", "--workers", "2").returncode == 0
@@ -286,7 +280,7 @@ TINY_CONV = ["--model", "convlstm", "--layers", "1", "--conv-filters", "4", "--c
              "--batch", "20", "--lr", "0.01"]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("mode", [["--standalone"], ["--mode", "sync"]])
 def test_the_same_seed_gives_the_same_metrics(state, tiny, tmp_path, mode):
     """Seeded initialisation, dropout, input order and augmentation: two runs, identical numbers."""

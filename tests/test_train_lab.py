@@ -19,11 +19,11 @@ from test_remote_cluster import picluster_processes
 from picluster.cluster.nodes import RUN_DIR
 from picluster.jobs.har.clients import node_run_name
 
-from conftest import picluster
+from conftest import cli, picluster
 from train_fixtures import TINY_MODEL, checkpointed_step, write_tiny_har
 from train_fixtures import error_line as _error_line
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.lab
 
 HAR = "/mnt/picluster/har"
 
@@ -50,7 +50,7 @@ def _client_pid(host) -> int:
 
 def _start_training(inventory, run) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "picluster", "train", "har", "-i", str(inventory), "--epochs", "50", *TINY_MODEL,
+        [*cli(), "train", "har", "-i", str(inventory), "--epochs", "50", *TINY_MODEL,
          "--run-dir", str(run), "--no-live"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )

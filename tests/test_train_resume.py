@@ -7,7 +7,6 @@ checkpoint, saying which, or is refused.
 
 import json
 import subprocess
-import sys
 import time
 
 import psutil
@@ -18,7 +17,7 @@ from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.coordinator import resume_config
 from picluster.jobs.har.rundir import RunDir
 
-from conftest import ROOT, one_line, picluster
+from conftest import ROOT, cli, one_line, picluster
 from train_fixtures import TINY_MODEL, write_tiny_har
 
 
@@ -145,7 +144,7 @@ def _steps(run) -> list[int]:
     return sorted(int(p.name.split("-")[-1].split(".")[0]) for p in (run / "checkpoints").glob("model.ckpt-*.index"))
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_damaged_latest_checkpoint_is_named_and_the_older_one_restored(state, tmp_path, tiny):
     run = tmp_path / "run"
     assert (result := _train(run, tiny, epochs=3)).returncode == 0, result.stderr
@@ -167,7 +166,7 @@ def test_a_damaged_latest_checkpoint_is_named_and_the_older_one_restored(state, 
     assert (run / "checkpoints" / "damaged" / data.name).exists()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_no_intact_checkpoint_refuses_and_keeps_the_records(state, tmp_path, tiny):
     run = tmp_path / "run"
     assert (result := _train(run, tiny, epochs=2)).returncode == 0, result.stderr
@@ -179,10 +178,10 @@ def test_no_intact_checkpoint_refuses_and_keeps_the_records(state, tmp_path, tin
     assert (run / "metrics.csv").read_bytes() == before
 
 
-@pytest.mark.slow
+@pytest.mark.lab  # small_disk: root
 def test_a_disk_that_fills_during_training_stops_it_in_one_line_and_resume_continues(state, tmp_path, tiny, small_disk):
     run = small_disk.path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "picluster", "train", "har", "--standalone", "--data-dir", str(tiny),
+    proc = subprocess.Popen([*cli(), "train", "har", "--standalone", "--data-dir", str(tiny),
                              "--run-dir", str(run), *TINY_MODEL, "--epochs", "30", "--no-live"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:

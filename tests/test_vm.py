@@ -25,6 +25,8 @@ from picluster.lab.registry import known_ids, state_root
 from picluster.lab.vm import VM, VMHost, accel, guest, image, mirror, seed, support, tap
 from picluster.provision.steps import packages as provision_packages
 
+from conftest import picluster
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -49,10 +51,7 @@ def nothing_left(lab_id: str, run_dir: Path) -> None:
 
 
 def cli(*args, env=None, how=(), timeout=900) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*how, sys.executable, "-m", "picluster", *map(str, args)],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env or dict(os.environ, COLUMNS="200"),
-    )  # fmt: skip
+    return picluster(*args, how=how, timeout=timeout, env=env or dict(os.environ, COLUMNS="200"))
 
 
 def one_line(exc: BaseException) -> str:
@@ -306,7 +305,7 @@ def test_kvm_probe_verdict_is_cached(tmp_path, monkeypatch):
 # -- the real image ----------------------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.vm
 @pytest.mark.timeout(1800)  # the first session on a machine builds the image
 def test_image_is_built_once_then_cached_and_checked(vm_image):
     assert vm_image.dir == image.image_dir()
@@ -332,7 +331,7 @@ def damaged_cache(vm_image, tmp_path: Path) -> Path:
     return cache
 
 
-@pytest.mark.slow
+@pytest.mark.vm
 def test_a_damaged_cached_image_is_refused_before_anything_starts(vm_image, tmp_path):
     cache = damaged_cache(vm_image, tmp_path)
     proc = cli(
@@ -350,7 +349,7 @@ def test_a_damaged_cached_image_is_refused_before_anything_starts(vm_image, tmp_
 # -- real VMs ----------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.vm
 @pytest.mark.timeout(2400)
 def test_cli_up_status_ssh_reboot_and_down_of_a_vm_lab(vm_image, tmp_path):
     lab_id = "v" + os.urandom(2).hex()
@@ -400,7 +399,7 @@ def test_cli_up_status_ssh_reboot_and_down_of_a_vm_lab(vm_image, tmp_path):
         teardown(lab_id)
 
 
-@pytest.mark.slow
+@pytest.mark.vm
 def test_a_vm_lab_that_does_not_answer_in_time_leaves_nothing(vm_image, tmp_path):
     lab = Lab(2, vm=True, root=tmp_path / "labs")
     started = time.monotonic()
@@ -411,7 +410,7 @@ def test_a_vm_lab_that_does_not_answer_in_time_leaves_nothing(vm_image, tmp_path
     nothing_left(lab.id, lab.run_dir)
 
 
-@pytest.mark.slow
+@pytest.mark.vm
 def test_a_failure_after_the_disks_were_made_leaves_nothing(vm_image, tmp_path, monkeypatch):
     real_start = VMHost.start
 
@@ -428,7 +427,7 @@ def test_a_failure_after_the_disks_were_made_leaves_nothing(vm_image, tmp_path, 
     nothing_left(lab.id, lab.run_dir)
 
 
-@pytest.mark.slow
+@pytest.mark.vm
 def test_qemu_dies_with_its_owner_and_the_next_session_reaps_the_rest(vm_image):
     lab_id = "q" + os.urandom(2).hex()
     script = textwrap.dedent(f"""

@@ -89,7 +89,7 @@ def test_platform_from_options_is_a_usage_error_and_from_facts_a_cluster_error()
         Platform.of("aarch64", "3.11.2", "2.360")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_download_fetches_wheels_for_the_nodes_platform_once(tmp_path):
     # psutil has compiled wheels: the aarch64 one must come although this machine is x86_64.
     house = wheelhouse.download(PI, ["psutil>=5.9,<8"], cache=tmp_path)
