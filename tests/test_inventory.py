@@ -116,14 +116,14 @@ def test_a_device_is_not_read_to_its_end():
     one_line(result, 2, "inventory /dev/zero: larger than 1024 KiB")
 
 
-def test_the_shipped_example_is_the_readmes_and_describes_a_16_pi_cluster():
-    """examples/picluster.toml is what the README shows; both must stay a valid inventory."""
+def test_the_shipped_example_is_the_docs_and_describes_a_16_pi_cluster():
+    """examples/picluster.toml is what docs/cluster.md shows; both must stay a valid inventory."""
     from picluster.clusterspec import from_inventory
 
     from conftest import ROOT
 
     example = ROOT / "examples" / "picluster.toml"
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "cluster.md").read_text()
     assert f"```toml\n{example.read_text()}```" in readme
     inv = load_inventory(example)
     assert [n.name for n in inv.nodes][:2] == ["node01", "node02"] and len(inv.nodes) == 16

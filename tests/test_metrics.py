@@ -138,7 +138,7 @@ def test_default_agent_port_is_not_node_exporters(tmp_path):
     path = tmp_path / "picluster.toml"
     path.write_text('[cluster]\nname = "c"\nuser = "pi"\nnodes = "node[01-02]"\naddresses = "10.0.0.[1-2]"\n')
     assert load_inventory(path).agent_port == AGENT_PORT
-    assert f"agent_port = {AGENT_PORT}" in (ROOT / "README.md").read_text()
+    assert f"agent_port = {AGENT_PORT}" in (ROOT / "docs" / "cluster.md").read_text()
     assert f"agent_port = {AGENT_PORT}" in (ROOT / "examples" / "picluster.toml").read_text()
 
 

@@ -5,7 +5,7 @@ checked (nfsd threads and mountd's port as the kernel and rpcbind report them, t
 sunrpc slot table on every client, the share mounted everywhere with a file written on one node
 and read on another, the firewall in the guests' kernels from cluster, coordinator and outside
 addresses: tests/vm_checks.py), provisioned again (nothing changes, also through the CLI),
-rebooted all at once and checked again.  (Ansible's twin on VMs is not in the suite yet: README.)
+rebooted all at once and checked again.  (Ansible's twin on VMs: tests/test_provision_vm_ansible.py.)
 
 The lab has no internet, so apt's cache update (needed on a freshly written card) is tested
 against a small Debian repository the coordinator serves on the lab bridge, holding the one
