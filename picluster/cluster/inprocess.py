@@ -18,7 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from picluster.cluster.local import LocalCluster, threads_per_task
+from picluster.cluster.exits import Exited
+from picluster.cluster.local import AGENT, LocalCluster, threads_per_task
 from picluster.clusterspec import Task
 
 HOST_LOG = "servers.log"
@@ -48,6 +49,17 @@ class InProcessCluster(LocalCluster):
         for task in self.layout.tasks:
             self.pids[task.label] = proc.pid
         self._children[proc.pid] = proc
+
+    def wait_ready(self, timeout: float) -> None:
+        try:
+            super().wait_ready(timeout)
+        except Exited as exc:
+            # The tasks share the process and start in order, each writing its ready file once it
+            # serves: the ones without one are the task that failed and those after it.
+            unserved = [self._exit(t.label) for t in self.layout.tasks if not self._ready(t).exists()]
+            if not unserved:
+                raise
+            raise Exited("local cluster", unserved + [e for e in exc.exits if e.process == AGENT]) from None
 
     def stop_servers(self) -> None:
         """End the server host (its tasks still alive), leaving the agent and the run directory."""
