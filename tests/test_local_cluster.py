@@ -132,8 +132,8 @@ def start_long_run(state):
         # pytest started as a background job (`cmd &` without job control) passes SIGINT on ignored: undo that.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    # Wait until both servers are up and the coordinator is computing.
-    started = wait_for(lambda: len(server_processes(state)) == 2 and
+    # Wait until both tasks serve (from one server process) and the coordinator is computing.
+    started = wait_for(lambda: len(server_processes(state)) == 1 and
                        len(list((state / "tmp").glob("*/worker-*.ready"))) == 2, timeout=120)
     if not started:
         proc.kill()
@@ -167,6 +167,47 @@ def test_interrupted_run_stops_its_servers(state, long_run, sig, code):
     assert proc.returncode == code, (proc.returncode, err[-2000:])
     assert "Traceback" not in err
     assert not server_processes(state)
+    assert not any((state / "tmp").iterdir()), "temporary run directory left behind"
+
+
+def test_a_temporary_cluster_serves_every_task_from_one_process_on_loopback_only(state, long_run):
+    """TensorFlow imported once: one server process holds both workers' servers, each listening
+    on 127.0.0.1 alone (the bind shim takes every task's port), nothing on another address."""
+    long_run()
+    (server,) = server_processes(state)
+    (cluster_file,) = (state / "tmp").glob("*/cluster.json")
+    ports = {t["port"] for t in json.loads(cluster_file.read_text())["layout"]}
+    listening = {(c.laddr.ip, c.laddr.port) for c in server.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+    assert ports == {port for _, port in listening}, (ports, listening)
+    assert {ip for ip, _ in listening} <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening
+
+
+def test_a_task_of_a_temporary_cluster_that_cannot_serve_is_named(state):
+    """worker:1's port taken while the server process starts: the error names worker:1 (ps:0 and
+    worker:0, started before it, had served), and nothing of the cluster is left."""
+    from picluster.cluster.exits import Exited
+    from picluster.cluster.inprocess import InProcessCluster
+
+    held = []
+
+    def take_worker_1_port():
+        (cluster_file,) = (state / "tmp").glob("*/cluster.json")
+        port = next(t["port"] for t in json.loads(cluster_file.read_text())["layout"] if t["job"] == "worker" and t["index"] == 1)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+        held.append(sock)
+
+    try:
+        with pytest.raises(Exited) as failed:
+            InProcessCluster.start(ps=1, workers=2, temporary=True, meanwhile=take_worker_1_port)
+    finally:
+        for sock in held:
+            sock.close()
+    line = str(failed.value)
+    assert line.startswith("local cluster: localhost: worker:1 exited during start-up (exit code 1): "), line
+    assert line.endswith("worker:1 error: cannot serve: Could not start gRPC server"), line
+    assert not server_processes(state) and not server_processes(state, "picluster.monitor.agent")
     assert not any((state / "tmp").iterdir()), "temporary run directory left behind"
 
 

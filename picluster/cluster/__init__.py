@@ -3,12 +3,14 @@
 attach.py    which cluster a job attaches to: the inventory's, the running local one, or a temporary one
 local.py     the embedded local cluster: servers as processes on 127.0.0.1
 localstate.py  its cluster.json read back as untrusted input, value by value
+inprocess.py the temporary local cluster of a job: every task's server in one process
 nodes.py     servers and agents on inventory nodes, started over SSH
 ssh.py       one node over SSH (Fabric): commands, sudo, idempotent file writes
-server.py    one TensorFlow task (python -m picluster.cluster.server)
+server.py    TensorFlow tasks: one, or all of a temporary cluster (python -m picluster.cluster.server)
 probe.py     readiness: does a task's port answer
 lifetime.py  child processes that die with their coordinator, group signals, log tails
 exits.py     processes that started and died: exit status and log tail, one error folded by node
-tether.py    a command tied to a lifeline (python -m picluster.cluster.tether): how launch runs tasks
+tether.py    a command tied to a lifeline (python -m picluster.cluster.tether)
+tasks.py     the one supervisor of a job's processes (launch's tasks, HAR's clients), each under the tether
 shim.py      builds native/bindaddr.c, the LD_PRELOAD shim that keeps servers on their address
 """

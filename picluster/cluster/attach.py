@@ -7,10 +7,11 @@ one when the job ends.  Both take the parsed inventory (``None``: this machine).
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from picluster.cluster.base import Cluster
+from picluster.cluster.inprocess import InProcessCluster
 from picluster.cluster.local import MAX_TASKS, LocalCluster
 from picluster.cluster.nodes import NodeCluster
 from picluster.errors import ClusterError, UsageError
@@ -26,11 +27,12 @@ def find(inventory: Inventory | None) -> Cluster | None:
 
 
 @contextmanager
-def attach(inventory: Inventory | None, workers: int, ps: int = 0, temporary: bool = True) -> Iterator[Cluster]:
+def attach(inventory: Inventory | None, workers: int, ps: int = 0, temporary: bool = True,
+           meanwhile: Callable[[], None] | None = None) -> Iterator[Cluster]:
     """A cluster with at least ``workers`` workers and ``ps`` ps tasks answering.
 
     Without a running cluster, a temporary local one is started (unless ``temporary`` is False)
-    and stopped when the block ends.
+    and stopped when the block ends; ``meanwhile`` runs while its servers start.
     """
     if workers < 1:
         raise UsageError("--nodes must be at least 1")
@@ -44,7 +46,10 @@ def attach(inventory: Inventory | None, workers: int, ps: int = 0, temporary: bo
     if workers + ps > MAX_TASKS:
         raise UsageError(f"--nodes {workers} is more than the local cluster limit of {MAX_TASKS - ps} workers")
     start = time.perf_counter()
-    cluster = LocalCluster.start(ps=ps, workers=workers, temporary=True)
+    # The servers in one process (TensorFlow imported once); PICLUSTER_TEMPORARY_SERVERS=per-task
+    # starts one process per task as a persistent local cluster does, to compare the two.
+    kind = LocalCluster if os.environ.get("PICLUSTER_TEMPORARY_SERVERS") == "per-task" else InProcessCluster
+    cluster = kind.start(ps=ps, workers=workers, temporary=True, meanwhile=meanwhile)
     cluster.start_s = time.perf_counter() - start
     try:
         yield cluster

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -24,6 +25,7 @@ from picluster.cluster.base import Agent, Cluster, TaskState
 from picluster.cluster.exits import Exit, Exited, file_tail
 from picluster.cluster.lifetime import signal_group
 from picluster.cluster.probe import answers
+from picluster.cluster.server import ready_name
 from picluster.clusterspec import Layout, Task, local_layout
 from picluster.errors import ClusterError, UsageError
 from picluster.paths import state_dir
@@ -71,7 +73,10 @@ class LocalCluster(Cluster):
         base_port: int | None = None,
         temporary: bool = False,
         timeout: float = START_TIMEOUT,
+        meanwhile: Callable[[], None] | None = None,
     ) -> "LocalCluster":
+        """Start the servers and the agent and wait until they answer; ``meanwhile`` runs while
+        they start (the coordinator's own slow work, overlapping theirs)."""
         if ps < 0 or workers < 1:
             raise UsageError("a local cluster needs at least 1 worker and 0 or more ps tasks")
         if ps + workers > MAX_TASKS:
@@ -91,15 +96,22 @@ class LocalCluster(Cluster):
         cluster = cls(run_dir, layout, {}, temporary)
         cluster._save()
         try:
-            for task in layout.tasks:
-                cluster._spawn(task, threads_per_task(workers) if task.job == "worker" else 1)
+            cluster._spawn_tasks(list(layout.tasks))
             cluster._spawn_agent(ports[-1])
             cluster._save()
+            if meanwhile is not None:
+                meanwhile()
             cluster.wait_ready(timeout)
         except BaseException:
             cluster.stop()
             raise
         return cluster
+
+    def _spawn_tasks(self, tasks: list[Task]) -> None:
+        """One server process per task (a kind that hosts them otherwise overrides this)."""
+        workers = len(self.layout.workers)
+        for task in tasks:
+            self._spawn(task, threads_per_task(workers) if task.job == "worker" else 1)
 
     def _spawn(self, task: Task, threads: int) -> None:
         log = self._log(task)
@@ -168,14 +180,13 @@ class LocalCluster(Cluster):
     def _state_of(self, label: str) -> str:
         if label == AGENT:
             return self.agent_state()
-        job, index = label.split(":")
-        return self._task_state(self.layout.task(job, int(index)))
+        return self._task_state(self.layout.task(*_split(label)))
 
     def _exit(self, label: str) -> Exit:
         """How a dead process of ours ended: its exit status when it was our child, and its log's end."""
         child = self._children.get(self.pids.get(label, -1))
         status = child.returncode if child is not None else None
-        log = self.run_dir / ("agent.log" if label == AGENT else f"{label.replace(':', '-')}.log")
+        log = self.run_dir / "agent.log" if label == AGENT else self._log(self.layout.task(*_split(label)))
         return Exit("localhost", label, status, file_tail(log))
 
     # -- inspecting -------------------------------------------------------------------------
@@ -225,11 +236,11 @@ class LocalCluster(Cluster):
     def restart_missing(self, timeout: float = START_TIMEOUT) -> list[Task]:
         """Start again the tasks that are down, on their old ports; return them."""
         missing = [t for t in self.layout.tasks if self._task_state(t) == "down"]
-        workers = len(self.layout.workers)
         try:
             for task in missing:
                 _check_free(task.port)
-                self._spawn(task, threads_per_task(workers) if task.job == "worker" else 1)
+            if missing:
+                self._spawn_tasks(missing)
             if self.agent_state() == "down":
                 self._spawn_agent()
             self._save()
@@ -274,12 +285,12 @@ class LocalCluster(Cluster):
     def stop(self, grace: float = 5.0) -> None:
         found = [(t.label, self._live_pid(t)) for t in self.layout.tasks]
         found.append((AGENT, self._live_pid_of(AGENT, "picluster.monitor.agent")))
-        live = [(label, pid) for label, pid in found if pid]
-        for _, pid in live:
+        live = sorted({pid for _, pid in found if pid})  # tasks may share one process
+        for pid in live:
             signal_group(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         procs = []
-        for _, pid in live:
+        for pid in live:
             try:
                 procs.append(psutil.Process(pid))
             except psutil.NoSuchProcess:
@@ -302,12 +313,17 @@ class LocalCluster(Cluster):
         return self.run_dir / f"{task.job}-{task.index}.log"
 
     def _ready(self, task: Task) -> Path:
-        return self.run_dir / f"{task.job}-{task.index}.ready"
+        return self.run_dir / ready_name(task.job, task.index)
 
     def _save(self) -> None:
         data = {"layout": self.layout.to_json(), "pids": self.pids, "temporary": self.temporary,
                 "agent_port": self.agent_port}
         atomic.write_json(self.run_dir / _STATE, data)
+
+
+def _split(label: str) -> tuple[str, int]:
+    job, index = label.split(":")
+    return job, int(index)
 
 
 def _choose_ports(count: int, base: int | None) -> list[int]:

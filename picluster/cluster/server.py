@@ -1,8 +1,10 @@
-"""One TensorFlow task: ``python -m picluster.cluster.server --cluster-file F --job worker --task 0``.
+"""TensorFlow tasks: ``python -m picluster.cluster.server --cluster-file F --job worker --task 0``
+serves one task; ``--all`` serves every task of the layout from this one process (a temporary
+local cluster: TensorFlow is imported once, not once per task).
 
 The process re-executes itself once with the bind shim preloaded, starts a
-``tf.distribute.Server``, checks that it listens only on its own address,
-writes a ready file, and serves until it is killed.
+``tf.distribute.Server`` per task, checks that each listens only on its own address,
+writes a ready file per task, and serves until it is killed.
 """
 
 import argparse
@@ -16,15 +18,24 @@ from picluster.cluster.lifetime import die_with_parent
 from picluster.cluster.shim import only_on, reexec_with_shim
 
 
+def ready_name(job: str, index: int) -> str:
+    """A task's ready file in its run directory (``--ready-dir``)."""
+    return f"{job}-{index}.ready"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m picluster.cluster.server")
     parser.add_argument("--cluster-file", required=True, type=Path, help="JSON: {'layout': [...]} ")
-    parser.add_argument("--job", required=True, choices=["ps", "worker"])
-    parser.add_argument("--task", required=True, type=int)
+    parser.add_argument("--job", choices=["ps", "worker"])
+    parser.add_argument("--task", type=int)
+    parser.add_argument("--all", action="store_true", help="serve every task of the layout (all on this machine)")
     parser.add_argument("--threads", type=int, default=0, help="intra/inter-op threads (0: TensorFlow's default)")
-    parser.add_argument("--ready-file", type=Path)
+    parser.add_argument("--ready-file", type=Path, help="written once the task serves (one task)")
+    parser.add_argument("--ready-dir", type=Path, help="where each task's ready file goes once it serves (--all)")
     parser.add_argument("--parent", type=int, help="exit when this pid (the coordinator) exits")
     args = parser.parse_args(argv)
+    if args.all == (args.job is not None or args.task is not None) or (not args.all and (args.job is None or args.task is None)):
+        parser.error("give --job and --task, or --all")
 
     if args.parent:
         die_with_parent(args.parent)
@@ -32,8 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     from picluster.clusterspec import Layout
 
     layout = Layout.from_json(json.loads(args.cluster_file.read_text())["layout"])
-    me = layout.task(args.job, args.task)
-    reexec_with_shim(me.host, me.port, "picluster.cluster.server")
+    mine = list(layout.tasks) if args.all else [layout.task(args.job, args.task)]
+    hosts = {t.host for t in mine}
+    if len(hosts) != 1:
+        print(f"picluster.cluster.server: --all needs every task on one address, not {sorted(hosts)}", file=sys.stderr)
+        return 2
+    reexec_with_shim(mine[0].host, [t.port for t in mine], "picluster.cluster.server")
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     import tensorflow as tf
@@ -47,22 +62,26 @@ def main(argv: list[str] | None = None) -> int:
         intra_op_parallelism_threads=args.threads,
         inter_op_parallelism_threads=args.threads + 1 if args.threads else 0,
     )
-    server = tf.distribute.Server(
-        tf.train.ClusterSpec(layout.cluster_dict()),
-        job_name=me.job,
-        task_index=me.index,
-        protocol="grpc",
-        config=config,
-        start=True,
-    )
-    wrong = only_on(me.host, me.port)
-    if wrong:
-        print(f"picluster.cluster.server: refusing to serve: {wrong}", file=sys.stderr)
-        return 3
-    print(f"picluster.cluster.server: {me.label} serving {server.target} (pid {os.getpid()})", flush=True)
-    if args.ready_file:
-        atomic.write_json(args.ready_file, {"pid": os.getpid(), "target": server.target})
-    server.join()
+    spec = tf.train.ClusterSpec(layout.cluster_dict())
+    servers = []
+    for me in mine:
+        try:
+            server = tf.distribute.Server(spec, job_name=me.job, task_index=me.index, protocol="grpc", config=config, start=True)
+        except (tf.errors.OpError, RuntimeError, ValueError) as exc:  # a port taken meanwhile, and the like
+            why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            print(f"picluster.cluster.server: {me.label} error: cannot serve: {why}", file=sys.stderr, flush=True)
+            return 1
+        wrong = only_on(me.host, me.port)
+        if wrong:
+            print(f"picluster.cluster.server: {me.label} refusing to serve: {wrong}", file=sys.stderr)
+            return 3
+        servers.append(server)
+        print(f"picluster.cluster.server: {me.label} serving {server.target} (pid {os.getpid()})", flush=True)
+        if args.ready_file:
+            atomic.write_json(args.ready_file, {"pid": os.getpid(), "target": server.target})
+        if args.ready_dir:
+            atomic.write_json(args.ready_dir / ready_name(me.job, me.index), {"pid": os.getpid(), "target": server.target})
+    servers[0].join()
     return 0
 
 

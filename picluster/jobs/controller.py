@@ -88,6 +88,10 @@ class Job(ABC):
     def body(self, cluster: Cluster | None, running: Running) -> Any:
         """The work; returns the job's result.  Raise to fail (a PiclusterError: its one line)."""
 
+    def warm_up(self) -> None:  # noqa: B027  (most jobs have nothing to do early)
+        """Work of the coordinator's own that can overlap the start of a temporary cluster (a
+        job that builds its graph here imports TensorFlow while the servers import theirs)."""
+
     def ending(self, result: Any) -> tuple[str, str]:
         """The record's end for a body that returned: (state, reason); a failure the body reports
         rather than raises (a launch shows its tasks' last lines first) is ("FAILED", why)."""
@@ -105,7 +109,8 @@ def run(job: Job, inventory: Inventory | None, live: bool = True, display: JobDi
         cluster: Cluster | None = None
         if not job.standalone:
             try:
-                cluster = stack.enter_context(attach(inventory, job.workers, job.ps, temporary=job.temporary))
+                cluster = stack.enter_context(attach(inventory, job.workers, job.ps, temporary=job.temporary,
+                                                           meanwhile=job.warm_up))
             except PiclusterError:
                 record.forget()  # no cluster, no job
                 raise

@@ -94,6 +94,12 @@ def _count_hits(tf, count, first_chunk, seed, task_id: int, chunk: int):
     return hits
 
 
+def coordinator_tensorflow():
+    """TensorFlow in the coordinator, whose stderr is the user's terminal: without its start-up lines."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return import_tensorflow()
+
+
 class MonteCarlo:
     """One graph over the first ``nodes`` workers of ``layout``; run it for any sample count."""
 
@@ -103,8 +109,7 @@ class MonteCarlo:
             raise UsageError("--nodes must be at least 1")
         if nodes > len(workers):
             raise UsageError(f"--nodes {nodes} is more than the {len(workers)} workers available")
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        tf = import_tensorflow()  # the coordinator's stderr is the user's terminal
+        tf = coordinator_tensorflow()
 
         self.nodes = nodes
         self.workers = workers[:nodes]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from picluster import nodeset
 from picluster.cluster.base import Cluster
 from picluster.jobs.controller import Job, Running
-from picluster.jobs.montecarlo.estimate import Estimate, MonteCarlo
+from picluster.jobs.montecarlo.estimate import Estimate, MonteCarlo, coordinator_tensorflow
 from picluster.jobs.montecarlo.sweep import run_sweep
 
 
@@ -31,6 +31,9 @@ class MonteCarloJob(Job):
         assert cluster is not None
         return nodeset.fold(sorted({t.node for t in cluster.layout.workers[: self.workers]})), []
 
+    def warm_up(self) -> None:
+        _import_tensorflow_early()
+
     def body(self, cluster: Cluster | None, running: Running) -> Estimated:
         assert cluster is not None
         build_start = time.perf_counter()
@@ -54,6 +57,19 @@ class SweepJob(Job):
         assert cluster is not None
         return nodeset.fold(sorted({t.node for t in cluster.layout.workers[: self.workers]})), []
 
+    def warm_up(self) -> None:
+        _import_tensorflow_early()
+
     def body(self, cluster: Cluster | None, running: Running) -> tuple[list[Estimate], str]:
         assert cluster is not None
         return run_sweep(cluster.layout, self.sizes, self.node_counts, self.seed), cluster.kind
+
+
+def _import_tensorflow_early() -> None:
+    """The graph is built here, in the coordinator: import TensorFlow while a temporary cluster's
+    servers start (they import theirs meanwhile).  A broken install is left for the servers'
+    start to report, with their logs (and for the body's own import, should they start)."""
+    try:
+        coordinator_tensorflow()
+    except ImportError:
+        pass
