@@ -14,13 +14,26 @@ settings.register_profile("thorough", max_examples=5000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 ROOT = Path(__file__).resolve().parent.parent
-PARTS = ("unit", "e2e", "lab", "vm")  # by cost, cheapest first (pyproject.toml's markers)
+PARTS = ("unit", "e2e", "lab", "vm", "long")  # by cost, cheapest first (pyproject.toml's markers)
 _part_of: dict[str, str] = {}
 _spent: dict[str, list[float]] = {}
 
 
+def pytest_addoption(parser):
+    parser.addoption("--long", action="store_true",
+                     help="also run the long part (hour-scale VM runs CI leaves out; their results are in docs/)")
+
+
 def pytest_collection_modifyitems(config, items):
-    """Each test's part: its costliest marker, else unit.  ``slow`` is derived, never written."""
+    """Each test's part: its costliest marker, else unit.  ``slow`` is derived, never written.
+
+    The long part is deselected (pytest reports it so) unless ``--long`` is given: CI stays under
+    an hour, and a long run is started on purpose, on a quiet machine."""
+    if not config.getoption("--long"):
+        left_out = [item for item in items if item.get_closest_marker("long")]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if not item.get_closest_marker("long")]
     for item in items:
         if item.get_closest_marker("slow"):
             raise pytest.UsageError(f"{item.nodeid}: mark it e2e, lab or vm (its cost), not slow")
