@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-dir", type=Path, help="where each task's ready file goes once it serves (--all)")
     parser.add_argument("--parent", type=int, help="exit when this pid (the coordinator) exits")
     args = parser.parse_args(argv)
-    if args.all == (args.job is not None or args.task is not None) or (not args.all and (args.job is None or args.task is None)):
+    if (args.all and (args.job, args.task) != (None, None)) or (not args.all and None in (args.job, args.task)):
         parser.error("give --job and --task, or --all")
 
     if args.parent:

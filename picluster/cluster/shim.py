@@ -52,15 +52,14 @@ def bind_shim() -> Path:
 SHIM_MARK = "PICLUSTER_SHIM_LOADED"
 
 
-def reexec_with_shim(host: str, port: int | list[int], module: str) -> None:
+def reexec_with_shim(host: str, ports: list[int], module: str) -> None:
     """Replace this process by ``python -m module <same arguments>`` with the shim preloaded,
-    binding ``port`` (or each of a list of ports) to ``host`` only; returns at once when that has
-    already happened."""
+    binding each of ``ports`` to ``host`` only; returns at once when that has already happened."""
     if os.environ.get(SHIM_MARK) == "1":
         return
     env = dict(os.environ)
     preload = [str(bind_shim())] + [p for p in env.get("LD_PRELOAD", "").split(":") if p]
-    env.update(LD_PRELOAD=":".join(preload), PICLUSTER_BIND_ADDR=host, PICLUSTER_BIND_PORT=",".join(map(str, port)) if isinstance(port, list) else str(port), **{SHIM_MARK: "1"})
+    env.update(LD_PRELOAD=":".join(preload), PICLUSTER_BIND_ADDR=host, PICLUSTER_BIND_PORT=",".join(map(str, ports)), **{SHIM_MARK: "1"})
     os.execve(sys.executable, [sys.executable, "-m", module, *sys.argv[1:]], env)
 
 

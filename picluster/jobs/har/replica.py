@@ -138,7 +138,7 @@ def shim_for_serving() -> None:
         host, port = spec["cluster"]["worker"][int(spec["task"]["index"])].rsplit(":", 1)
     except (KeyError, ValueError, TypeError, IndexError):
         return  # train() names what is wrong with TF_CONFIG
-    reexec_with_shim(host, int(port), "picluster.jobs.har.replica")
+    reexec_with_shim(host, [int(port)], "picluster.jobs.har.replica")
 
 
 def open_session(g: Graph, cfg: TrainConfig, cluster: dict | None, task: int, checkpoint_dir: Path):
