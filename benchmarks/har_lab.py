@@ -5,9 +5,15 @@ Run as root, on a quiet machine (one configuration per run keeps each run short;
     .venv/bin/python benchmarks/har_lab.py --workers 1 --modes sync
     .venv/bin/python benchmarks/har_lab.py --workers 2,4,8 --modes sync,async
     .venv/bin/python benchmarks/har_lab.py --report        # table and figures from what was measured
-    # the exchange side by side: the thesis' fixed global batch against the defaults, 1 and 2 ps
+    # the exchange side by side: the thesis' fixed global batch against the defaults
     .venv/bin/python benchmarks/har_lab.py --workers 1,8 --modes sync --epochs 4 --no-target \
-        --variants 'global=--global-batch --lr-scaling none --warmup-epochs 0;default=;2ps=--ps 2'
+        --variants 'global=--global-batch --lr-scaling none --warmup-epochs 0;default='
+    # 1, 2 and 3 ps tasks side by side: node01 a ps only, node02 and node03 a ps beside their worker
+    .venv/bin/python benchmarks/har_lab.py --workers 8 --modes sync --epochs 6 --no-target --ps-hosts 3 \
+        --variants '1ps=--ps 1;2ps=--ps 2;3ps=--ps 3'
+    # the same with every ps on a host of its own (3 + 8 hosts, so a smaller share each)
+    .venv/bin/python benchmarks/har_lab.py --workers 8 --modes sync --epochs 6 --no-target --ps-hosts 3 --ps-apart \
+        --variants 'a1ps=--ps 1;a3ps=--ps 3'
 
 Each row also says where a step's time goes (``--breakdown``): per worker step, the windows fed,
 the input pipeline, the session call (compute, exchange with the ps and waiting for the others),
@@ -52,7 +58,7 @@ from picluster.plots import plot
 RESULTS = Path(__file__).resolve().parent / "results"
 TABLE = RESULTS / "har_lab.csv"
 COLUMNS = ("variant", "mode", "workers", "s_per_epoch", "time_to_90_s", "start_s", "best_val_acc", "epochs", "cpu_per_host",
-           "steps_per_epoch", "input_ms", "session_ms", "exchange_ms", "ps_cpu", "worker_cpu", "ok")
+           "steps_per_epoch", "input_ms", "session_ms", "exchange_ms", "ps_cpu", "worker_cpu", "busiest_cpu", "ps_hosts", "ok")
 
 
 def load() -> dict[tuple[str, str, int], dict]:
@@ -82,7 +88,7 @@ def one(inventory: Path, mode: str, workers: int, epochs: int, run_dir: Path, ex
     mean = lambda key: sum(float(r[key] or 0) for r in later) / len(later)
     reached = next((float(r["time"]) - started for r in rows if float(r["val_acc"]) >= 0.9), None)
     steps = _steps_per_epoch(rows) // (workers if mode == "async" else 1)  # async: every worker's step counts
-    ps_cpu, worker_cpu = _cpu(run_dir, float(rows[0]["time"]) - float(rows[0]["epoch_s"]), float(rows[-1]["time"]))
+    ps_cpu, worker_cpu, busiest = _cpu(run_dir, float(rows[0]["time"]) - float(rows[0]["epoch_s"]), float(rows[-1]["time"]))
     return {"mode": mode, "workers": workers, "s_per_epoch": f"{mean('epoch_s'):.2f}",
             "time_to_90_s": f"{reached:.0f}" if reached is not None else "",
             "start_s": f"{float(rows[0]['time']) - float(rows[0]['epoch_s']) - started:.0f}",
@@ -92,7 +98,7 @@ def one(inventory: Path, mode: str, workers: int, epochs: int, run_dir: Path, ex
             # The chief's session calls; replica.py books the probed exchange apart from compute_s.
             "session_ms": f"{1000 * (mean('compute_s') + mean('exchange_s')) / max(steps, 1):.0f}",
             "exchange_ms": f"{1000 * mean('exchange_s') / max(steps, 1):.0f}",
-            "ps_cpu": ps_cpu, "worker_cpu": worker_cpu,
+            "ps_cpu": ps_cpu, "worker_cpu": worker_cpu, "busiest_cpu": busiest,
             "ok": "yes" if proc.returncode == 0 else (proc.stderr.strip().splitlines() or ["?"])[-1][:200]}
 
 
@@ -102,26 +108,28 @@ def _steps_per_epoch(rows: list[dict]) -> int:
     return max(steps) if steps else int(rows[0]["global_step"] or 0)
 
 
-def _cpu(run_dir: Path, begin: float, end: float) -> tuple[str, str]:
-    """Mean CPU (% of each host's share) of the ps host and of the busy worker hosts while training."""
+def _cpu(run_dir: Path, begin: float, end: float) -> tuple[str, str, str]:
+    """Mean CPU (% of each host's share) while training: of node01 (a ps only), of the busy worker
+    hosts, and the busiest host's (a host with a ps beside its worker shows here)."""
     path = run_dir / "nodes.csv"
     if not path.exists():
-        return "", ""
+        return "", "", ""
     by_node: dict[str, list[float]] = {}
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
             if begin <= float(r["time"]) <= end and r["cpu_percent"]:
                 by_node.setdefault(r["node"], []).append(float(r["cpu_percent"]))
     means = {node: sum(v) / len(v) for node, v in by_node.items() if v}
+    busiest = f"{max(means.values()):.0f}" if means else ""
     ps = means.pop("node01", None)
     busy = [m for m in means.values() if m >= 5.0]  # hosts of workers this run did not use idle
-    return (f"{ps:.0f}" if ps is not None else ""), (f"{sum(busy) / len(busy):.0f}" if busy else "")
+    return (f"{ps:.0f}" if ps is not None else ""), (f"{sum(busy) / len(busy):.0f}" if busy else ""), busiest
 
 
 def report(rows: dict[tuple[str, str, int], dict], figures: Path) -> None:
     print("| variant | mode | workers | s/epoch | time to val >= 90 % | start-up | best val acc (epochs) | speedup | efficiency |"
-          " steps/epoch | input ms/step | session ms/step | exchange ms/step | ps CPU % | worker CPU % |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          " steps/epoch | input ms/step | session ms/step | exchange ms/step | node01 (ps) CPU % | worker CPU % | busiest host CPU % |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (variant, mode, workers), r in sorted(rows.items()):
         base = rows.get((variant, mode, 1))
         speedup = float(base["s_per_epoch"]) / float(r["s_per_epoch"]) if base else None
@@ -129,7 +137,7 @@ def report(rows: dict[tuple[str, str, int], dict], figures: Path) -> None:
         print(f"| {variant} | {mode} | {workers} | {float(r['s_per_epoch']):.1f} | {reached} | {r.get('start_s') or '-'} s | "
               f"{float(r['best_val_acc']):.1%} ({r['epochs']}) | "
               + (f"{speedup:.2f} | {speedup / workers:.0%} |" if speedup else "- | - |")
-              + "".join(f" {r.get(k) or '-'} |" for k in ("steps_per_epoch", "input_ms", "session_ms", "exchange_ms", "ps_cpu", "worker_cpu")))
+              + "".join(f" {r.get(k) or '-'} |" for k in ("steps_per_epoch", "input_ms", "session_ms", "exchange_ms", "ps_cpu", "worker_cpu", "busiest_cpu")))
     cpu = {r["cpu_per_host"] for r in rows.values()}
     print(f"\nper host: {', '.join(sorted(cpu))} CPU and 1 GiB; failed runs: "
           + (", ".join(f"{v} {m} x{w}: {r['ok']}" for (v, m, w), r in rows.items() if r["ok"] != "yes") or "none"))
@@ -152,10 +160,16 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=30, help="at most this many (a run stops at validation >= 90 %%)")
     parser.add_argument("--variants", default="default=",
                         help="NAME=EXTRA TRAIN OPTIONS;... each run side by side (default: the defaults)")
+    parser.add_argument("--ps-hosts", type=int, default=1,
+                        help="hosts with a ps task: node01 a ps only, node02... a ps beside their worker (pick with --ps N)")
+    parser.add_argument("--ps-apart", action="store_true",
+                        help="every --ps-hosts host a ps only, with --hosts-for more hosts for the workers")
     parser.add_argument("--no-target", action="store_true", help="run every epoch (no stop at validation >= 90 %%)")
     parser.add_argument("--report", action="store_true", help="only print the table and draw the figures")
     parser.add_argument("--figures", type=Path, default=Path(__file__).resolve().parent.parent / "docs" / "images")
     args = parser.parse_args()
+    if args.ps_hosts < 1:
+        parser.error("--ps-hosts must be at least 1")
     rows = load()
     if args.report:
         report(rows, args.figures)
@@ -163,13 +177,13 @@ def main() -> None:
     har = har_dir() / CACHE_NAME
     if not har.exists():
         raise SystemExit(f"no prepared HAR data at {har}: run 'picluster data har' first")
-    hosts = 1 + args.hosts_for
+    hosts = (args.ps_hosts if args.ps_apart else 1) + args.hosts_for
     cpu = fair_share(machine()[0], hosts)
     limits = Limits(cpu=cpu, memory=resolve(hosts, profile="pi3b").memory)
     variants = dict(v.split("=", 1) for v in args.variants.split(";"))
     # Interleaved: variants of one configuration back to back, so a drift of the machine hits them alike.
     wanted = [(v, m, int(w)) for m in args.modes.split(",") for w in args.workers.split(",") for v in variants]
-    with lab_cluster(hosts, limits) as (lab, inventory, inv):
+    with lab_cluster(hosts, limits, ps_hosts=args.ps_hosts, beside=not args.ps_apart) as (lab, inventory, inv):
         for host in lab.hosts[1:]:
             target = host.path(f"{inv.data_dir}/har")
             target.mkdir(parents=True, exist_ok=True)
@@ -182,6 +196,7 @@ def main() -> None:
             row = one(inventory, mode, workers, args.epochs, run_dir, variants[variant].split(), not args.no_target)
             row["cpu_per_host"] = f"{cpu:g}"
             row["variant"] = variant
+            row["ps_hosts"] = f"{args.ps_hosts}{' apart' if args.ps_apart else ''}"
             rows[(variant, mode, workers)] = row
             save(rows)
             print(f"{variant} {mode} x{workers}: {json.dumps(row)} ({time.perf_counter() - t0:.0f} s)", flush=True)

@@ -16,7 +16,7 @@ Example::
     venv = "picluster-venv"             # picluster's virtualenv on every node (relative: in the user's home)
 
     [roles]
-    ps = "node01"                       # default: the first node
+    ps = "node01"                       # default: the first node, one more per 12 nodes (node[01-02] here)
     worker = "node[02-16]"              # default: every node that is not ps
     nfs_master = "node01"               # default: the first ps node
 
@@ -38,6 +38,19 @@ _CLUSTER_KEYS = {
     "share_dir", "data_dir", "ssh_key", "venv",
 }
 _ROLE_KEYS = {"ps", "worker", "nfs_master"}
+
+# Without [roles], one ps task per this many nodes (rounded up), each on a node of its own.  On
+# Pi-shaped test hosts (docs/lab.md, "Several ps tasks") a second ps made 16 workers' sync epochs
+# 1.20x faster, more than a 17th worker could (1.06x at best), while three ps made 8 workers'
+# epochs only 1.04x faster, less than a 9th worker's 1.125x.  The crossing lies between 8 and 16
+# workers; 12 is taken between them, not measured.  A ps beside a worker made that worker's host
+# the busiest, the straggler every sync step waits for: hence nodes of their own.
+NODES_PER_PS = 12
+
+
+def default_ps(names: list[str]) -> list[str]:
+    """The ps nodes of an inventory without roles.ps: the first ceil(nodes / NODES_PER_PS)."""
+    return names[:max(1, -(-len(names) // NODES_PER_PS))]
 _NODE_KEYS = {"name", "address"}
 _TOP_KEYS = {"cluster", "roles", "node"}
 MAX_BYTES = 1024 * 1024  # 64 nodes as [[node]] tables take about 4 KiB
@@ -173,7 +186,7 @@ def parse_inventory(data: dict, where: str = "inventory", source: Path | None = 
             raise fail(f"roles.{key}: a node is listed twice")
         return members
 
-    ps = role_set("ps", names[:1])
+    ps = role_set("ps", default_ps(names))
     default_workers = [n for n in names if n not in ps] or names[:]
     workers = role_set("worker", default_workers)
     if not workers:

@@ -59,6 +59,24 @@ address = "10.0.0.6"
     assert inv.tf_port == 2222 and str(inv.data_dir) == "/mnt/picluster"
 
 
+
+@pytest.mark.parametrize("nodes,ps", [(1, "node01"), (12, "node01"), (13, "node[01-02]"), (24, "node[01-02]"),
+                                      (25, "node[01-03]"), (64, "node[01-06]")])
+def test_without_roles_one_ps_per_12_nodes_each_on_a_node_of_its_own(tmp_path, nodes, ps):
+    from picluster import nodeset
+    inv = load_inventory(write(tmp_path, f"""
+[cluster]
+name = "c"
+user = "pi"
+nodes = "node[01-{nodes:02d}]"
+addresses = "10.0.0.[1-{nodes}]"
+"""))
+    assert nodeset.fold(inv.ps) == ps
+    assert inv.nfs_master == "node01"
+    if nodes > 1:
+        assert not set(inv.ps) & set(inv.workers) and len(inv.ps) + len(inv.workers) == nodes
+
+
 @pytest.mark.parametrize("change,message", [
     (("nodes = \"node[01-16]\"", "nodes = \"node[01-15],node01\""), "duplicate node name 'node01'"),
     (("addresses = \"192.168.1.[16-31]\"", "addresses = \"192.168.1.[16-30],192.168.1.16\""), "duplicate address 192.168.1.16"),
