@@ -38,11 +38,11 @@ def test_async_updates_are_one_workers_batch_and_keep_the_rate():
 def test_a_config_of_an_earlier_version_keeps_the_way_it_trained(tmp_path):
     """Resuming a run written before these fields existed must train as it did."""
     old = json.loads(TrainConfig().to_json())
-    for name in ("batch_per_worker", "lr_scaling", "warmup_epochs", "async_lr"):
+    for name in ("batch_per_worker", "lr_scaling", "warmup_epochs", "async_lr", "adam_beta1"):
         del old[name]
     (tmp_path / "config.json").write_text(json.dumps(old))
     c = TrainConfig.load(tmp_path / "config.json")
-    assert (c.batch_per_worker, c.lr_scaling, c.warmup_epochs, c.async_lr) == (False, "none", 0.0, "constant")
+    assert (c.batch_per_worker, c.lr_scaling, c.warmup_epochs, c.async_lr, c.adam_beta1) == (False, "none", 0.0, "constant", 0.9)
 
 
 def test_two_ps_tasks_hold_even_shares_of_the_bytes():

@@ -47,6 +47,7 @@ def train() -> None:
 @click.option("--warmup-epochs", type=Real(), default=None, help="epochs over which the scaled rate is reached linearly [2]")
 @click.option("--async-lr", type=click.Choice(["constant", "staleness"]), default=None,
               help="async: divide each update's rate by its staleness (updates since it read the weights) [staleness]")
+@click.option("--adam-beta1", type=Real(), default=None, help="Adam's momentum (beta1) [0.9]")
 @click.option("--lr", "learning_rate", type=Real(), default=None, help="Adam learning rate [0.001]")
 @click.option("--lr-schedule", type=click.Choice(["constant", "cosine"]), default=None, help="learning rate over the epochs [constant]")
 @click.option("--l2", type=Real(), default=None, help="L2 weight on the weights [convlstm: 0.0005; resbidir: 0.005]")

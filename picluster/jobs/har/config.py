@@ -32,7 +32,8 @@ RENAMED = (("conv_layers", ("convlstm",), "layers"),)
 # Fields added since: the value that reproduces what a run of an earlier version did (its
 # config.json lacks them), which is not always the new default.
 ADDED: dict[str, Any] = {"eval_test_every_epoch": True, "val_volunteers": "",
-                         "batch_per_worker": False, "lr_scaling": "none", "warmup_epochs": 0.0, "async_lr": "constant"}
+                         "batch_per_worker": False, "lr_scaling": "none", "warmup_epochs": 0.0, "async_lr": "constant",
+                         "adam_beta1": 0.9}
 
 
 def within(default, low, high, *, low_open: bool = False, high_open: bool = False, flag: str | None = None):
@@ -90,6 +91,9 @@ class TrainConfig:
     lr_scaling: str = one_of("sqrt", LR_SCALINGS)  # the rate times (update's windows / --batch) ** (1/2, 1 or 0)
     warmup_epochs: float = within(2.0, 0.0, 1000.0)  # the scaled rate is reached linearly over this many epochs
     async_lr: str = one_of("staleness", ASYNC_LRS)  # async: "staleness" divides each update's rate by its staleness
+    # Adam's momentum.  Asynchrony adds momentum of its own (Mitliagkas et al., "Asynchrony begets
+    # momentum", 2016): N async workers act like momentum about 1 - 1/N on top of this one.
+    adam_beta1: float = within(0.9, 0.0, 1.0, high_open=True)
     epochs: int = within(60, 1, 100_000)  # convlstm + augmentation: no validation gain at 90; resbidir: 40 (the thesis ran 250)
     seed: int = within(1, 0, 2**31 - 1)
     select: str = one_of("best", SELECTS)  # the model kept: the epoch of best validation accuracy, or the last

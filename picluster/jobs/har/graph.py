@@ -87,7 +87,7 @@ class Graph:
                 lr = self.learning_rate
                 if not self.sync and config.async_lr == "staleness" and workers > 1:
                     lr = lr / self._staleness()
-                opt = tf.compat.v1.train.AdamOptimizer(lr)
+                opt = tf.compat.v1.train.AdamOptimizer(lr, beta1=config.adam_beta1)
                 grads, variables = zip(*opt.compute_gradients(self.loss))
                 if self.sync:
                     self.train = _sync_step(opt, grads, variables, self.global_step, config, task, workers, launch)
