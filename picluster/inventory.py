@@ -26,6 +26,7 @@ are checked by what they become (picluster.tokens): paths and names end up in /e
 """
 
 import ipaddress
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,9 @@ _CLUSTER_KEYS = {
     "share_dir", "data_dir", "ssh_key", "venv",
 }
 _ROLE_KEYS = {"ps", "worker", "nfs_master"}
+_NODE_KEYS = {"name", "address"}
+_TOP_KEYS = {"cluster", "roles", "node"}
+MAX_BYTES = 1024 * 1024  # 64 nodes as [[node]] tables take about 4 KiB
 
 # Without [roles], one ps task per this many nodes (rounded up), each on a node of its own.  On
 # Pi-shaped test hosts (docs/lab.md, "Several ps tasks") a second ps made 16 workers' sync epochs
@@ -50,10 +54,8 @@ NODES_PER_PS = 12
 
 def default_ps(names: list[str]) -> list[str]:
     """The ps nodes of an inventory without roles.ps: the first ceil(nodes / NODES_PER_PS)."""
-    return names[:max(1, -(-len(names) // NODES_PER_PS))]
-_NODE_KEYS = {"name", "address"}
-_TOP_KEYS = {"cluster", "roles", "node"}
-MAX_BYTES = 1024 * 1024  # 64 nodes as [[node]] tables take about 4 KiB
+    return names[:max(1, math.ceil(len(names) / NODES_PER_PS))]
+
 
 # The node agent's port: not node_exporter's 9100 (a Pi may run both), outside the 9100-9999 range
 # Prometheus exporters have taken, below the ephemeral ports.

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from picluster import nodeset
 from picluster.errors import UsageError
 from picluster.inventory import load_inventory
 
@@ -59,11 +60,9 @@ address = "10.0.0.6"
     assert inv.tf_port == 2222 and str(inv.data_dir) == "/mnt/picluster"
 
 
-
 @pytest.mark.parametrize("nodes,ps", [(1, "node01"), (12, "node01"), (13, "node[01-02]"), (24, "node[01-02]"),
                                       (25, "node[01-03]"), (64, "node[01-06]")])
 def test_without_roles_one_ps_per_12_nodes_each_on_a_node_of_its_own(tmp_path, nodes, ps):
-    from picluster import nodeset
     inv = load_inventory(write(tmp_path, f"""
 [cluster]
 name = "c"
