@@ -1,14 +1,19 @@
 """HAR accuracy study: reruns the table of model/optimisation configurations in the README.
 
 Run: .venv/bin/python benchmarks/har_study.py [--configs defaults,conv+l2-0.0005+rot45-all ...] [--seeds 1,2,3]
-         [--epochs 40] [-j 1] [--cluster] [--threads 1] [--common "--mode async"] [--tag T] [--keep DIR]
+         [--epochs N] [-j 1] [--cluster] [--threads 1] [--common "--mode async"] [--tag T] [--keep DIR]
      .venv/bin/python benchmarks/har_study.py --cv [--folds 5] [--seeds 1,2,3,4,5] [--configs recipe,recipe-nomirror]
 
 Each (configuration, seed) is a real `picluster train har` run, one process (--standalone)
 unless --cluster (the default temporary local cluster: 1 ps + 2 workers, sync).  The model is
 the epoch with the best validation accuracy (4 held-out volunteers); the table shows that
 epoch, its validation accuracy and the test accuracy the run scored once at its end, and the
-run's wall time.  Test accuracy is never used to choose anything.
+run's wall time.  Test accuracy is never used to choose anything.  A "summary" row per
+configuration gives the mean and the sample standard deviation (n - 1) over its seeds.  The
+test accuracy of a full run at 8 workers against 1 (sync, on the temporary local cluster; sync
+runs repeat exactly, so the machine's load changes only their time):
+    .venv/bin/python benchmarks/har_study.py --configs recipe --seeds 1,2,3,4,5 --cluster --common "--workers 1" --tag w1
+    .venv/bin/python benchmarks/har_study.py --configs recipe --seeds 1,2,3,4,5 --cluster --common "--workers 8" --tag w8
 
 --cv: leave-volunteers-out cross-validation, for recipe claims.  The training volunteers of the
 prepared data (its train and validation splits; never a test volunteer) are dealt into --folds
@@ -101,7 +106,8 @@ def run(name: str, seed: int, args, tmp: Path, fold: tuple[int, tuple[int, ...]]
     label = f"{name}-s{seed}" + (f"-f{fold[0]}" if fold else "")
     run_dir = tmp / label.replace("/", "_").replace(" ", "_")
     extra = [] if args.cluster else ["--standalone"]
-    cmd = [sys.executable, "-m", "picluster", "train", "har", "--run-dir", str(run_dir), "--epochs", str(args.epochs),
+    epochs = ["--epochs", str(args.epochs)] if args.epochs else []  # else the model's own (convlstm 60)
+    cmd = [sys.executable, "-m", "picluster", "train", "har", "--run-dir", str(run_dir), *epochs,
            "--seed", str(seed), "--json", *extra, *parse(name), *args.common.split()]
     if args.threads and not args.cluster:
         cmd += ["--threads", str(args.threads)]
@@ -136,12 +142,15 @@ def run(name: str, seed: int, args, tmp: Path, fold: tuple[int, tuple[int, ...]]
 
 
 def summary(name: str, rows: list[dict]) -> dict:
-    """Mean and sample standard deviation of validation accuracy over every fold and seed of ``name``."""
+    """Mean and sample standard deviation over every fold and seed of ``name``: validation accuracy
+    (chosen and last epoch), and without folds the test accuracy each run scored once."""
     done = [r for r in rows if r["config"] == name and "error" not in r]
     out: dict = {"summary": name, "runs": len(done), "failed": sum(r["config"] == name and "error" in r for r in rows),
                  "folds": len({r["fold"] for r in done}), "seeds": len({r["seed"] for r in done})}
-    for key in ("val_acc", "last_val_acc"):
-        values = [float(r[key]) for r in done]
+    for key in ("val_acc", "last_val_acc", "test_acc"):
+        values = [float(r[key]) for r in done if key in r]
+        if key == "test_acc" and not values:
+            continue  # cross-validation reads no test score
         out[f"{key}_mean"] = statistics.fmean(values) if values else None
         out[f"{key}_sd"] = statistics.stdev(values) if len(values) > 1 else None  # sample (n - 1)
     return out
@@ -171,7 +180,7 @@ def main() -> None:
     parser.add_argument("--cv", action="store_true", help="leave-volunteers-out cross-validation over the training volunteers")
     parser.add_argument("--folds", type=int, default=5, help="--cv: folds of training volunteers [5]")
     parser.add_argument("--data-dir", type=Path, help="prepared HAR folder [picluster data har's]")
-    parser.add_argument("--epochs", type=int, default=40)
+    parser.add_argument("--epochs", type=int, help="[the model's own: convlstm 60, resbidir 40]")
     parser.add_argument("-j", "--jobs", type=int, default=1, help="runs at once (each uses every core)")
     parser.add_argument("--cluster", action="store_true", help="the default local cluster instead of --standalone")
     parser.add_argument("--threads", type=int, default=0, help="standalone runs: threads each (e.g. 1 with -j 2)")
@@ -201,9 +210,9 @@ def main() -> None:
             for row in pool.map(lambda job: run(job[0], job[1], args, tmp, job[2]), jobs):
                 rows.append(row)
                 record(args.out, row)
-    if args.cv:
-        for name in configs:
-            record(args.out, summary(name, rows) | {"tag": args.tag, "epochs": args.epochs, "options": " ".join(parse(name) + args.common.split())})
+    for name in configs:
+        record(args.out, summary(name, rows) | {"tag": args.tag, "epochs": args.epochs or "model's own",
+                                                "options": " ".join(parse(name) + args.common.split())})
 
 
 def record(out: Path, row: dict) -> None:
