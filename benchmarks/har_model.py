@@ -32,9 +32,10 @@ import statistics
 import sys
 from pathlib import Path
 
+from picluster.inventory import NODES_PER_PS
+
 RESULTS = Path(__file__).resolve().parent / "results"
 REFERENCE_SHARE = 0.222  # the 9-host shape's share of a core: the fit's unit
-NODES_PER_PS = 12  # picluster.inventory.NODES_PER_PS
 BATCH = 100  # --batch, windows per worker step
 # The lab's rows to check the step model on: (variant, workers, ps tasks); docs/lab.md says how
 # each was run ("1ps"-"3ps": ps beside workers on 9 hosts; "a": ps apart on 11; "s": 18 hosts).
@@ -86,8 +87,7 @@ def main() -> None:
         if len(reached) <= len(by[w]) / 2:
             sys.exit(f"har_model.py: at {w} workers only {len(reached)} of {len(by[w])} runs reached 90 %: no median")
         # A run that never reached 90 % counts as more updates than any that did (the median still holds).
-        padded = sorted(reached) + [math.inf] * missed
-        updates[w] = statistics.median_low(padded) if len(padded) % 2 == 0 else statistics.median(padded)
+        updates[w] = statistics.median_low(sorted(reached) + [math.inf] * missed)
     ratio = updates[1] / updates[8]  # (1 + Bn/100) / (1 + Bn/800)
     if ratio <= 1 or ratio >= 8:
         sys.exit(f"har_model.py: updates to 90 % at 1 and 8 workers ({updates[1]}, {updates[8]}) fit no noise scale")
