@@ -146,7 +146,7 @@ def summary(name: str, rows: list[dict]) -> dict:
     (chosen and last epoch), and without folds the test accuracy each run scored once."""
     done = [r for r in rows if r["config"] == name and "error" not in r]
     out: dict = {"summary": name, "runs": len(done), "failed": sum(r["config"] == name and "error" in r for r in rows),
-                 "folds": len({r["fold"] for r in done}), "seeds": len({r["seed"] for r in done})}
+                 "folds": len({r["fold"] for r in done if "fold" in r}), "seeds": len({r["seed"] for r in done})}
     for key in ("val_acc", "last_val_acc", "test_acc"):
         values = [float(r[key]) for r in done if key in r]
         if key == "test_acc" and not values:

@@ -20,6 +20,10 @@ Example::
     worker = "node[02-16]"              # default: every node that is not ps
     nfs_master = "node01"               # default: the first ps node
 
+    [slurm]                             # optional: Slurm as the cluster's queue (provision sets it up)
+    controller = "node01"               # slurmctld's node; default: the NFS master
+    partition = "picluster"             # the default partition, holding every node
+
 The file is untrusted input: every key is checked and errors name the key and the fix.  Strings
 are checked by what they become (picluster.tokens): paths and names end up in /etc/exports,
 /etc/fstab, /etc/hosts, firewall rules and shell commands on every node.
@@ -40,7 +44,8 @@ _CLUSTER_KEYS = {
 }
 _ROLE_KEYS = {"ps", "worker", "nfs_master"}
 _NODE_KEYS = {"name", "address"}
-_TOP_KEYS = {"cluster", "roles", "node"}
+_SLURM_KEYS = {"controller", "partition"}
+_TOP_KEYS = {"cluster", "roles", "node", "slurm"}
 MAX_BYTES = 1024 * 1024  # 64 nodes as [[node]] tables take about 4 KiB
 
 # Without [roles], one ps task per this many nodes (rounded up), each on a node of its own.  On
@@ -69,6 +74,14 @@ class Node:
 
 
 @dataclass(frozen=True)
+class Slurm:
+    """The [slurm] table: Slurm is the queue, its controller on one node, every node a compute node."""
+
+    controller: str
+    partition: str = "picluster"
+
+
+@dataclass(frozen=True)
 class Inventory:
     name: str
     user: str
@@ -83,6 +96,7 @@ class Inventory:
     subnet: ipaddress.IPv4Network | None = None
     ssh_key: Path | None = None
     venv: str = "picluster-venv"
+    slurm: Slurm | None = None
     source: Path | None = field(default=None, compare=False)
 
     def node(self, name: str) -> Node:
@@ -216,8 +230,23 @@ def parse_inventory(data: dict, where: str = "inventory", source: Path | None = 
         subnet=subnet,
         ssh_key=Path(_checked(tokens.local_path, cluster["ssh_key"], "cluster.ssh_key", fail)).expanduser() if "ssh_key" in cluster else None,
         venv=_checked(venv_path, cluster.get("venv", "picluster-venv"), "cluster.venv", fail),
+        slurm=_slurm(data, names, masters[0], fail),
         source=source,
     )
+
+
+def _slurm(data: dict, names: list[str], nfs_master: str, fail) -> Slurm | None:
+    if "slurm" not in data:
+        return None
+    table = data["slurm"]
+    if not isinstance(table, dict):
+        raise fail("[slurm] must be a table (controller, partition)")
+    _check_keys(table, _SLURM_KEYS, "[slurm]", fail)
+    controller = table.get("controller", nfs_master)
+    if not isinstance(controller, str) or controller not in names:
+        raise fail(f"slurm.controller {tokens.show(controller)} is not a node of the inventory (one of {nodeset.fold(names)})")
+    partition = _checked(tokens.label, table.get("partition", "picluster"), "slurm.partition", fail)
+    return Slurm(controller=controller, partition=partition)
 
 
 def _nodes(data, cluster, fail) -> list[Node]:

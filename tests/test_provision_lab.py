@@ -21,12 +21,13 @@ from picluster import nodeset
 from picluster.inventory import load_inventory
 from picluster.lab import HostOptions, keys, snapshot
 from picluster.provision.result import Status
-from picluster.provision.runner import STEP_NAMES, provision
+from picluster.provision.runner import provision, run_order
 from picluster.provision.steps import NO_NFS, Options
 
 from conftest import ansible_playbook, assert_converged, picluster
 
 pytestmark = pytest.mark.lab
+STEP_NAMES = run_order(None, slurm=False)  # these inventories have no [slurm]
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = sys.prefix  # the coordinator's venv: the hosts share /usr and this tree, so picluster and TF import

@@ -3,11 +3,11 @@
 
 from picluster.provision.report import fold_rows, show, table
 from picluster.provision.result import Item, NodeReport, Status, StepResult
-from picluster.provision.runner import STEP_NAMES
+from picluster.provision.runner import run_order
 
 from render import console, render, text
 
-STEPS = list(STEP_NAMES)
+STEPS = list(run_order(None, slurm=False))  # an inventory without [slurm]
 
 
 def node(name: str, changed: dict[str, int], seconds: float, failure: str | None = None, skip_nfs: bool = True) -> NodeReport:

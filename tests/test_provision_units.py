@@ -1,8 +1,11 @@
 """`picluster provision` without hosts: templates, file edits, facts, results, CLI input, Ansible syntax."""
 
+import json
+import stat
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import jinja2
 import pytest
@@ -15,8 +18,8 @@ from picluster.lab import keys
 from picluster.provision import facts, templates
 from picluster.provision.ansible_inventory import ansible_inventory
 from picluster.provision.result import Item, NodeReport, Status, StepResult, folded_skips, folded_summary
-from picluster.provision.runner import STEP_NAMES, parse_only, public_key
-from picluster.provision.steps import managed_line
+from picluster.provision.runner import STEP_NAMES, parse_only, public_key, run_order
+from picluster.provision.steps import managed_line, slurm
 from picluster.provision.steps.firewall import rules_text
 from picluster.provision.steps.hostname import BEGIN, END, hosts_text
 from picluster.provision.steps.nfs import nfsd_threads
@@ -49,9 +52,18 @@ TEMPLATE_VARS = {
     "picluster.nft.j2": {
         "subnet": "192.168.1.0/26", "coordinator": "192.168.7.2", "tcp_ports": [111, 2049], "udp_ports": [111, 2049],
     },
+    "slurm.conf.j2": {
+        "cluster_name": "pi4", "slurm_controller": "node01", "slurm_controller_address": "192.168.1.16",
+        "slurmctld_port": 6817, "slurmd_port": 6818, "srun_ports": "60001-60100",
+    },
+    "slurm-node.conf.j2": {"node": "node02", "address": "192.168.1.17", "cpus": 4, "memory": 3792},
+    "slurm-partition.conf.j2": {"slurm_partition": "picluster"},
+    "cgroup.conf.j2": {"cgroup_plugin": "cgroup/v2"},
 }  # fmt: skip
-# Template variables the Ansible inventory does not carry: the common role reads them on each node.
-FROM_THE_NODE = {"coordinator"}
+# Template variables the Ansible inventory does not carry: the roles read them on each node
+# (coordinator, the nodes' sizes and cgroups) or loop over the nodes (node, address).
+FROM_THE_NODE = {"coordinator", "node", "address", "cpus", "memory", "cgroup_plugin"}
+SLURM_INV = {**INV, "slurm": {}}
 
 
 def test_every_template_is_covered_and_renders_like_jinja2():
@@ -237,6 +249,21 @@ def test_parse_only():
         parse_only(",")
 
 
+def test_slurm_steps_run_only_for_an_inventory_with_slurm():
+    assert run_order(None, slurm=True) == STEP_NAMES and STEP_NAMES[-2:] == ("slurm", "queue")
+    assert run_order(None, slurm=False) == STEP_NAMES[:-2]
+    assert run_order(parse_only("queue"), slurm=True) == ("facts", "queue")
+    with pytest.raises(UsageError, match=r"^--only queue: the inventory has no \[slurm\] table"):
+        run_order(parse_only("firewall,queue"), slurm=False)
+
+
+def test_only_a_slurm_step_without_slurm_is_one_line_exit_2(tmp_path):
+    path = tmp_path / "picluster.toml"
+    path.write_text(tomli_w_free(INV))
+    result = picluster("provision", "-i", path, "--only", "slurm")
+    assert_one_line_error(result, 2, "--only slurm: the inventory has no [slurm] table")
+
+
 def test_public_key_from_pub_file_or_private_key(tmp_path):
     pair = keys.make_keypair(tmp_path / "id_ed25519", "me@coordinator")
     assert public_key(pair.private_path) == pair.public_line
@@ -259,8 +286,8 @@ def load_ansible_yaml(text: str):
     return yaml.load(text, Loader=_AnsibleLoader)  # a SafeLoader with one more tag
 
 
-def test_ansible_inventory_is_yaml_with_the_groups_and_template_variables(tmp_path):
-    data = load_ansible_yaml(ansible_inventory(inv(), known_hosts=tmp_path / "kh", public_key="ssh-ed25519 AAAA x"))
+def test_ansible_inventory_is_yaml_with_the_groups_and_template_variables(tmp_path, state):
+    data = load_ansible_yaml(ansible_inventory(parse_inventory(SLURM_INV), known_hosts=tmp_path / "kh", public_key="ssh-ed25519 AAAA x"))
     hosts = data["all"]["hosts"]
     assert list(hosts) == ["node01", "node02", "node03", "node04"]
     assert hosts["node03"]["ansible_host"] == "192.168.1.18"
@@ -272,6 +299,57 @@ def test_ansible_inventory_is_yaml_with_the_groups_and_template_variables(tmp_pa
             assert key in v, (name, key)
     assert v["subnet"] == "192.168.1.0/26" and v["nfs_server"] == "192.168.1.16" and v["nfsd_threads"] == 8
     assert f"UserKnownHostsFile={tmp_path / 'kh'}" in v["ansible_ssh_common_args"]
+    # The munge key both paths install: made once, 0400, and not in the inventory itself.
+    key = Path(v["munge_key_file"])
+    assert key.is_relative_to(state) and stat.S_IMODE(key.stat().st_mode) == 0o400
+    assert key.read_text().strip() not in ansible_inventory(parse_inventory(SLURM_INV))
+    assert v["slurm_controller"] == "node01" and v["slurm_partition"] == "picluster"
+    assert "6817" in v["tcp_ports"] and "60001-60100" in v["tcp_ports"]
+    assert "slurm_controller" not in load_ansible_yaml(ansible_inventory(inv()))["all"]["vars"]
+
+
+# -- slurm --------------------------------------------------------------------------------------------
+
+def _slurm_ctx(sizes: dict[str, tuple[int, int, str]]):
+    shared = SimpleNamespace(facts={n: facts.Facts(**{**BASE_FACTS, "cpus": c, "mem_mb": m, "cgroup": g})
+                                    for n, (c, m, g) in sizes.items()})
+    return SimpleNamespace(inv=parse_inventory(SLURM_INV), shared=shared)
+
+
+BASE_FACTS = {k: v for k, v in facts.parse("id=debian\ncodename=bookworm\n").__dict__.items()}
+
+
+def test_slurm_conf_lists_every_node_with_its_size_then_one_partition():
+    ctx = _slurm_ctx({"node01": (4, 3792, "v2"), "node02": (4, 3792, "v2"), "node03": (4, 1848, "v2"), "node04": (2, 905, "v2")})
+    text = slurm.conf_text(ctx)
+    lines = text.splitlines()
+    assert lines[-5:] == [
+        "NodeName=node01 NodeAddr=192.168.1.16 CPUs=4 RealMemory=3792 State=UNKNOWN",
+        "NodeName=node02 NodeAddr=192.168.1.17 CPUs=4 RealMemory=3792 State=UNKNOWN",
+        "NodeName=node03 NodeAddr=192.168.1.18 CPUs=4 RealMemory=1848 State=UNKNOWN",
+        "NodeName=node04 NodeAddr=192.168.1.19 CPUs=2 RealMemory=905 State=UNKNOWN",
+        "PartitionName=picluster Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+    ]
+    for line in ("ClusterName=pi4", "SlurmctldHost=node01(192.168.1.16)", "AuthType=auth/munge", "SrunPortRange=60001-60100",
+                 "SchedulerType=sched/backfill", "SelectType=select/cons_tres", "ProctrackType=proctrack/linuxproc"):
+        assert line in lines, line
+    assert slurm.cgroup_plugin(ctx) == "cgroup/v2"
+    assert slurm.cgroup_plugin(_slurm_ctx({"node01": (1, 1, "v1"), "node02": (1, 1, "v1")})) == "cgroup/v1"
+    assert slurm.cgroup_plugin(_slurm_ctx({"node01": (1, 1, "v1"), "node02": (1, 1, "v2")})) == "autodetect"
+
+
+def test_facts_give_a_slurm_node_its_cpus_memory_and_cgroups():
+    f = facts.parse("id=debian\ncodename=bookworm\ncpus=4\nmem_kb=3883464\ncgroup=v2\n")
+    assert (f.cpus, f.mem_mb, f.cgroup) == (4, 3792, "v2")
+    odd = facts.parse("id=debian\ncpus=four\nmem_kb=-1\ncgroup=v3\n")
+    assert (odd.cpus, odd.mem_mb, odd.cgroup) == (0, 0, "")
+
+
+def test_firewall_admits_slurm_only_with_a_slurm_table():
+    text = rules_text(parse_inventory(SLURM_INV), "192.168.7.2")
+    assert "ip saddr 192.168.1.0/26 tcp dport { 111, 2049, 2222, 2223, 19100, 20048, 6817, 6818, 60001-60100 } accept" in text
+    assert "tcp dport { 111, 2049, 2222, 2223, 19100, 20048, 6817, 6818, 60001-60100 } drop" in text
+    assert "6817" not in rules_text(inv(), "192.168.7.2")
 
 
 # -- CLI input ---------------------------------------------------------------------------------------------
@@ -285,6 +363,11 @@ BAD_INVENTORIES = {
     "subnet": ('[[node]]\nname = "n1"\naddress = "10.0.0.1"\n[[node]]\nname = "n2"\naddress = "10.0.1.9"\n',
                "does not contain n2"),
 }  # fmt: skip
+
+
+def tomli_w_free(data: dict) -> str:
+    """INV as TOML (its values are strings only)."""
+    return "".join(f"[{table}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items()) for table, values in data.items())
 
 
 def assert_one_line_error(result, code, needle):

@@ -58,9 +58,10 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
         connect_timeout=min(10.0, timeout),
     )  # fmt: skip
     console = Console()
-    with StepProgress(console, list(run_order(steps))) as progress:  # live on a terminal, else a line per step
+    order = list(run_order(steps, inv.slurm is not None))
+    with StepProgress(console, order) as progress:  # live on a terminal, else a line per step
         reports = run(inv, options, watch=progress)
-    show(console, reports, list(run_order(steps)), dry_run)
+    show(console, reports, order, dry_run)
     failed = [r for r in reports if r.failed]
     if failed:
         first = failed[0]

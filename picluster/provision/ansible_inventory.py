@@ -15,11 +15,13 @@ from pathlib import Path
 
 from picluster import tokens
 from picluster.inventory import Inventory
+from picluster.provision.steps import slurm
 from picluster.provision.steps.firewall import template_vars
 from picluster.provision.steps.nfs import MOUNTD_PORT, SLOT_TABLE_ENTRIES, nfsd_threads
 
 # Ansible's own settings and free text: not substituted into a node's configuration file.
-_NOT_CONFIG = {"ansible_user", "ansible_ssh_private_key_file", "ansible_ssh_common_args", "coordinator_public_key"}
+_NOT_CONFIG = {"ansible_user", "ansible_ssh_private_key_file", "ansible_ssh_common_args", "coordinator_public_key",
+               "munge_key_file"}
 
 
 def ansible_inventory(inv: Inventory, known_hosts: Path | None = None, public_key: str | None = None) -> str:
@@ -39,6 +41,10 @@ def ansible_inventory(inv: Inventory, known_hosts: Path | None = None, public_ke
         "cluster_nodes": [{"name": n.name, "address": n.address} for n in inv.nodes],
         "venv": inv.venv.removeprefix("~/"),  # the role's paths are relative to the home already
     }
+    if inv.slurm is not None:
+        variables.update(slurm.template_vars(inv))
+        # Made here when it does not exist yet: the same key `picluster provision` installs.
+        variables["munge_key_file"] = str(slurm.coordinator_key(inv))
     if inv.ssh_key is not None:
         variables["ansible_ssh_private_key_file"] = str(inv.ssh_key)
     if public_key is not None:

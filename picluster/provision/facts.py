@@ -47,6 +47,10 @@ fi
 echo "python=$(python3 -V 2>/dev/null | cut -d' ' -f2)"
 echo "glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | cut -d' ' -f2)"
 echo "coordinator=${SSH_CONNECTION%% *}"
+echo "cpus=$(nproc 2>/dev/null)"
+echo "mem_kb=$(awk '$1 == "MemTotal:" {print $2}' /proc/meminfo 2>/dev/null)"
+if [ -f /sys/fs/cgroup/cgroup.controllers ]; then echo "cgroup=v2"
+elif [ -d /sys/fs/cgroup/cpu ] || [ -d /sys/fs/cgroup/memory ]; then echo "cgroup=v1"; fi
 """
 
 
@@ -72,6 +76,9 @@ class Facts:
     python: str = ""  # python3's version, "3.11.2"
     glibc: str = ""  # "2.36"
     coordinator: str = ""  # the address this node sees the coordinator's SSH session come from
+    cpus: int = 0  # online CPUs (nproc): a Slurm node's CPUs
+    mem_mb: int = 0  # MemTotal in MiB: a Slurm node's RealMemory (slurmd -C reports the same)
+    cgroup: str = ""  # "v2" (unified), "v1" (one mount per controller) or "" (none mounted)
 
     @property
     def is_pi(self) -> bool:
@@ -126,7 +133,14 @@ def parse(text: str) -> Facts:
         python=values.get("python", ""),
         glibc=values.get("glibc", ""),
         coordinator=values.get("coordinator", ""),
+        cpus=_count(values.get("cpus")),
+        mem_mb=_count(values.get("mem_kb")) // 1024,
+        cgroup=values.get("cgroup", "") if values.get("cgroup") in ("v1", "v2") else "",
     )
+
+
+def _count(text: str | None) -> int:
+    return int(text) if text and text.isdigit() and len(text) < 19 else 0
 
 
 def check_supported(facts: Facts) -> None:

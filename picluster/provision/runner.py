@@ -19,7 +19,7 @@ from picluster.fanout import fan_out
 from picluster.inventory import Inventory, Node
 from picluster.provision import facts as facts_mod
 from picluster.provision.result import Item, NodeReport, Status, StepResult
-from picluster.provision.steps import Context, Options, Shared, firewall, hostname, nfs, packages, raspi, runtime, ssh
+from picluster.provision.steps import Context, Options, Shared, firewall, hostname, nfs, packages, raspi, runtime, slurm, ssh
 
 STEPS: dict[str, Callable] = {
     "hostname": hostname.run,
@@ -30,8 +30,11 @@ STEPS: dict[str, Callable] = {
     "ssh": ssh.run,
     "runtime": runtime.run,
     "firewall": firewall.run,
+    "slurm": slurm.run,
+    "queue": slurm.queue,
 }
 STEP_NAMES = ("facts", *STEPS)
+SLURM_STEPS = ("slurm", "queue")  # only for an inventory with [slurm]: nothing to skip otherwise
 
 
 def parse_only(text: str | None) -> tuple[str, ...] | None:
@@ -44,9 +47,12 @@ def parse_only(text: str | None) -> tuple[str, ...] | None:
     return tuple(n for n in STEP_NAMES if n in names)
 
 
-def run_order(only: tuple[str, ...] | None) -> tuple[str, ...]:
-    """The steps a run goes through: facts first, always."""
-    return ("facts", *[s for s in (only or STEP_NAMES) if s != "facts"])
+def run_order(only: tuple[str, ...] | None, slurm: bool) -> tuple[str, ...]:
+    """The steps a run goes through: facts first, always; Slurm's when the inventory has [slurm]."""
+    if not slurm and only and set(only) & set(SLURM_STEPS):
+        raise UsageError(f"--only {','.join(s for s in only if s in SLURM_STEPS)}: the inventory has no [slurm] table "
+                         "(add one to make Slurm the cluster's queue)")
+    return ("facts", *[s for s in (only or STEP_NAMES) if s != "facts" and (slurm or s not in SLURM_STEPS)])
 
 
 def public_key(key: Path | None) -> str | None:
@@ -97,7 +103,7 @@ def provision(
     options = options or Options()
     if inv.ssh_key is not None and not inv.ssh_key.is_file():
         raise UsageError(f"cluster.ssh_key {inv.ssh_key}: no such file")
-    steps = run_order(options.only)
+    steps = run_order(options.only, inv.slurm is not None)
     shared = Shared(public_key=public_key(inv.ssh_key) if "ssh" in steps else None)
     nodes = []
     for node in inv.nodes:
@@ -134,6 +140,8 @@ def _run_step(n: _Node, step: str, inv: Inventory, options: Options, shared: Sha
             node_facts, items = facts_mod.gather(n.remote)
             result.items.extend(items)
             n.ctx = Context(inv, n.node, n.remote, node_facts, options, shared)
+            with shared.lock:
+                shared.facts[n.node.name] = node_facts
         else:
             for item in STEPS[step](n.ctx):
                 result.items.append(item)

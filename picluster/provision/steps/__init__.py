@@ -52,6 +52,7 @@ class Shared:
 
     public_key: str | None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    facts: dict[str, Facts] = field(default_factory=dict)  # node -> its facts (slurm.conf lists every node's)
     wheel: Path | None = None
     bundles: dict[str, Any] = field(default_factory=dict)
 

@@ -12,7 +12,7 @@ import ipaddress
 
 from picluster.provision import templates
 from picluster.provision.result import Item, Status
-from picluster.provision.steps import NO_SYSTEMD, Context, action_item, file_item, managed_line
+from picluster.provision.steps import NO_SYSTEMD, Context, action_item, file_item, managed_line, slurm
 from picluster.provision.steps.nfs import MOUNTD_PORT
 
 RULES = "/etc/nftables.d/picluster.nft"
@@ -21,15 +21,16 @@ INCLUDE = 'include "/etc/nftables.d/*.nft"'
 NFS_PORTS = (111, 2049, MOUNTD_PORT)
 
 
-def ports(tf_port: int, agent_port: int) -> tuple[list[int], list[int]]:
-    tcp = sorted({tf_port, tf_port + 1, agent_port, *NFS_PORTS})
+def ports(tf_port: int, agent_port: int, extra_tcp: tuple[int | str, ...] = ()) -> tuple[list[int | str], list[int]]:
+    """TCP and UDP ports (or "a-b" ranges) admitted from the cluster and the coordinator only."""
+    tcp: list[int | str] = [*sorted({tf_port, tf_port + 1, agent_port, *NFS_PORTS}), *extra_tcp]
     udp = sorted(NFS_PORTS)
     return tcp, udp
 
 
 def template_vars(inv) -> dict[str, object]:
     """picluster.nft.j2's variables (Ansible's inventory carries the same); lists render as "a, b"."""
-    tcp, udp = ports(inv.tf_port, inv.agent_port)
+    tcp, udp = ports(inv.tf_port, inv.agent_port, tuple(slurm.firewall_ports(inv)))
     return {
         "subnet": str(inv.cluster_subnet),
         "tcp_ports": tcp,

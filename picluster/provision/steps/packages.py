@@ -5,7 +5,7 @@ A node with everything installed is never asked to reach a mirror.
 """
 
 from picluster.provision.result import Item, Status
-from picluster.provision.steps import Context, q
+from picluster.provision.steps import Context, q, slurm
 
 EVERYWHERE = ("nfs-common", "python3-venv", "nftables")
 MASTER = ("nfs-kernel-server",)
@@ -13,7 +13,7 @@ INSTALL_TIMEOUT = 1800.0
 
 
 def wanted(ctx: Context) -> list[str]:
-    names = list(EVERYWHERE) + (list(MASTER) if ctx.is_master else []) + list(ctx.options.extra_packages)
+    names = list(EVERYWHERE) + (list(MASTER) if ctx.is_master else []) + slurm.packages(ctx) + list(ctx.options.extra_packages)
     return list(dict.fromkeys(names))
 
 

@@ -1,0 +1,267 @@
+"""Steps 10 and 11, with a [slurm] table: Slurm as the cluster's queue, then read back from it.
+
+slurm (every node): munge's key (one, made on the coordinator, 0400 munge:munge), one slurm.conf
+rendered from the inventory and every node's facts (Slurm refuses nodes whose files differ, and
+a node given its own file becomes a one-node cluster), cgroup.conf, then munged, slurmctld on the
+controller and slurmd, each restarted when a file it reads changed.
+
+queue (the controller): what the running system says, never what was written: `scontrol ping`,
+every node `idle` in `sinfo` (nodes take a few seconds to register), and `srun` on every node
+returning each one's host name.
+
+Under systemd the daemons are Debian's units, enabled at boot.  A test host has no init: there
+the same daemons are started directly and found again through their pid files in the host's own
+/run (a shared PID namespace makes `pgrep` see every host's processes).
+"""
+
+import os
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from picluster import paths
+from picluster.provision import templates
+from picluster.provision.result import Item, Status
+from picluster.provision.steps import Context, action_item, file_item, q
+
+MUNGE_KEY = "/etc/munge/munge.key"
+SLURM_CONF = "/etc/slurm/slurm.conf"
+CGROUP_CONF = "/etc/slurm/cgroup.conf"
+SLURMCTLD_PORT = 6817
+SLURMD_PORT = 6818
+SRUN_PORTS = "60001-60100"  # 100 concurrent srun: far beyond a 64-node cluster's jobs
+KEY_BYTES = 96  # 128 characters once in base64, the size of the key Debian's munge makes
+REGISTER_WAIT = 60.0  # seconds for every slurmd to register as idle
+NO_SLURM = "no [slurm] in the inventory"
+
+
+@dataclass(frozen=True)
+class Daemon:
+    """One daemon as Debian packages it: its unit, and how a host without init runs it."""
+
+    name: str  # the systemd unit and the executable
+    pidfile: str
+    start: str  # without systemd (as root)
+
+    def running(self) -> str:
+        """Shell test: the pid file names a live process of this executable."""
+        # Debian's /usr/sbin/slurmd is an alternatives link to slurmd-wlm: compare where both lead.
+        return (f"p=$(cat {self.pidfile} 2>/dev/null) && [ -n \"$p\" ] && "
+                f"[ \"$(readlink /proc/$p/exe)\" = \"$(readlink -f /usr/sbin/{self.name})\" ]")
+
+    def stop(self) -> str:
+        return (f"p=$(cat {self.pidfile} 2>/dev/null); [ -n \"$p\" ] && kill \"$p\" 2>/dev/null; "
+                f"for i in $(seq 50); do [ -d /proc/\"$p\" ] || break; sleep 0.2; done; rm -f {self.pidfile}")
+
+
+MUNGED = Daemon("munged", "/run/munge/munged.pid",
+                "install -d -o munge -g munge -m 0755 /run/munge && runuser -u munge -- /usr/sbin/munged")
+SLURMCTLD = Daemon("slurmctld", "/run/slurmctld.pid",
+                   "install -d -o slurm -g slurm -m 0755 /var/lib/slurm/slurmctld /var/log/slurm && /usr/sbin/slurmctld")
+SLURMD = Daemon("slurmd", "/run/slurmd.pid",
+                "install -d -m 0755 /var/lib/slurm/slurmd && install -d -o slurm -g slurm -m 0755 /var/log/slurm && /usr/sbin/slurmd")
+UNITS = {"munged": "munge", "slurmctld": "slurmctld", "slurmd": "slurmd"}
+
+
+def packages(ctx: Context) -> list[str]:
+    """What the packages step installs for Slurm on this node (nothing without [slurm])."""
+    slurm = ctx.inv.slurm
+    if slurm is None:
+        return []
+    return ["munge", "slurmd", "slurm-client", *(["slurmctld"] if ctx.node.name == slurm.controller else [])]
+
+
+def firewall_ports(inv) -> list[int | str]:
+    """The TCP ports Slurm listens on, for the firewall (the cluster and the coordinator only)."""
+    return [SLURMCTLD_PORT, SLURMD_PORT, SRUN_PORTS] if inv.slurm is not None else []
+
+
+def key_path(inv) -> Path:
+    return paths.state_dir() / "slurm" / inv.name / "munge.key"
+
+
+_KEY_LOCK = threading.Lock()
+
+
+def coordinator_key(inv) -> Path:
+    """The cluster's munge key, made once on the coordinator (0400) and kept: every node gets this
+    one, so no node keeps the key its package made (different keys leave nodes DOWN).  Both
+    provisioning paths install it from here."""
+    path = key_path(inv)
+    with _KEY_LOCK:
+        if not path.exists():
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            part = path.with_name(path.name + ".part")
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o400)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(KEY_BYTES) + "\n")
+            os.replace(part, path)
+    return path
+
+
+def template_vars(inv) -> dict[str, object]:
+    """slurm.conf.j2's and slurm-partition.conf.j2's variables (Ansible's inventory carries the same)."""
+    assert inv.slurm is not None
+    return {
+        "slurm_controller": inv.slurm.controller,
+        "slurm_controller_address": inv.node(inv.slurm.controller).address,
+        "slurm_partition": inv.slurm.partition,
+        "slurmctld_port": SLURMCTLD_PORT,
+        "slurmd_port": SLURMD_PORT,
+        "srun_ports": SRUN_PORTS,
+    }
+
+
+def cgroup_plugin(ctx: Context) -> str:
+    """The version every node mounts; autodetect (slurmd's default) when they differ."""
+    kinds = {f.cgroup for f in ctx.shared.facts.values()}
+    return {frozenset({"v1"}): "cgroup/v1", frozenset({"v2"}): "cgroup/v2"}.get(frozenset(kinds), "autodetect")
+
+
+def conf_text(ctx: Context) -> str:
+    inv, facts = ctx.inv, ctx.shared.facts
+    variables = template_vars(inv)
+    head = templates.render("slurm.conf.j2", cluster_name=inv.name, **variables)
+    nodes = "".join(
+        templates.render("slurm-node.conf.j2", node=n.name, address=n.address, cpus=facts[n.name].cpus,
+                         memory=facts[n.name].mem_mb)
+        for n in inv.nodes
+    )  # fmt: skip
+    return head + nodes + templates.render("slurm-partition.conf.j2", slurm_partition=variables["slurm_partition"])
+
+
+def run(ctx: Context):
+    inv = ctx.inv
+    if inv.slurm is None:
+        yield Item("slurm", Status.SKIPPED, NO_SLURM)
+        return
+    missing = [n.name for n in inv.nodes if n.name not in ctx.shared.facts]
+    if missing:
+        # slurm.conf lists every node's CPUs and memory: a partial file would differ from the next one.
+        yield Item("slurm_conf", Status.FAILED, f"no facts from {', '.join(missing)}: slurm.conf needs every node's")
+        return
+    unsized = [n for n, f in ctx.shared.facts.items() if f.cpus < 1 or f.mem_mb < 1]
+    if unsized:
+        yield Item("slurm_conf", Status.FAILED, f"{unsized[0]} did not report its CPUs and memory (nproc, /proc/meminfo)")
+        return
+    if not ctx.facts.cgroup:
+        yield Item("cgroups", Status.FAILED, "no cgroup file system on /sys/fs/cgroup: slurmd cannot start without one")
+        return
+    key = _munge_key(ctx)
+    yield key
+    conf = file_item(ctx, "slurm_conf", SLURM_CONF, conf_text(ctx))
+    yield conf
+    cgroup = file_item(ctx, "cgroup_conf", CGROUP_CONF, templates.render("cgroup.conf.j2", cgroup_plugin=cgroup_plugin(ctx)))
+    yield cgroup
+    slurm_changed = Status.CHANGED in (conf.status, cgroup.status)
+    yield from _daemon(ctx, MUNGED, key.status is Status.CHANGED)
+    if ctx.node.name == inv.slurm.controller:
+        yield from _daemon(ctx, SLURMCTLD, slurm_changed or key.status is Status.CHANGED)
+    yield from _daemon(ctx, SLURMD, slurm_changed or key.status is Status.CHANGED)
+
+
+def _munge_key(ctx: Context) -> Item:
+    key = coordinator_key(ctx.inv).read_text()
+    item = file_item(ctx, "munge_key", MUNGE_KEY, key, mode="0400", owner="munge", group="munge")
+    # A file that existed keeps its mode through a write: the package's own key, or one set by hand.
+    have = ctx.remote.out(f"stat -c '%U:%G %a' {MUNGE_KEY} 2>/dev/null || true", sudo=True)
+    if have == "munge:munge 400" or (ctx.dry_run and item.status is Status.CHANGED and not have):
+        return Item("munge_key", item.status, f"{item.detail} (the coordinator's key, munge:munge 0400)")
+    fix = action_item(ctx, "munge_key", f"chown munge:munge {MUNGE_KEY} && chmod 0400 {MUNGE_KEY}",
+                      f"make {MUNGE_KEY} munge:munge 0400 (was {have or 'missing'})")
+    return fix
+
+
+def _daemon(ctx: Context, daemon: Daemon, config_changed: bool):
+    remote, unit = ctx.remote, UNITS[daemon.name]
+    if ctx.facts.systemd:
+        if remote.ok(f"systemctl is-enabled --quiet {unit}"):
+            yield Item(f"{daemon.name}_at_boot", Status.OK, f"{unit}.service enabled")
+        else:
+            yield action_item(ctx, f"{daemon.name}_at_boot", f"systemctl enable {unit}", f"enable {unit}.service")
+        running = remote.ok(f"systemctl is-active --quiet {unit}")
+        start, restart = f"systemctl start {unit}", f"systemctl restart {unit}"
+    else:
+        running = remote.ok(daemon.running(), sudo=True)
+        start, restart = daemon.start, f"{daemon.stop()}; {daemon.start}"
+    if not running:
+        yield action_item(ctx, daemon.name, start, f"start {daemon.name}")
+    elif config_changed:
+        yield action_item(ctx, daemon.name, restart, f"restart {daemon.name} (its configuration changed)")
+    else:
+        yield Item(daemon.name, Status.OK, "running, configuration unchanged")
+        return
+    if not ctx.dry_run and not _came_up(ctx, daemon):
+        yield Item(daemon.name, Status.FAILED, f"{daemon.name} did not stay up: {_log_tail(ctx, daemon)}")
+
+
+def _came_up(ctx: Context, daemon: Daemon, wait: float = 10.0) -> bool:
+    test = f"systemctl is-active --quiet {UNITS[daemon.name]}" if ctx.facts.systemd else daemon.running()
+    deadline = time.monotonic() + wait
+    while True:
+        if ctx.remote.ok(test, sudo=True):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+
+
+def _log_tail(ctx: Context, daemon: Daemon) -> str:
+    log = {"munged": "/var/log/munge/munged.log", "slurmctld": "/var/log/slurm/slurmctld.log",
+           "slurmd": "/var/log/slurm/slurmd.log"}[daemon.name]
+    line = ctx.remote.out(f"grep -h error {q(log)} 2>/dev/null | tail -n 1 || true", sudo=True)
+    return line or f"see {log}"
+
+
+def queue(ctx: Context):
+    """Read back on the controller, once every node's daemons have had their step."""
+    slurm = ctx.inv.slurm
+    if slurm is None:
+        yield Item("queue", Status.SKIPPED, NO_SLURM)
+        return
+    if ctx.node.name != slurm.controller:
+        yield Item("queue", Status.SKIPPED, f"read back on the controller, {slurm.controller}")
+        return
+    if ctx.dry_run:
+        yield Item("queue", Status.SKIPPED, "dry run: nothing was started to read back")
+        return
+    remote = ctx.remote
+    ping = remote.run("scontrol ping", check=False)
+    if ping.exited != 0 or "UP" not in ping.stdout:
+        yield Item("controller", Status.FAILED, f"scontrol ping: {(ping.stdout + ping.stderr).strip() or 'no answer'}")
+        return
+    yield Item("controller", Status.OK, ping.stdout.strip())
+    names = [n.name for n in ctx.inv.nodes]
+    deadline = time.monotonic() + REGISTER_WAIT
+    while True:
+        states = _states(ctx)
+        waiting = {n: s for n, s in states.items() if s != "idle"} | {n: "unknown to slurmctld" for n in names if n not in states}
+        if not waiting or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
+    if waiting:
+        reasons = "; ".join(f"{n} {s}" for n, s in sorted(waiting.items()))
+        yield Item("nodes", Status.FAILED, f"not idle after {REGISTER_WAIT:.0f} s: {reasons}")
+        return
+    yield Item("nodes", Status.OK, f"{len(names)} idle in partition {slurm.partition}")
+    ran = remote.run(f"srun --nodes={len(names)} --ntasks-per-node=1 --time=1 --job-name=picluster-check hostname",
+                     check=False, timeout=120)
+    seen = sorted(ran.stdout.split())
+    if ran.exited != 0 or seen != sorted(names):
+        why = (ran.stderr.strip().splitlines() or [f"got {' '.join(seen) or 'nothing'}"])[-1]
+        yield Item("srun", Status.FAILED, f"srun on {len(names)} nodes: {why}")
+        return
+    yield Item("srun", Status.OK, f"hostname ran on all {len(names)} nodes")
+
+
+def _states(ctx: Context) -> dict[str, str]:
+    """Node -> state (and reason, when it has one) as slurmctld sees it."""
+    out = ctx.remote.run("sinfo --noheader --Node --format='%N|%T|%E'", check=False).stdout
+    states = {}
+    for line in out.splitlines():
+        name, _, rest = line.partition("|")
+        state, _, reason = rest.partition("|")
+        states[name.strip()] = state.strip() + (f" ({reason.strip()})" if reason.strip() and reason.strip() != "none" else "")
+    return states
