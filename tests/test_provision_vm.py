@@ -23,13 +23,14 @@ from picluster.inventory import load_inventory
 from picluster.lab import Lab
 from picluster.provision import wheelhouse
 from picluster.provision.result import Status
-from picluster.provision.runner import STEP_NAMES, provision
+from picluster.provision.runner import provision, run_order
 from picluster.provision.steps import Options
 
 from conftest import picluster
 from vm_checks import REMOVED, RUNTIME, apt_repository, as_a_fresh_card, check_nfs_and_firewall, check_runtime, inventory, served, sh
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(3600)]
+STEP_NAMES = run_order(None, slurm=False)  # the inventory has no [slurm]
 
 THREADS = 13  # not nfsd's default 8: reading 13 back proves the setting took
 
