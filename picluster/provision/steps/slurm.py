@@ -34,15 +34,16 @@ SLURMD_PORT = 6818
 SRUN_PORTS = "60001-60100"  # 100 concurrent srun: far beyond a 64-node cluster's jobs
 KEY_BYTES = 96  # 128 characters once in base64, the size of the key Debian's munge makes
 REGISTER_WAIT = 60.0  # seconds for every slurmd to register as idle
-NO_SLURM = "no [slurm] in the inventory"
 
 
 @dataclass(frozen=True)
 class Daemon:
     """One daemon as Debian packages it: its unit, and how a host without init runs it."""
 
-    name: str  # the systemd unit and the executable
+    name: str  # the executable in /usr/sbin
+    unit: str  # its systemd unit
     pidfile: str
+    log: str
     start: str  # without systemd (as root)
 
     def running(self) -> str:
@@ -56,13 +57,12 @@ class Daemon:
                 f"for i in $(seq 50); do [ -d /proc/\"$p\" ] || break; sleep 0.2; done; rm -f {self.pidfile}")
 
 
-MUNGED = Daemon("munged", "/run/munge/munged.pid",
+MUNGED = Daemon("munged", "munge", "/run/munge/munged.pid", "/var/log/munge/munged.log",
                 "install -d -o munge -g munge -m 0755 /run/munge && runuser -u munge -- /usr/sbin/munged")
-SLURMCTLD = Daemon("slurmctld", "/run/slurmctld.pid",
+SLURMCTLD = Daemon("slurmctld", "slurmctld", "/run/slurmctld.pid", "/var/log/slurm/slurmctld.log",
                    "install -d -o slurm -g slurm -m 0755 /var/lib/slurm/slurmctld /var/log/slurm && /usr/sbin/slurmctld")
-SLURMD = Daemon("slurmd", "/run/slurmd.pid",
+SLURMD = Daemon("slurmd", "slurmd", "/run/slurmd.pid", "/var/log/slurm/slurmd.log",
                 "install -d -m 0755 /var/lib/slurm/slurmd && install -d -o slurm -g slurm -m 0755 /var/log/slurm && /usr/sbin/slurmd")
-UNITS = {"munged": "munge", "slurmctld": "slurmctld", "slurmd": "slurmd"}
 
 
 def packages(ctx: Context) -> list[str]:
@@ -134,9 +134,7 @@ def conf_text(ctx: Context) -> str:
 
 def run(ctx: Context):
     inv = ctx.inv
-    if inv.slurm is None:
-        yield Item("slurm", Status.SKIPPED, NO_SLURM)
-        return
+    assert inv.slurm is not None  # run_order runs this step only with [slurm]
     missing = [n.name for n in inv.nodes if n.name not in ctx.shared.facts]
     if missing:
         # slurm.conf lists every node's CPUs and memory: a partial file would differ from the next one.
@@ -175,7 +173,7 @@ def _munge_key(ctx: Context) -> Item:
 
 
 def _daemon(ctx: Context, daemon: Daemon, config_changed: bool):
-    remote, unit = ctx.remote, UNITS[daemon.name]
+    remote, unit = ctx.remote, daemon.unit
     if ctx.facts.systemd:
         if remote.ok(f"systemctl is-enabled --quiet {unit}"):
             yield Item(f"{daemon.name}_at_boot", Status.OK, f"{unit}.service enabled")
@@ -198,7 +196,7 @@ def _daemon(ctx: Context, daemon: Daemon, config_changed: bool):
 
 
 def _came_up(ctx: Context, daemon: Daemon, wait: float = 10.0) -> bool:
-    test = f"systemctl is-active --quiet {UNITS[daemon.name]}" if ctx.facts.systemd else daemon.running()
+    test = f"systemctl is-active --quiet {daemon.unit}" if ctx.facts.systemd else daemon.running()
     deadline = time.monotonic() + wait
     while True:
         if ctx.remote.ok(test, sudo=True):
@@ -209,18 +207,14 @@ def _came_up(ctx: Context, daemon: Daemon, wait: float = 10.0) -> bool:
 
 
 def _log_tail(ctx: Context, daemon: Daemon) -> str:
-    log = {"munged": "/var/log/munge/munged.log", "slurmctld": "/var/log/slurm/slurmctld.log",
-           "slurmd": "/var/log/slurm/slurmd.log"}[daemon.name]
-    line = ctx.remote.out(f"grep -h error {q(log)} 2>/dev/null | tail -n 1 || true", sudo=True)
-    return line or f"see {log}"
+    line = ctx.remote.out(f"grep -h error {q(daemon.log)} 2>/dev/null | tail -n 1 || true", sudo=True)
+    return line or f"see {daemon.log}"
 
 
 def queue(ctx: Context):
     """Read back on the controller, once every node's daemons have had their step."""
     slurm = ctx.inv.slurm
-    if slurm is None:
-        yield Item("queue", Status.SKIPPED, NO_SLURM)
-        return
+    assert slurm is not None  # run_order runs this step only with [slurm]
     if ctx.node.name != slurm.controller:
         yield Item("queue", Status.SKIPPED, f"read back on the controller, {slurm.controller}")
         return
