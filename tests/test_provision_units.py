@@ -347,8 +347,8 @@ def test_facts_give_a_slurm_node_its_cpus_memory_and_cgroups():
 
 def test_firewall_admits_slurm_only_with_a_slurm_table():
     text = rules_text(parse_inventory(SLURM_INV), "192.168.7.2")
-    assert "ip saddr 192.168.1.0/26 tcp dport { 111, 2049, 2222, 2223, 19100, 20048, 6817, 6818, 60001-60100 } accept" in text
-    assert "tcp dport { 111, 2049, 2222, 2223, 19100, 20048, 6817, 6818, 60001-60100 } drop" in text
+    assert "ip saddr 192.168.1.0/26 tcp dport { 111, 2049, 2222, 2223, 19100, 20048, 2224-2225, 6817, 6818, 60001-60100 } accept" in text
+    assert "tcp dport { 111, 2049, 2222, 2223, 19100, 20048, 2224-2225, 6817, 6818, 60001-60100 } drop" in text
     assert "6817" not in rules_text(inv(), "192.168.7.2")
 
 

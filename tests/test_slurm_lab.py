@@ -1,21 +1,29 @@
-"""`picluster provision` with [slurm] against the test lab: munge, slurmctld and slurmd for real.
+"""`picluster provision` with [slurm] against the test lab: munge, slurmctld and slurmd for real;
+then jobs through that queue: `picluster submit`, `jobs`, `logs` and `cancel` on Slurm's jobs, and
+Monte-Carlo, HAR training and a launched script run inside their allocations.
 
 The hosts have no init, so the daemons run as the step starts them there (test_provision_vm.py
 covers systemd hosts).  slurmd reads cgroups at start even with the plugins chosen here, so the
-lab's hosts are limited ones: those see this machine's cgroup hierarchies (read-only).
+lab's hosts are limited ones: those see this machine's cgroup hierarchies (read-only).  Every
+host sees one directory of this machine at /mnt/picluster, the inventory's data_dir, where real
+nodes mount the NFS share (these hosts cannot mount NFS).
 """
 
+import json
 import os
 import re
 import shutil
 import stat
 import sys
+import time
 from types import SimpleNamespace
 
+import psutil
 import pytest
 
 from picluster.inventory import load_inventory
 from picluster.lab import Lab
+from picluster.lab.host import HostOptions
 from picluster.lab.limits import Limits
 from picluster.provision.result import Status
 from picluster.provision.runner import provision
@@ -31,10 +39,14 @@ NAMES = ["node01", "node02", "node03"]
 
 
 @pytest.fixture(scope="module")
-def slurm_lab(lab_support):
-    lab = Lab(nodes=3, limits=Limits(cpu=0.3, memory=2**30))
+def slurm_lab(lab_support, tmp_path_factory):
+    share = tmp_path_factory.mktemp("share")
+    shared = HostOptions(share=str(share))
+    lab = Lab(nodes=3, limits=Limits(cpu=0.3, memory=2**30), host_options={name: shared for name in NAMES})
     lab.up()
     try:
+        os.chown(share, lab.user.uid, lab.user.gid)
+        lab.share = share
         yield lab
     finally:
         lab.down()
@@ -47,9 +59,15 @@ def forget_key(lab):
 
 
 def inventory(lab, tmp_path):
+    return load_inventory(inventory_file(lab, tmp_path))
+
+
+def inventory_file(lab, tmp_path):
+    """The lab's inventory with [slurm], and the venv the hosts share with this machine."""
     path = lab.write_inventory(tmp_path / "picluster.toml")
-    path.write_text(path.read_text() + '\n[slurm]\npartition = "pis"\n')
-    return load_inventory(path)
+    text = path.read_text().replace("[cluster]\n", f'[cluster]\nvenv = "{VENV}"\n', 1)
+    path.write_text(text + '\n[slurm]\npartition = "pis"\n')
+    return path
 
 
 def options(lab, **kwargs) -> Options:
@@ -107,7 +125,7 @@ def test_slurm_comes_up_on_every_node_and_a_second_run_changes_nothing(slurm_lab
         assert host.read_file("/etc/slurm/cgroup.conf").endswith("CgroupPlugin=cgroup/v1\n")
         rules = host.run(["nft", "list", "table", "inet", "picluster"]).stdout
         # With a range in it the set is an interval set, and nft shows neighbours as ranges.
-        assert f"ip saddr {slurm_lab.subnet} tcp dport {{ 111, 2049, 2222-2223, 6817-6818, 19100, 20048, 60001-60100 }} accept" in rules
+        assert f"ip saddr {slurm_lab.subnet} tcp dport {{ 111, 2049, 2222-2225, 6817-6818, 19100, 20048, 60001-60100 }} accept" in rules
     cpus = os.cpu_count()
     for name, host in zip(NAMES, slurm_lab.hosts):
         assert f"NodeName={name} NodeAddr={host.address} CPUs={cpus} RealMemory=" in conf
@@ -169,3 +187,150 @@ def test_the_ansible_twin_brings_up_the_same_slurm(lab_support, tmp_path):
     finally:
         lab.down()
         forget_key(lab)
+
+
+# -- jobs through the queue ------------------------------------------------------------------------
+
+LAUNCHED = '''import json, os, socket
+task = json.loads(os.environ["TF_CONFIG"])["task"]
+print(f"task {task['type']}:{task['index']} on {socket.gethostname()}", flush=True)
+'''
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
+
+
+def submit(path, *args) -> str:
+    done = picluster("submit", "-i", path, *args)
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(r"slurm:\d+\n", done.stdout), done.stdout
+    return done.stdout.strip()
+
+
+def queue_states(path) -> dict[str, str]:
+    """slurm:ID -> "STATE" or "STATE (Reason)", as `picluster jobs` shows them."""
+    done = picluster("jobs", "-i", path)
+    assert done.returncode == 0, done.stderr
+    found = re.findall(r"^\s*(slurm:\d+)\s+\S+\s+\S+\s+([A-Z_]+(?: \([A-Za-z]+\))?)", done.stdout, re.M)
+    return dict(found)
+
+
+def wait_state(path, job: str, wanted: set[str], timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        state = queue_states(path).get(job, "")
+        if state.split(" ")[0] in wanted:
+            return state
+        assert time.monotonic() < deadline, f"{job} still {state!r} after {timeout:.0f} s"
+        time.sleep(2)
+
+
+def job_processes() -> list[str]:
+    """Servers, clients and tasks that a Slurm job of picluster's started (pid namespace shared)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if "--slurm-node" in cmd or "/mnt/picluster/runs/" in cmd or "/mnt/picluster/task.py" in cmd:
+            found.append(cmd[:120])
+    return found
+
+
+def none_left(timeout: float = 15.0) -> list[str]:
+    """The job's processes still there after ``timeout`` s (Slurm signals them as the job ends)."""
+    deadline = time.monotonic() + timeout
+    while (left := job_processes()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left
+
+
+def wait_reason(path, job: str, timeout: float = 30.0) -> str:
+    """A pending job's state once slurmctld has given it a reason."""
+    deadline = time.monotonic() + timeout
+    while (state := queue_states(path).get(job, "")) == "PENDING" and time.monotonic() < deadline:
+        time.sleep(1)
+    return state
+
+
+def test_montecarlo_har_and_launch_run_inside_their_allocations(slurm_lab, tmp_path):
+    from train_fixtures import TINY_MODEL, write_tiny_har
+
+    path = inventory_file(slurm_lab, tmp_path)
+    assert not any(r.failed for r in provision(load_inventory(path), options(slurm_lab, only=("slurm", "queue"))))
+    write_tiny_har(slurm_lab.share / "har")
+    (slurm_lab.share / "task.py").write_text(LAUNCHED)
+    for item in [slurm_lab.share / "har", *(slurm_lab.share / "har").iterdir(), slurm_lab.share / "task.py"]:
+        os.chown(item, slurm_lab.user.uid, slurm_lab.user.gid)
+
+    # Each takes every node, so they run one after the other, in the order they came.
+    mc = submit(path, "--nodes", "3", "--time", "10", "--", "picluster", "run", "montecarlo", "--samples", "1e6", "--seed", "7",
+                "--json", "--no-live")
+    har = submit(path, "--nodes", "3", "--time", "10", "--name", "tiny-har", "--", "picluster", "train", "har", *TINY_MODEL,
+                 "--epochs", "2", "--no-live")
+    launched = submit(path, "--nodes", "3", "--time", "10", "--", "picluster", "launch", "--mode", "each-worker",
+                      "/mnt/picluster/task.py")
+    first = queue_states(path)
+    assert first[har].startswith("PENDING") and first[launched].startswith("PENDING"), first
+    for job in (mc, har, launched):
+        assert wait_state(path, job, ENDED, 300) == "COMPLETED", picluster("logs", "-i", path, job).stdout[-3000:]
+
+    out = picluster("logs", "-i", path, mc)
+    estimate = json.loads(out.stdout.strip().splitlines()[-1])
+    assert estimate["cluster"] == "slurm" and estimate["nodes"] == 3 and abs(estimate["estimate"] - 3.1416) < 0.02, estimate
+
+    # HAR: the ps on the first node, a worker client on each of the others, the run on the share.
+    log = picluster("logs", "-i", path, har).stdout
+    assert "cluster: slurm, 1 ps + 2 workers" in log and "test accuracy" in log, log[-2000:]
+    (run,) = (slurm_lab.share / "runs").iterdir()
+    assert run.name.endswith(f"-slurm{har.split(':')[1]}")
+    layout = json.loads((run / "layout.json").read_text())["layout"]
+    assert [(t["job"], t["node"]) for t in layout] == [("ps", "node01"), ("worker", "node02"), ("worker", "node03")]
+    assert json.loads((run / "result.json").read_text())["test_accuracy"] > 0.3
+
+    # launch: each worker's copy ran on its own node, with its task in TF_CONFIG.
+    log = picluster("logs", "-i", path, launched).stdout
+    for index, node in enumerate(["node02", "node03", "node01"]):
+        assert f"worker:{index}: task worker:{index} on {node}" in log, log[-2000:]
+    assert none_left() == []
+
+
+def test_the_queue_holds_backfills_times_out_and_cancels(slurm_lab, tmp_path):
+    path = inventory_file(slurm_lab, tmp_path)
+    assert not any(r.failed for r in provision(load_inventory(path), options(slurm_lab, only=("slurm", "queue"))))
+
+    # A picluster job on two nodes for up to 5 minutes, and a 1-minute job on the third.
+    long = submit(path, "--nodelist", "node[01-02]", "--time", "5", "--name", "long", "--",
+                  "picluster", "run", "montecarlo", "--samples", "1e13", "--no-live")
+    over = submit(path, "--nodelist", "node03", "--time", "1", "--name", "overtime", "--", "sleep", "600")
+    wait_state(path, long, {"RUNNING"}, 60)
+    wait_state(path, over, {"RUNNING"}, 60)
+    # FIFO would keep the short job behind the big one; backfill starts it on node03 as soon as
+    # that is free, since it ends before the long job would let the big one start.
+    big = submit(path, "--nodes", "3", "--time", "5", "--name", "big", "--", "sleep", "1")
+    short = submit(path, "--nodes", "1", "--time", "1", "--name", "short", "--", "sleep", "1")
+    assert wait_state(path, big, {"PENDING"}, 5) and wait_reason(path, big) == "PENDING (Resources)"
+    assert wait_state(path, over, ENDED, 180) == "TIMEOUT (TimeLimit)"
+    assert wait_state(path, short, {"RUNNING", "COMPLETED"}, 120)
+    assert queue_states(path)[big].startswith("PENDING")
+
+    # Cancelling the running picluster job leaves no server of it on any node; the big job then runs.
+    deadline = time.monotonic() + 120
+    while not job_processes():  # its servers, up
+        assert time.monotonic() < deadline and queue_states(path)[long] == "RUNNING", picluster("logs", "-i", path, long).stdout
+        time.sleep(1)
+    done = picluster("cancel", "-i", path, long)
+    assert done.returncode == 0 and done.stdout == f"{long} CANCELLED (was RUNNING)\n", done.stdout + done.stderr
+    assert queue_states(path)[long] == "CANCELLED"
+    assert none_left() == []
+    assert wait_state(path, big, ENDED, 120) == "COMPLETED"
+    again = picluster("cancel", "-i", path, big)
+    assert again.returncode == 0 and again.stdout == f"{big} is already COMPLETED; nothing to cancel\n"
+
+
+def test_requests_slurm_refuses_are_one_line_and_queue_nothing(slurm_lab, tmp_path):
+    path = inventory_file(slurm_lab, tmp_path)
+    assert not any(r.failed for r in provision(load_inventory(path), options(slurm_lab, only=("slurm", "queue"))))
+    before = queue_states(path)
+    done = picluster("submit", "-i", path, "--mem", "900G", "--", "hostname")
+    assert done.returncode == 2 and done.stderr == (
+        "picluster: error: Slurm refused the job: allocation failure: Requested node configuration is not available\n"), done.stderr
+    assert queue_states(path) == before
+    gone = picluster("logs", "-i", path, "slurm:999999")
+    assert gone.returncode == 2 and "slurm:999999" not in gone.stdout and len(gone.stderr.splitlines()) == 1

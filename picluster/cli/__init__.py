@@ -35,7 +35,7 @@ def app() -> None:
 def _register() -> None:
     # Subcommand modules import heavy libraries lazily, inside their commands,
     # so `picluster --help` and bad-argument errors stay fast.
-    from picluster.cli import cluster, data, jobs, lab, launch, plot, provision, run, top, train
+    from picluster.cli import cluster, data, jobs, lab, launch, plot, provision, run, submit, top, train
 
     app.add_command(cluster.cluster)
     app.add_command(cluster.server)
@@ -48,6 +48,7 @@ def _register() -> None:
     app.add_command(provision.wheelhouse)
     app.add_command(train.train)
     app.add_command(launch.launch)
+    app.add_command(submit.submit)
     app.add_command(jobs.jobs)
     app.add_command(jobs.logs)
     app.add_command(jobs.cancel)

@@ -7,25 +7,44 @@ from pathlib import Path
 
 import click
 
-from picluster.cli.options import Whole
+from picluster.cli.options import JobRef, Whole, inventory_option
 
 INT64_MAX = 2**63 - 1  # SQLite's integers: a larger job id or --limit is a usage error, not an OverflowError
 CANCEL_WAIT_S = 120.0  # the job's grace period and the kill after it fit in this
 
 
+def _slurm_inventory(inventory, job_id: str):
+    from picluster.errors import UsageError
+
+    if inventory is None or inventory.slurm is None:
+        raise UsageError(f"{job_id} is a Slurm job: give the inventory with the [slurm] table (--inventory or PICLUSTER_INVENTORY)")
+    return inventory, job_id.removeprefix("slurm:")
+
+
 @click.command()
-@click.argument("job_id", metavar="[JOB]", type=Whole(1, INT64_MAX), required=False)
+@inventory_option
+@click.argument("job_id", metavar="[JOB]", type=JobRef(), required=False)
 @click.option("--limit", type=Whole(1, INT64_MAX), default=50, show_default=True, help="the newest N jobs")
-def jobs(job_id, limit) -> None:
-    """List the jobs (launch, run, train) with their state and reason; with JOB, its tasks."""
+def jobs(inventory, job_id, limit) -> None:
+    """List the jobs (launch, run, train) with their state and reason; with JOB, its tasks.
+
+    With an inventory that has a [slurm] table, Slurm's queue follows (pending, running, and jobs
+    ended in the last 10 minutes); JOB may then be slurm:ID.
+    """
     from rich.console import Console
 
     from picluster.jobs.records import JobStore
-    from picluster.views.jobs import job_detail, jobs_table
+    from picluster.views.jobs import job_detail, jobs_table, queue_table
 
-    store = JobStore()
     # Piped (to grep, to a file): wide enough that no column is cut.
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+    if isinstance(job_id, str):
+        from picluster.jobs.slurm import queue
+
+        inv, number = _slurm_inventory(inventory, job_id)
+        console.print(queue_table([queue.find(inv, number)], f"Slurm job {number} ({inv.slurm.partition} on {inv.name})"))
+        return
+    store = JobStore()
     if job_id is not None:
         console.print(job_detail(store.get(job_id)))
         return
@@ -34,6 +53,15 @@ def jobs(job_id, limit) -> None:
         console.print(jobs_table(found))
     elif not store.damaged:
         click.echo("no jobs yet")
+    if inventory is not None and inventory.slurm is not None:
+        from picluster.jobs.slurm import queue
+
+        queued = queue.listing(inventory)
+        title = f"Slurm queue, partition {inventory.slurm.partition} on {inventory.name}"
+        if queued:
+            console.print(queue_table(queued, title))
+        else:
+            click.echo(f"{title}: empty")
     if store.damaged:
         from picluster.errors import UsageError
 
@@ -41,12 +69,22 @@ def jobs(job_id, limit) -> None:
 
 
 @click.command()
-@click.argument("job_id", metavar="JOB", type=Whole(1, INT64_MAX))
+@inventory_option
+@click.argument("job_id", metavar="JOB", type=JobRef())
 @click.option("--task", "label", default=None, help="one task's log, e.g. worker:3 or chief")
-def logs(job_id, label) -> None:
-    """Print a job's output as it was streamed (node prefixes), or one task's log."""
+def logs(inventory, job_id, label) -> None:
+    """Print a job's output as it was streamed (node prefixes), or one task's log; a Slurm job's
+    (slurm:ID) output file from the node that ran it."""
     from picluster.errors import UsageError
     from picluster.jobs.records import JobStore
+
+    if isinstance(job_id, str):
+        from picluster.jobs.slurm import queue
+
+        if label is not None:
+            raise UsageError("--task is for picluster's own records; a Slurm job has one output file")
+        sys.stdout.write(queue.output(*_slurm_inventory(inventory, job_id)))
+        return
 
     job = JobStore().get(job_id)
     if label is not None:
@@ -84,13 +122,26 @@ def _copy(path: Path, what: str) -> None:
 
 
 @click.command()
-@click.argument("job_id", metavar="JOB", type=Whole(1, INT64_MAX))
-def cancel(job_id) -> None:
-    """Stop a running job: SIGTERM to its tasks, SIGKILL after its grace period; nothing is left running."""
+@inventory_option
+@click.argument("job_id", metavar="JOB", type=JobRef())
+def cancel(inventory, job_id) -> None:
+    """Stop a running job: SIGTERM to its tasks, SIGKILL after its grace period; nothing is left running.
+    A Slurm job (slurm:ID) is cancelled with scancel, pending or running."""
     import signal
 
     from picluster.errors import ClusterError
     from picluster.jobs.records import JobStore
+
+    if isinstance(job_id, str):
+        from picluster.jobs.slurm import queue
+
+        was = queue.find(*_slurm_inventory(inventory, job_id))
+        if not was.active:
+            click.echo(f"{job_id} is already {was.state}; nothing to cancel")
+            return
+        ended = queue.cancel(*_slurm_inventory(inventory, job_id))
+        click.echo(f"{job_id} {ended.state}" + (f" (was {was.state})" if was.state != ended.state else ""))
+        return
 
     store = JobStore()
     job = store.get(job_id)

@@ -155,3 +155,23 @@ class CountList(click.ParamType):
         if not parts or any(not p.strip() for p in parts):
             self.fail(f"{value!r} is not a comma-separated list of numbers", param, ctx)
         return [self.item.convert(p, param, ctx) for p in parts]
+
+
+class JobRef(click.ParamType):
+    """A job: a record's number (``12``), or a Slurm job as ``slurm:123``."""
+
+    name = "JOB"
+    _SLURM = re.compile(r"slurm:(\d{1,12})", re.ASCII)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, str)) and not isinstance(value, bool):
+            m = self._SLURM.fullmatch(str(value))
+            if m is not None:
+                return f"slurm:{int(m.group(1))}"
+            if _WHOLE.fullmatch(str(value)):
+                if int(value) < 1:
+                    self.fail(f"{value} is below the minimum 1", param, ctx)
+                if int(value) > INT64_MAX:
+                    self.fail(f"{value} is above the maximum {INT64_MAX}", param, ctx)
+                return int(value)
+        self.fail(f"{value!r} is not a job: give a record's number (picluster jobs) or slurm:ID", param, ctx)

@@ -25,7 +25,7 @@ def _load(inventory):
 @click.command()
 @node_inventory_option
 @click.option("--only", default=None, metavar="STEP,..", help="Run only these steps (facts always runs): "
-              "hostname, raspi, packages, nfs-server, nfs-client, ssh, runtime, firewall.")
+              "hostname, raspi, packages, nfs-server, nfs-client, ssh, runtime, firewall; with [slurm], slurm and queue.")
 @click.option("--dry-run", is_flag=True, help="Print the plan per node; change nothing.")
 @click.option("--venv", default=None,
               help="The virtualenv on each node (relative: under the user's home) [the inventory's cluster.venv].")

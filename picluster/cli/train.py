@@ -89,7 +89,9 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
     sync runs are reproducible: the same config and --seed give the same metrics.csv.
     """
     from dataclasses import replace
+    from datetime import datetime
 
+    from picluster.cluster import allocation
     from picluster.data.har import har_dir
     from picluster.jobs import controller
     from picluster.jobs.har import coordinator, progress
@@ -117,6 +119,16 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
         if inventory is not None:
             given = _inventory_defaults(inventory, given)
             data_dir = data_dir or har_dir(inventory)  # the share, as the nodes mount it
+        slurm = allocation.sizes()
+        if slurm is not None and not given.get("standalone"):
+            # In a Slurm job (which wins over an inventory): a worker on each node without a ps,
+            # and the data and the run on the share every node of the job mounts.
+            nodes, ps = slurm
+            given = given | {k: v for k, v in (("workers", max(1, nodes - ps)), ("ps", ps)) if options.get(k) is None}
+            share = allocation.shared_dir()
+            if share is not None:
+                data_dir = data_dir or share / "har"
+                run_dir = run_dir or share / "runs" / f"{datetime.now():%Y%m%d-%H%M%S}-slurm{allocation.job_id()}"
         config = TrainConfig.for_model(**given, data_dir=str(data_dir or har_dir()))
         run = None
     coordinator.worker_runtime(worker_runtime, None if config.standalone else inventory)  # bad choices fail before anything starts

@@ -1,10 +1,11 @@
 """The cluster runtime: TensorFlow ps/worker servers and the node agents, wherever they run.
 
-attach.py    which cluster a job attaches to: the inventory's, the running local one, or a temporary one
+attach.py    which cluster a job attaches to: its Slurm allocation, the inventory's, the running local one, or a temporary one
 local.py     the embedded local cluster: servers as processes on 127.0.0.1
 localstate.py  its cluster.json read back as untrusted input, value by value
 inprocess.py the temporary local cluster of a job: every task's server in one process
 nodes.py     servers and agents on inventory nodes, started over SSH
+allocation.py  a Slurm job's nodes: servers as one srun step, the job's processes started with srun
 ssh.py       one node over SSH (Fabric): commands, sudo, idempotent file writes
 server.py    TensorFlow tasks: one, or all of a temporary cluster (python -m picluster.cluster.server)
 probe.py     readiness: does a task's port answer

@@ -1,8 +1,11 @@
-"""Which cluster a job runs on: the inventory's nodes, the running local cluster, or a temporary one.
+"""Which cluster a job runs on: the Slurm allocation it runs in, the inventory's nodes, the running
+local cluster, or a temporary one.
 
 ``find`` names the cluster a command works on without starting anything; ``attach`` gives a job
-a cluster that has the tasks it needs, starting a temporary one when none runs, and stops that
-one when the job ends.  Both take the parsed inventory (``None``: this machine).
+a cluster that has the tasks it needs, starting the allocation's servers or a temporary local
+cluster when that is what it gets, and stopping them when the job ends.  Both take the parsed
+inventory (``None``: this machine).  Inside a Slurm job the allocation wins over an inventory:
+the queue gave the job those nodes and no others.
 """
 
 import os
@@ -10,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from picluster.cluster.allocation import Allocation, job_id
 from picluster.cluster.base import Cluster
 from picluster.cluster.inprocess import InProcessCluster
 from picluster.cluster.local import MAX_TASKS, LocalCluster
@@ -36,6 +40,21 @@ def attach(inventory: Inventory | None, workers: int, ps: int = 0, temporary: bo
     """
     if workers < 1:
         raise UsageError("--nodes must be at least 1")
+    allocation = Allocation.here()
+    if allocation is not None:
+        have, has_ps = len(allocation.layout.workers), len(allocation.layout.ps)
+        if workers > have or ps > has_ps:
+            raise UsageError(f"this job needs {workers} worker(s) and {ps} ps task(s) but {allocation.what} has "
+                             f"{have} and {has_ps}: submit it with more --nodes (or --ps)")
+        start = time.perf_counter()
+        try:
+            allocation.start()
+            allocation.start_s = time.perf_counter() - start
+            allocation.require(workers, ps)
+            yield allocation
+        finally:
+            allocation.close()
+        return
     cluster = find(inventory)
     if cluster is not None:
         cluster.require(workers, ps)
@@ -58,8 +77,12 @@ def attach(inventory: Inventory | None, workers: int, ps: int = 0, temporary: bo
 
 
 def default_workers(inventory: Inventory | None) -> int:
-    """Workers a job uses when not told: all of the inventory's or the running local cluster's,
-    else one per core of this machine (for a temporary local cluster)."""
+    """Workers a job uses when not told: one per node of the Slurm job it runs in, all of the
+    inventory's or the running local cluster's, else one per core of this machine (for a
+    temporary local cluster)."""
+    nodes = os.environ.get("SLURM_JOB_NUM_NODES", "")
+    if job_id() is not None and nodes.isdigit() and int(nodes) > 0:
+        return int(nodes)
     if inventory is not None:
         return len(inventory.workers)
     running = LocalCluster.open()

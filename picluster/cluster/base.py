@@ -1,9 +1,10 @@
 """What every kind of cluster is to a job and to the commands: the one interface they plug into.
 
 A kind of cluster (the persistent local one, the inventory's nodes, the temporary one a job starts
-for itself; later a Slurm allocation) says where its tasks listen (``layout``), whether each
-answers (``status``), where its node agents serve their metrics (``agents``), and how it ends
-(``close``: a temporary cluster stops what it started, the others are left running).  Jobs take a
+for itself, a Slurm job's allocation) says where its tasks listen (``layout``), whether each
+answers (``status``), where its node agents serve their metrics (``agents``), how a job's
+process starts on a node (``launcher``), and how it ends (``close``: a temporary cluster and an
+allocation stop what they started, the others are left running).  Jobs take a
 ``Cluster`` from ``attach`` and never ask which kind it is.
 """
 
@@ -75,6 +76,15 @@ class Cluster(ABC):
         """Start again the tasks that are down (a job restarting a worker server, or putting back
         the servers its clients stood in for)."""
         raise ClusterError(f"{self.what} cannot restart its tasks")
+
+    def launcher(self, node: str) -> tuple[str, ...]:
+        """What starts a job's process on ``node`` from this machine: () runs it here (the local
+        kinds; an inventory's nodes are reached over SSH instead), a Slurm job's ``srun``."""
+        return ()
+
+    def check_shared(self, paths: dict[str, Path]) -> None:  # noqa: B027  (here: this machine's files)
+        """That every node the job starts processes on sees these paths ({what: path}); else
+        one line naming the node and the path."""
 
     def close(self) -> None:  # noqa: B027  (most kinds keep running: nothing to do)
         """The job is done with the cluster: a temporary one stops; the others keep running."""

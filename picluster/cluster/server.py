@@ -25,28 +25,40 @@ def ready_name(job: str, index: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m picluster.cluster.server")
-    parser.add_argument("--cluster-file", required=True, type=Path, help="JSON: {'layout': [...]} ")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--cluster-file", type=Path, help="JSON: {'layout': [...]} ")
+    where.add_argument("--layout", help="the layout itself, as JSON (a Slurm job step: no file to share)")
     parser.add_argument("--job", choices=["ps", "worker"])
     parser.add_argument("--task", type=int)
     parser.add_argument("--all", action="store_true", help="serve every task of the layout (all on this machine)")
+    parser.add_argument("--slurm-node", action="store_true",
+                        help="serve every task of the Slurm node this step task runs on (SLURMD_NODENAME)")
     parser.add_argument("--threads", type=int, default=0, help="intra/inter-op threads (0: TensorFlow's default)")
     parser.add_argument("--ready-file", type=Path, help="written once the task serves (one task)")
     parser.add_argument("--ready-dir", type=Path, help="where each task's ready file goes once it serves (--all)")
     parser.add_argument("--parent", type=int, help="exit when this pid (the coordinator) exits")
     args = parser.parse_args(argv)
-    if (args.all and (args.job, args.task) != (None, None)) or (not args.all and None in (args.job, args.task)):
-        parser.error("give --job and --task, or --all")
+    whole = args.all or args.slurm_node
+    if (args.all and args.slurm_node) or (whole and (args.job, args.task) != (None, None)) or (not whole and None in (args.job, args.task)):
+        parser.error("give --job and --task, or --all, or --slurm-node")
 
     if args.parent:
         die_with_parent(args.parent)
 
     from picluster.clusterspec import Layout
 
-    layout = Layout.from_json(json.loads(args.cluster_file.read_text())["layout"])
-    mine = list(layout.tasks) if args.all else [layout.task(args.job, args.task)]
+    layout = Layout.from_json(json.loads(args.layout) if args.layout else json.loads(args.cluster_file.read_text())["layout"])
+    if args.slurm_node:
+        node = os.environ.get("SLURMD_NODENAME", "")
+        mine = [t for t in layout.tasks if t.node == node]
+        if not mine:
+            print(f"picluster.cluster.server: no task of the layout is on Slurm node {node!r}", file=sys.stderr)
+            return 2
+    else:
+        mine = list(layout.tasks) if args.all else [layout.task(args.job, args.task)]
     hosts = {t.host for t in mine}
     if len(hosts) != 1:
-        print(f"picluster.cluster.server: --all needs every task on one address, not {sorted(hosts)}", file=sys.stderr)
+        print(f"picluster.cluster.server: tasks served together need one address, not {sorted(hosts)}", file=sys.stderr)
         return 2
     reexec_with_shim(mine[0].host, [t.port for t in mine], "picluster.cluster.server")
 

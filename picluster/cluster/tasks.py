@@ -40,6 +40,7 @@ class TaskSpec:
     cwd: str  # on a node: a shell word (quoted, or "$HOME"/'quoted')
     env: dict[str, str] = field(default_factory=dict)
     prelude: str = ""  # on a node: a shell command run (its status ignored) before the tether starts
+    launcher: tuple[str, ...] = ()  # here: what starts the tether on its node (a Slurm job's srun), () for this machine
 
 
 HEARTBEAT_S = 5.0  # the coordinator writes a byte to every tether this often
@@ -127,7 +128,9 @@ def describe(code: int) -> str:
 
 
 class LocalTask:
-    """A task on this machine: the tether is our child, in its own session (Ctrl-C reaches only us)."""
+    """A task on this machine: the tether is our child, in its own session (Ctrl-C reaches only us).
+    With a launcher (srun in a Slurm job) the tether runs on the task's node, and srun carries its
+    stdin (the lifeline and heartbeat) and its output."""
 
     def __init__(self, spec: TaskSpec, grace: float, on_line: Callable[[str], None]) -> None:
         self.spec = spec
@@ -137,7 +140,7 @@ class LocalTask:
         env.update(spec.env)
         self.started = time.monotonic()
         self.proc = subprocess.Popen(
-            [*_tether(sys.executable, grace), sys.executable, *spec.argv],
+            [*spec.launcher, *_tether(sys.executable, grace), sys.executable, *spec.argv],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             cwd=spec.cwd, env=env, start_new_session=True,
         )

@@ -103,7 +103,13 @@ def run(job: Job, inventory: Inventory | None, live: bool = True, display: JobDi
     from picluster.cluster.attach import attach
 
     display = display or JobDisplay(job.title, job.unit, live=live)
-    cluster_name = str(inventory.source.resolve()) if inventory is not None and inventory.source else "local"
+    from picluster.cluster.allocation import job_id
+
+    slurm_job = job_id()
+    if slurm_job is not None:  # attach gives it the allocation: the record says which
+        cluster_name = f"slurm:{slurm_job}"
+    else:
+        cluster_name = str(inventory.source.resolve()) if inventory is not None and inventory.source else "local"
     with records.recorded(job.name, job.kind, job.mode, cluster_name, ["picluster", *sys.argv[1:]], job.log_dir,
                           keep_rejected=job.keep_rejected) as record, ExitStack() as stack:
         cluster: Cluster | None = None

@@ -9,6 +9,8 @@ Inside the host (see hostinit.py for the order of mounts):
 - /boot/firmware is a MOCK Raspberry Pi boot partition and, optionally, /sys/firmware holds a
   MOCK device-tree model (mockpi.py);
 - /run and /tmp are private tmpfs;
+- /mnt/picluster is, with HostOptions.share, one directory of this machine that every host of
+  the lab sees (a bind mount standing in for the NFS share: these hosts cannot mount NFS);
 - directories the cluster user could not traverse on the way to this machine's Python (/root,
   when the venv links to a pyenv install there) are shown with o+x, through an overlay whose
   upper is in the host's /run, so the user can run the venv's Python over SSH.
@@ -46,6 +48,9 @@ class HostOptions:
     sudo_nopasswd: bool = True  # False: the user's sudo asks for a password (which it has not)
     pi_model: str | None = mockpi.DEFAULT_MODEL  # None: no MOCK device-tree model
     limits: Limits = field(default_factory=Limits)  # CPU and memory of this machine the host may use (limits.py, cgroups.py)
+    # A directory of this machine the host sees at /mnt/picluster (the inventory's data_dir): in
+    # place of the NFS share, which namespace hosts cannot mount.  None: the host's own, empty.
+    share: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "HostOptions":
@@ -147,6 +152,8 @@ class Host(StateFileEntry, Changes):
         if self.options.pi_model:
             mockpi.seed_device_tree(self.sys_firmware_dir, self.options.pi_model)
             binds.append({"source": str(self.sys_firmware_dir), "target": mockpi.SYS_FIRMWARE})
+        if self.options.share:
+            binds.append({"source": self.options.share, "target": DATA_DIR})
 
         self.sshd_dir.mkdir(exist_ok=True)
         host_key = keys.make_keypair(self.sshd_dir / "ssh_host_ed25519_key", f"root@{self.name}")

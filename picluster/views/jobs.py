@@ -10,7 +10,8 @@ from rich.text import Text
 
 from picluster import nodeset
 
-STATE_STYLE = {"PENDING": "yellow", "RUNNING": "cyan", "COMPLETED": "green", "FAILED": "red", "CANCELLED": "magenta"}
+STATE_STYLE = {"PENDING": "yellow", "RUNNING": "cyan", "COMPLETED": "green", "FAILED": "red", "CANCELLED": "magenta",
+               "TIMEOUT": "red", "NODE_FAIL": "red", "OUT_OF_MEMORY": "red"}
 
 
 def codes_text(codes: list[int | None]) -> str:
@@ -69,6 +70,20 @@ def job_detail(job) -> Table:
         table.add_column(name, no_wrap=name != "log")
     for t in job.tasks:
         table.add_row(t.label, t.node, Text(t.state, style=STATE_STYLE.get(t.state, "")), codes_text(t.exit_codes), t.log or "-")
+    return table
+
+
+def queue_table(jobs: list, title: str) -> Table:
+    """Slurm's jobs as squeue has them: the state with Slurm's reason, ``PENDING (Resources)``."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
+    for name in ("id", "name", "user", "state", "nodes", "time", "limit"):
+        table.add_column(name, no_wrap=name in ("id", "state", "time", "limit"), overflow="fold")
+    for job in jobs:
+        state = Text(job.state, style=STATE_STYLE.get(job.state, ""))
+        if job.reason and job.reason != "None":
+            state.append(f" ({job.reason})")
+        nodes = job.nodelist if job.nodelist and job.state != "PENDING" else str(job.nodes)
+        table.add_row(job.ref, job.name, job.user, state, nodes, job.used, job.limit)
     return table
 
 

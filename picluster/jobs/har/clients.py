@@ -39,10 +39,12 @@ class Client:
     """A worker task's training client; its output lines go to the run's ``worker-N.log``."""
 
     def __init__(self, run: RunDir, task: int, tf_config: str | None, launch: str, serve: bool = False,
-                 inv=None, node=None, resume: bool = False) -> None:
+                 inv=None, node=None, resume: bool = False, launched: tuple[str, tuple[str, ...]] | None = None) -> None:
+        """node: an inventory node, reached over SSH; launched: (node, launcher), a process started
+        here that runs on that node (srun in a Slurm job, the run directory on a shared file system)."""
         self.task = task
-        self.node = node.name if node is not None else "localhost"
-        self.label = f"worker {task}" + (f" on {node.name}" if node is not None else "")
+        self.node = node.name if node is not None else launched[0] if launched else "localhost"
+        self.label = f"worker {task}" + (f" on {self.node}" if self.node != "localhost" else "")
         self.log = run.worker_log(task)
         self.remote: Remote | None = None
         self.mirror: Mirror | None = None
@@ -53,7 +55,8 @@ class Client:
         try:
             if node is None:
                 env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-                spec = TaskSpec(f"worker:{task}", "localhost", self.label, [*argv, "--run-dir", str(run)], str(run), env)
+                spec = TaskSpec(f"worker:{task}", self.node, self.label, [*argv, "--run-dir", str(run)], str(run), env,
+                                launcher=launched[1] if launched else ())
                 self.proc = supervisor.start(spec, GRACE_S, self._line)
             else:
                 self.proc = self._start_on_node(inv, node, run, task, resume, argv, env, serve)
@@ -148,15 +151,25 @@ def node_run_name(run_dir: Path) -> str:
 
 
 def start(run: RunDir, layout: Layout | None, inventory=None, resume: bool = False, launch: str = "",
-          serve: bool = False) -> list:
+          serve: bool = False, launcher=None) -> list:
     """One client per worker task of ``layout`` (None: one client, alone): over SSH on inventory
-    nodes, else locally.  ``layout`` holds only the tasks this run uses.  serve (inventory nodes
-    only): each client hosts its worker's server in place of the node's own."""
+    nodes, else started here (``launcher(node)``: on the task's node, as a Slurm job's srun does).
+    ``layout`` holds only the tasks this run uses.  serve (inventory nodes only): each client
+    hosts its worker's server in place of the node's own."""
     if layout is None:
         return [Client(run, 0, None, launch)]
     workers = layout.workers
     if inventory is None:
-        return [Client(run, t.index, layout.tf_config("worker", t.index), launch) for t in workers]
+        clients: list[Client] = []
+        try:
+            for t in workers:
+                prefix = launcher(t.node) if launcher is not None else ()
+                clients.append(Client(run, t.index, layout.tf_config("worker", t.index), launch,
+                                      launched=(t.node, prefix) if prefix else None))
+        except BaseException:
+            stop(clients)
+            raise
+        return clients
     nodes = {n.name: n for n in inventory.nodes}
     started = fan_out(
         lambda t: Client(run, t.index, layout.tf_config("worker", t.index), launch, serve, inventory, nodes[t.node], resume),

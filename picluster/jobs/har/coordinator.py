@@ -114,7 +114,9 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", events: E
     running = []
     try:
         with Recorder(Monitor.of(cluster), run.nodes), clients.Heartbeat(lambda: running):  # Recorder: each node's CPU and memory, for `picluster plot RUN_DIR`
-            running = clients.start(run, used, inventory, resume, launch, serve=shared)
+            if inventory is None:  # processes on other nodes (a Slurm job's) read the run and the data here
+                cluster.check_shared({"the run directory": run.path.resolve(), "the data set": Path(config.data_dir).resolve()})
+            running = clients.start(run, used, inventory, resume, launch, serve=shared, launcher=cluster.launcher)
             # A shared worker's server lives and dies with its client, whose exit is watched anyway.
             servers = tuple(t for t in used.tasks if t.job == "ps") if shared else used.tasks
             return _follow(run, config, running, events, servers, launch)

@@ -121,6 +121,11 @@ class Launch(Job):
                 opened.raise_failures(f"job {self.id}: reaching the workers")
                 folders = staging.stage(inv, self.remotes, c.files(), staging.node_job_name(self.id, state_dir()))
             specs = plan.worker_tasks(c, layout, self.id, folders)
+            if folders is None and any(cluster.launcher(s.node) for s in specs):
+                # A Slurm job's tasks start on their nodes with srun, in the script's folder as it is
+                # here: a folder on the file system every node of the job mounts.
+                cluster.check_shared({"the script's folder": Path(c.folder).resolve()})
+                specs = [replace(s, launcher=cluster.launcher(s.node)) for s in specs]
         self.specs = {s.label: s for s in specs}
         self.servers = list(layout.tasks)  # probed once a second while the job runs
         for spec in specs:

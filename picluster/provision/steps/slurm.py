@@ -74,8 +74,11 @@ def packages(ctx: Context) -> list[str]:
 
 
 def firewall_ports(inv) -> list[int | str]:
-    """The TCP ports Slurm listens on, for the firewall (the cluster and the coordinator only)."""
-    return [SLURMCTLD_PORT, SLURMD_PORT, SRUN_PORTS] if inv.slurm is not None else []
+    """The TCP ports Slurm listens on, and those of the servers Slurm jobs start (tf_port + 2 and
+    + 3, beside the ones `cluster up` keeps), for the firewall (the cluster and the coordinator only)."""
+    if inv.slurm is None:
+        return []
+    return [f"{inv.tf_port + 2}-{inv.tf_port + 3}", SLURMCTLD_PORT, SLURMD_PORT, SRUN_PORTS]
 
 
 def key_path(inv) -> Path:

@@ -1,0 +1,247 @@
+"""A Slurm allocation as the cluster of a job: the job's nodes, its servers started with ``srun``.
+
+A command run inside ``sbatch`` or ``salloc`` (``SLURM_JOB_ID`` set) gets the allocation instead of
+the inventory or the local cluster: its nodes are the ones Slurm gave the job, their addresses
+the ones slurm.conf names (``NodeAddr``), and the servers run as one job step, one step task per
+node serving that node's tasks.  They live as long as the job: the step is stopped when the job's
+command ends, and Slurm stops it when the job is cancelled or runs out of time.
+
+TensorFlow's own SlurmClusterResolver is not used: it builds no cluster on nodes without GPUs.
+"""
+
+import ipaddress
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from picluster import nodeset
+from picluster.cluster.base import Agent, Cluster, TaskState
+from picluster.cluster.exits import file_tail
+from picluster.cluster.probe import answers
+from picluster.clusterspec import Layout, Task
+from picluster.errors import ClusterError
+from picluster.inventory import NODES_PER_PS
+from picluster.paths import state_dir
+
+# The job's ps tasks listen on PORT, its workers on PORT + 1: two above the inventory's tf_port,
+# so a job's servers never meet the ones `cluster up` keeps on tf_port and tf_port + 1 (the
+# firewall admits all four).  `picluster submit` passes the inventory's; this is for tf_port 2222.
+PORT_ENV, DEFAULT_PORT = "PICLUSTER_SLURM_PORT", 2224
+PS_ENV = "PICLUSTER_PS"  # ps tasks of the job (submit --ps); default: one per 12 nodes
+SHARE_ENV = "PICLUSTER_SHARE"  # the inventory's data_dir: data and runs that every node reads
+START_TIMEOUT = 180.0
+STOP_GRACE_S = 10.0
+_JOB_ID = re.compile(r"\d{1,12}")
+
+
+def job_id(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The Slurm job this process runs in, or None outside one."""
+    value = environ.get("SLURM_JOB_ID", "")
+    return value if _JOB_ID.fullmatch(value) else None
+
+
+class Allocation(Cluster):
+    """The nodes of the Slurm job this process runs in."""
+
+    kind = "slurm"
+
+    def __init__(self, job: str, layout: Layout) -> None:
+        self.job = job
+        self.layout = layout
+        self.what = f"Slurm job {job}'s allocation"
+        self.title = f"Slurm job {job}: {len(layout.workers)} nodes"
+        self._step: subprocess.Popen | None = None
+        self._log: Path | None = None
+
+    @property
+    def name(self) -> str:
+        return f"slurm:{self.job}"
+
+    @classmethod
+    def here(cls, environ: Mapping[str, str] = os.environ) -> "Allocation | None":
+        """The allocation this process runs in (its layout read from Slurm), or None."""
+        job = job_id(environ)
+        if job is None:
+            return None
+        names = _scontrol("show", "hostnames", environ.get("SLURM_JOB_NODELIST", "")).split()
+        if not names:
+            raise ClusterError(f"Slurm job {job}: SLURM_JOB_NODELIST names no nodes")
+        addresses = node_addresses(_scontrol("-o", "show", "node", ",".join(names)))
+        missing = [n for n in names if n not in addresses]
+        if missing:
+            raise ClusterError(f"Slurm job {job}: scontrol gives no address for {nodeset.fold(missing)}")
+        port = _whole(environ, PORT_ENV, DEFAULT_PORT, 1024, 65534)
+        ps = _whole(environ, PS_ENV, default_ps(len(names)), 0, len(names))
+        return cls(job, layout_of(names, addresses, ps, port))
+
+    # -- the servers, one job step ------------------------------------------------------------
+    def start(self, timeout: float = START_TIMEOUT) -> None:
+        """Start the job's servers as one step and return once every task answers."""
+        nodes = sorted({t.node for t in self.layout.tasks})
+        cmd = ["srun", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
+               f"--nodelist={','.join(nodes)}",
+               # Later steps of the job (and the command itself) share the CPUs with the servers.
+               "--overlap", "--kill-on-bad-exit=1", "--label", "--job-name=picluster-servers",
+               sys.executable, "-m", "picluster.cluster.server", "--slurm-node",
+               "--layout", json.dumps(self.layout.to_json())]
+        root = state_dir() / "tmp"
+        root.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f"slurm-{self.job}-", suffix=".log", dir=root)
+        self._log = Path(name)
+        with os.fdopen(fd, "wb") as out:
+            self._step = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                          start_new_session=True)
+        try:
+            self._wait(timeout)
+        except BaseException:
+            self.close()
+            raise
+
+    def _wait(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pending = list(self.layout.tasks)
+        while pending:
+            assert self._step is not None
+            if self._step.poll() is not None:
+                tail = file_tail(self._log) if self._log else ()
+                error = ClusterError(f"Slurm job {self.job}: the servers' step ended with status {self._step.returncode}")
+                error.details = tail
+                raise error
+            pending = [t for t in pending if not answers(t.host, t.port)]
+            if pending and time.monotonic() > deadline:
+                labels = ", ".join(t.label for t in pending)
+                raise ClusterError(f"Slurm job {self.job}: {nodeset.fold(t.node for t in pending)} not answering "
+                                   f"after {timeout:.0f} s ({labels})")
+            if pending:
+                time.sleep(0.3)
+
+    def close(self) -> None:
+        """Stop the servers' step: srun passes SIGTERM on to its tasks; a step that outlives its
+        grace is killed (Slurm then ends its tasks)."""
+        step, self._step = self._step, None
+        if step is not None and step.poll() is None:
+            step.send_signal(signal.SIGTERM)
+            try:
+                step.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(step.pid, signal.SIGKILL)
+                step.wait()
+        if self._log is not None:
+            self._log.unlink(missing_ok=True)
+            self._log = None
+
+    def launcher(self, node: str) -> tuple[str, ...]:
+        """srun, one task on ``node``, in a step of its own beside the servers'."""
+        return ("srun", "--nodes=1", "--ntasks=1", f"--nodelist={node}", "--overlap", "--quiet",
+                "--kill-on-bad-exit=1", "--job-name=picluster-task")
+
+    def check_shared(self, paths: dict[str, Path]) -> None:
+        """One step on every node of the job: each says which of ``paths`` it cannot see."""
+        nodes = sorted({t.node for t in self.layout.tasks})
+        script = 'for p in "$@"; do [ -e "$p" ] || echo "$SLURMD_NODENAME $p"; done'
+        cmd = ["srun", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1", "--overlap", "--quiet",
+               f"--nodelist={','.join(nodes)}", "sh", "-c", script, "sh", *[str(p) for p in paths.values()]]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise ClusterError(f"Slurm job {self.job}: checking the nodes' files took over 120 s") from None
+        if done.returncode != 0:
+            why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+            raise ClusterError(f"Slurm job {self.job}: cannot check the nodes' files: {why}")
+        missing: dict[str, list[str]] = {}
+        for line in done.stdout.splitlines():
+            node, _, path = line.partition(" ")
+            missing.setdefault(path, []).append(node)
+        names = {str(p): what for what, p in paths.items()}
+        for path, where in missing.items():
+            raise ClusterError(f"{nodeset.fold(where)} cannot see {names.get(path, 'the path')} {path}: in a Slurm job, "
+                               "data and runs go on a file system every node mounts (the inventory's data_dir)")
+
+    # -- inspecting ---------------------------------------------------------------------------
+    def status(self) -> list[TaskState]:
+        return [TaskState(t.label, t.node, t.address, "up" if answers(t.host, t.port) else "down", t)
+                for t in self.layout.tasks]
+
+    def agents(self) -> list[Agent]:
+        # A job's nodes run no agent of the job's own; the inventory's (cluster up) is not known here.
+        roles: dict[str, set[str]] = {}
+        for t in self.layout.tasks:
+            roles.setdefault(t.node, set()).add(t.job)
+        hosts = {t.node: t.host for t in self.layout.tasks}
+        return [Agent(node, tuple(sorted(r)), hosts[node], None) for node, r in roles.items()]
+
+
+def layout_of(names: list[str], addresses: Mapping[str, str], ps: int, port: int) -> Layout:
+    """ps tasks on the first ``ps`` nodes at ``port``, a worker on every node at ``port + 1``: the
+    nodes without a ps first, so a job that uses fewer workers than nodes (HAR's default: one
+    per node without a ps) leaves the ps nodes to their ps."""
+    tasks = [Task("ps", i, name, addresses[name], port) for i, name in enumerate(names[:ps])]
+    order = names[ps:] + names[:ps]
+    tasks += [Task("worker", i, name, addresses[name], port + 1) for i, name in enumerate(order)]
+    return Layout(tuple(tasks))
+
+
+def sizes(environ: Mapping[str, str] = os.environ) -> tuple[int, int] | None:
+    """(nodes, ps tasks) of the Slurm job this process runs in, from its environment alone; None
+    outside one."""
+    if job_id(environ) is None:
+        return None
+    nodes = _whole(environ, "SLURM_JOB_NUM_NODES", 1, 1, 100000)
+    return nodes, _whole(environ, PS_ENV, default_ps(nodes), 0, nodes)
+
+
+def default_ps(nodes: int) -> int:
+    return max(1, math.ceil(nodes / NODES_PER_PS))
+
+
+def shared_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """The folder every node of the job sees (the inventory's data_dir, the NFS share), as
+    `picluster submit` passes it; None when not given."""
+    value = environ.get(SHARE_ENV, "")
+    return Path(value) if value.startswith("/") and job_id(environ) is not None else None
+
+
+def node_addresses(text: str) -> dict[str, str]:
+    """NodeName -> NodeAddr from ``scontrol -o show node`` (one node per line); an address that is
+    not an IP address (a host name Slurm resolves) is refused, as the inventory refuses one."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+        name, addr = fields.get("NodeName"), fields.get("NodeAddr")
+        if not name or not addr:
+            continue
+        try:
+            out[name] = str(ipaddress.ip_address(addr))
+        except ValueError:
+            raise ClusterError(f"Slurm node {name}: NodeAddr {addr!r} is not an IP address") from None
+    return out
+
+
+def _scontrol(*args: str) -> str:
+    try:
+        done = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        raise ClusterError("SLURM_JOB_ID is set but scontrol is not installed on this node") from None
+    except subprocess.TimeoutExpired:
+        raise ClusterError(f"scontrol {' '.join(args)}: no answer from slurmctld in 30 s") from None
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise ClusterError(f"scontrol {args[0]} {args[1]}: {why}")
+    return done.stdout
+
+
+def _whole(environ: Mapping[str, str], key: str, default: int, low: int, high: int) -> int:
+    value = environ.get(key)
+    if value is None or value == "":
+        return default
+    if not re.fullmatch(r"\d{1,6}", value) or not low <= int(value) <= high:
+        raise ClusterError(f"{key}={value!r} must be a whole number from {low} to {high}")
+    return int(value)

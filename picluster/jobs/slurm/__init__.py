@@ -1,0 +1,6 @@
+"""Jobs through Slurm: ``picluster submit``'s batch script, and the queue as ``jobs``, ``logs`` and
+``cancel`` see it.
+
+batch.py   the request (nodes, ps, time, memory, node list, name, command) checked, and its batch script
+queue.py   the controller asked over SSH: sbatch, squeue, scontrol, scancel, and a job's output
+"""

@@ -1,0 +1,164 @@
+"""The Slurm queue, asked on the controller over SSH: submit, list, cancel, and a job's output.
+
+Everything Slurm prints is read as untrusted text: a job id must be digits, fields are split
+into at most the columns asked for (a job's name, last, may hold anything).
+"""
+
+import base64
+import re
+import shlex
+import time
+from dataclasses import dataclass
+
+from picluster import nodeset
+from picluster.cluster.nodes import open_node
+from picluster.cluster.ssh import CommandFailed, Remote
+from picluster.errors import ClusterError, UsageError
+from picluster.fanout import fan_out
+from picluster.inventory import Inventory, Node
+from picluster.jobs.slurm.batch import OUTPUT, Request, script
+
+# squeue's fields, the name last so that a '|' in it cannot shift the others.
+_FORMAT = "%i|%u|%T|%r|%D|%N|%M|%l|%j"
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+CANCEL_WAIT_S = 60.0
+_ID = re.compile(r"\d{1,12}")
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One job as squeue shows it (ended jobs stay for slurm.conf's MinJobAge, 10 minutes)."""
+
+    id: str
+    user: str
+    state: str  # PENDING, RUNNING, COMPLETED, TIMEOUT, CANCELLED, ...
+    reason: str  # "Resources", "Priority", "None"
+    nodes: int
+    nodelist: str
+    used: str  # squeue's TIME
+    limit: str  # squeue's TIME_LIMIT
+    name: str
+
+    @property
+    def ref(self) -> str:
+        return f"slurm:{self.id}"
+
+    @property
+    def active(self) -> bool:
+        return self.state not in ENDED
+
+
+def controller(inv: Inventory) -> Node:
+    if inv.slurm is None:
+        raise UsageError(f"inventory {inv.source or inv.name} has no [slurm] table: Slurm jobs need one (see docs/slurm.md)")
+    return inv.node(inv.slurm.controller)
+
+
+def _open(inv: Inventory, then: str = "") -> Remote:
+    node = controller(inv)
+    try:
+        return open_node(inv, node)
+    except ClusterError as exc:
+        raise UsageError(f"Slurm's controller {node.name} cannot be reached ({exc}){then}") from None
+
+
+def _slurm(remote: Remote, command: str, what: str) -> str:
+    """A Slurm command's output; its refusal ("sbatch: error: ...") as one line, exit 2."""
+    try:
+        return remote.run(command, timeout=60).stdout
+    except CommandFailed as exc:
+        why = str(exc).split(": ", 1)[-1]
+        if "not found" in why:
+            why = "Slurm is not installed there: run 'picluster provision' with the [slurm] table"
+        raise UsageError(f"{what}: {why}") from None
+
+
+def submit(inv: Inventory, req: Request) -> str:
+    """Queue the job; its Slurm id."""
+    encoded = base64.b64encode(script(inv, req).encode()).decode()
+    remote = _open(inv, "; nothing was queued")
+    try:
+        # A request Slurm refuses after giving it an id (more memory than any node has) would stay
+        # in the queue as FAILED: ask with --test-only first, which queues nothing.
+        _slurm(remote, f"echo {encoded} | base64 -d | sbatch --test-only", "Slurm refused the job")
+        out = _slurm(remote, f"echo {encoded} | base64 -d | sbatch --parsable", "Slurm refused the job")
+    finally:
+        remote.close()
+    job = out.strip().split(";", 1)[0]
+    if not _ID.fullmatch(job):
+        raise ClusterError(f"sbatch answered {out.strip()[:80]!r}, not a job id")
+    return job
+
+
+def listing(inv: Inventory, job: str | None = None) -> list[SlurmJob]:
+    """The queue (pending, running and recently ended jobs), or one job of it."""
+    remote = _open(inv)
+    try:
+        which = f" --jobs={job}" if job is not None else ""
+        out = _slurm(remote, f"squeue --noheader --states=all{which} --format={shlex.quote(_FORMAT)}", "squeue")
+    except UsageError as exc:
+        if job is not None and "Invalid job id" in str(exc):
+            return []
+        raise
+    finally:
+        remote.close()
+    return parse(out)
+
+
+def parse(text: str) -> list[SlurmJob]:
+    rows = []
+    for line in text.splitlines():
+        parts = line.split("|", 8)
+        if len(parts) != 9 or not _ID.fullmatch(parts[0]) or not parts[4].isdigit():
+            continue
+        jid, user, state, reason, nodes, nodelist, used, limit, name = parts
+        rows.append(SlurmJob(jid, user, state, reason, int(nodes), nodelist, used, limit, name))
+    return rows
+
+
+def find(inv: Inventory, job: str) -> SlurmJob:
+    found = [j for j in listing(inv, job) if j.id == job]
+    if not found:
+        raise UsageError(f"Slurm knows no job {job} (an ended job is forgotten 10 minutes after it ends)")
+    return found[0]
+
+
+def cancel(inv: Inventory, job: str, wait_s: float = CANCEL_WAIT_S) -> SlurmJob:
+    """scancel, then the job as Slurm shows it once it has ended."""
+    current = find(inv, job)
+    if not current.active:
+        return current
+    remote = _open(inv)
+    try:
+        _slurm(remote, f"scancel {job}", f"scancel {job}")
+    finally:
+        remote.close()
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        current = find(inv, job)
+        if not current.active:
+            return current
+        time.sleep(0.5)
+    raise ClusterError(f"Slurm job {job} is still {current.state} {wait_s:.0f} s after scancel")
+
+
+def output(inv: Inventory, job: str) -> str:
+    """The job's output file, read on the node that ran its batch script (it is in the user's home
+    there); looked for on every node once Slurm has forgotten which one that was."""
+    name = OUTPUT.replace("%j", job)
+
+    def read(node: Node) -> str | None:
+        remote = open_node(inv, node)
+        try:
+            done = remote.run(f"cat \"$HOME\"/{name}", check=False)
+        finally:
+            remote.close()
+        return done.stdout if done.exited == 0 else None
+
+    found = fan_out(read, inv.nodes)
+    texts = [text for text in found.succeeded.values() if text is not None]
+    if texts:
+        return texts[0]
+    unreached = sorted(found.failed)
+    where = f" (not reached: {nodeset.fold(unreached)})" if unreached else ""
+    raise UsageError(f"no output of Slurm job {job} on any node{where}: it has not started yet, or it was not submitted by picluster")

@@ -1,0 +1,164 @@
+"""Slurm jobs without Slurm: what `picluster submit` checks before it connects, the batch script it
+writes, how squeue's and scontrol's answers are read, and the layout of an allocation.
+(tests/test_slurm_lab.py runs all of it against a real Slurm.)"""
+
+import base64
+import subprocess
+
+import pytest
+
+from picluster.cluster.allocation import default_ps, job_id, layout_of, node_addresses, shared_dir, sizes
+from picluster.errors import ClusterError, UsageError
+from picluster.inventory import parse_inventory
+from picluster.jobs.slurm import batch
+from picluster.jobs.slurm.queue import parse
+
+from conftest import picluster
+
+# Loopback addresses only: the refusals below happen before anything connects.
+INVENTORY = """
+[cluster]
+name = "pis"
+user = "pi"
+nodes = "node[01-04]"
+addresses = "127.0.0.[11-14]"
+venv = "/opt/pcvenv"
+
+[slurm]
+partition = "lab"
+"""
+
+
+def inventory(text: str = INVENTORY):
+    import tomllib
+
+    return parse_inventory(tomllib.loads(text))
+
+
+def test_times_and_memory_as_sbatch_takes_them():
+    assert batch.seconds("30") == 1800
+    assert batch.seconds("1:30") == 90
+    assert batch.seconds("2:00:05") == 7205
+    assert batch.seconds("1-2") == 93600
+    assert batch.seconds("1-2:03") == 93780
+    assert batch.seconds("1-2:03:04") == 93784
+    for bad, why in [("abc", "use minutes"), ("0", "above zero"), ("0:00", "above zero"), ("1:60", "to 59"),
+                     ("1-24", "to 23"), ("366-0", "365 days"), ("1h", "use minutes"), (" 5", "use minutes"), ("-5", "use minutes")]:
+        with pytest.raises(UsageError, match=why):
+            batch.seconds(bad)
+    assert batch.megabytes("512") == 512
+    assert batch.megabytes("2G") == 2048
+    assert batch.megabytes("1T") == 1024 * 1024
+    assert batch.megabytes("2048K") == 2
+    for bad in ["2X", "1.5G", "", "-1", "0", "512K"[:0] + "1K"]:
+        with pytest.raises(UsageError, match="--mem"):
+            batch.megabytes(bad)
+
+
+def test_a_request_is_checked_against_the_inventory_before_anything_connects():
+    inv = inventory()
+    req = batch.check(inv, ("picluster", "run", "montecarlo", "--nodes", "3"), 3, None, "10", "1G", "node[02-03]", None)
+    assert (req.nodes, req.ps, req.name, req.nodelist) == (3, -1, "run-montecarlo", ("node02", "node03"))
+    assert batch.check(inv, ("sleep", "5"), None, None, None, None, "node[01-02]", None).nodes == 2  # the list's size
+    assert batch.check(inv, ("/usr/bin/sleep", "5"), None, None, None, None, None, None).name == "sleep"
+    refusals = [
+        (((), None, None, None, None, None, None), "give the command after '--'"),
+        ((("x",), 5, None, None, None, None, None), "--nodes 5 is more than the 4 nodes"),
+        ((("x",), None, None, None, None, "node09", None), "node09 not in the inventory"),
+        ((("x",), 1, None, None, None, "node[01-02]", None), "names 2 nodes but --nodes is 1"),
+        ((("x",), None, None, None, None, "node01,node01", None), "names a node twice"),
+        ((("x",), 2, 3, None, None, None, None), "--ps 3 is more than the job's 2"),
+        ((("x",), None, None, "soon", None, None, None), "--time"),
+        ((("x",), None, None, None, "lots", None, None), "--mem"),
+        ((("x",), None, None, None, None, None, "a b"), "--name"),
+        ((("x\0",), None, None, None, None, None, None), "NUL"),
+    ]
+    for args, why in refusals:
+        with pytest.raises(UsageError, match=why):
+            batch.check(inv, *args)
+    without = inventory(INVENTORY.split("[slurm]")[0])
+    with pytest.raises(UsageError, match=r"no \[slurm\] table"):
+        batch.check(without, ("x",), None, None, None, None, None, None)
+
+
+def test_the_batch_script_quotes_the_command_and_runs_the_nodes_picluster(tmp_path):
+    inv = inventory()
+    req = batch.check(inv, ("picluster", "run", "montecarlo", "$(touch /tmp/x)", "a'b"), 2, 1, "5", "1G", None, "mc")
+    text = batch.script(inv, req)
+    assert text.splitlines()[:6] == ["#!/bin/sh", "#SBATCH --job-name=mc", "#SBATCH --partition=lab", "#SBATCH --nodes=2",
+                                     "#SBATCH --exclusive", "#SBATCH --output=picluster-slurm-%j.out"]
+    assert "#SBATCH --time=5\n#SBATCH --mem=1G\n" in text
+    assert "export PICLUSTER_SLURM_PORT=2224\nexport PICLUSTER_SHARE=/mnt/picluster\nexport PICLUSTER_PS=1\n" in text
+    # The script, run by a real sh with a stand-in picluster on the venv's PATH: the words arrive as given.
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "picluster").write_text('#!/bin/sh\nfor a; do echo "[$a]"; done\n')
+    (venv / "picluster").chmod(0o755)
+    script = text.replace('"/opt/pcvenv/bin"', f'"{venv}"')
+    assert script != text
+    ran = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True)
+    assert ran.stdout == "[run]\n[montecarlo]\n[$(touch /tmp/x)]\n[a'b]\n"
+    # A relative venv is under the home of whoever runs the job.
+    home = batch.script(inventory(INVENTORY.replace('"/opt/pcvenv"', '"pv"')), req)
+    assert 'PATH="$HOME/pv/bin":$PATH; export PATH' in home
+    assert base64.b64decode(base64.b64encode(text.encode())).decode() == text
+
+
+def test_squeue_lines_are_read_as_untrusted_text():
+    rows = parse("12|pi|RUNNING|None|3|node[01-03]|0:05|10:00|run-montecarlo\n"
+                 "13|pi|PENDING|Resources|3||0:00|UNLIMITED|a|b|c\n"
+                 "x|pi|RUNNING|None|1|node01|0:01|1:00|bad id\n"
+                 "14|pi|RUNNING\n")
+    assert [(r.ref, r.state, r.reason, r.nodes, r.name, r.active) for r in rows] == [
+        ("slurm:12", "RUNNING", "None", 3, "run-montecarlo", True),
+        ("slurm:13", "PENDING", "Resources", 3, "a|b|c", True),
+    ]
+    assert not parse("15|pi|TIMEOUT|TimeLimit|1|node03|1:01|1:00|overtime\n")[0].active
+
+
+def test_an_allocation_from_slurms_environment_and_answers():
+    env = {"SLURM_JOB_ID": "42", "SLURM_JOB_NUM_NODES": "3", "PICLUSTER_SHARE": "/mnt/picluster"}
+    assert job_id(env) == "42" and job_id({}) is None and job_id({"SLURM_JOB_ID": "4 2"}) is None
+    assert sizes(env) == (3, 1) and sizes({}) is None
+    assert sizes(env | {"PICLUSTER_PS": "0"}) == (3, 0)
+    with pytest.raises(ClusterError, match="PICLUSTER_PS"):
+        sizes(env | {"PICLUSTER_PS": "4"})
+    assert [default_ps(n) for n in (1, 12, 13, 64)] == [1, 1, 2, 6]
+    assert str(shared_dir(env)) == "/mnt/picluster" and shared_dir(env | {"PICLUSTER_SHARE": "rel"}) is None
+    text = ("NodeName=node01 Arch=x86_64 NodeAddr=10.0.0.11 NodeHostName=node01 State=IDLE\n"
+            "NodeName=node02 NodeAddr=10.0.0.12 State=IDLE\n")
+    addresses = node_addresses(text)
+    assert addresses == {"node01": "10.0.0.11", "node02": "10.0.0.12"}
+    with pytest.raises(ClusterError, match="not an IP address"):
+        node_addresses("NodeName=node03 NodeAddr=pi-3.example\n")
+    layout = layout_of(["node01", "node02", "node03"], addresses | {"node03": "10.0.0.13"}, 1, 2224)
+    assert [(t.label, t.node, t.port) for t in layout.tasks] == [
+        ("ps:0", "node01", 2224), ("worker:0", "node02", 2225), ("worker:1", "node03", 2225), ("worker:2", "node01", 2225)]
+
+
+def test_submit_and_the_slurm_job_commands_refuse_bad_input_in_one_line(tmp_path):
+    path = tmp_path / "pis.toml"  # not picluster.toml: commands without -i must not find it here
+    path.write_text(INVENTORY)
+    bare = tmp_path / "bare.toml"
+    bare.write_text(INVENTORY.split("[slurm]")[0])
+    cases = [
+        (("submit", "-i", path, "--time", "1:99", "--", "hostname"), "--time 1:99: hours go to 23, minutes and seconds to 59"),
+        (("submit", "-i", path, "--nodes", "9", "--", "hostname"), "--nodes 9 is more than the 4 nodes of the inventory"),
+        (("submit", "-i", bare, "--", "hostname"), f"inventory {bare} has no [slurm] table"),
+        (("submit", "-i", path, "--partition", "x", "--", "hostname"), "No such option '--partition'"),
+        (("jobs", "slurm:x"), "'slurm:x' is not a job"),
+        (("logs", "-i", bare, "slurm:5"), "slurm:5 is a Slurm job: give the inventory with the [slurm] table"),
+        (("cancel", "slurm:5"), "slurm:5 is a Slurm job: give the inventory"),
+        (("logs", "-i", path, "--task", "worker:0", "slurm:5"), "--task is for picluster's own records"),
+    ]
+    for args, message in cases:
+        done = picluster(*args, cwd=tmp_path)
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stdout == "" and len(done.stderr.splitlines()) == 1 and message in done.stderr, (args, done.stderr)
+    # Nothing listens for SSH on this machine: Slurm cannot be reached, and nothing was queued.
+    done = picluster("submit", "-i", path, "--", "hostname", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith("picluster: error: Slurm's controller node01 cannot be reached (")
+    assert done.stderr.rstrip().endswith("nothing was queued") and len(done.stderr.splitlines()) == 1
+    done = picluster("cancel", "-i", path, "slurm:5", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr == (
+        "picluster: error: Slurm's controller node01 cannot be reached (nothing listens on port 22)\n"), done.stderr
