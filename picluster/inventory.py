@@ -44,7 +44,10 @@ _CLUSTER_KEYS = {
 }
 _ROLE_KEYS = {"ps", "worker", "nfs_master"}
 _NODE_KEYS = {"name", "address"}
-_SLURM_KEYS = {"controller", "partition"}
+_SLURM_KEYS = {"controller", "partition", "scheduler"}
+# Slurm's scheduler plugins: backfill starts a later job early when that delays no earlier one;
+# builtin is first in, first out (docs/slurm.md measures the two).
+SCHEDULERS = ("backfill", "builtin")
 _TOP_KEYS = {"cluster", "roles", "node", "slurm"}
 MAX_BYTES = 1024 * 1024  # 64 nodes as [[node]] tables take about 4 KiB
 
@@ -79,6 +82,7 @@ class Slurm:
 
     controller: str
     partition: str = "picluster"
+    scheduler: str = "backfill"  # SchedulerType=sched/<this>
 
 
 @dataclass(frozen=True)
@@ -240,13 +244,16 @@ def _slurm(data: dict, names: list[str], nfs_master: str, fail) -> Slurm | None:
         return None
     table = data["slurm"]
     if not isinstance(table, dict):
-        raise fail("[slurm] must be a table (controller, partition)")
+        raise fail("[slurm] must be a table (controller, partition, scheduler)")
     _check_keys(table, _SLURM_KEYS, "[slurm]", fail)
     controller = table.get("controller", nfs_master)
     if not isinstance(controller, str) or controller not in names:
         raise fail(f"slurm.controller {tokens.show(controller)} is not a node of the inventory (one of {nodeset.fold(names)})")
     partition = _checked(tokens.label, table.get("partition", "picluster"), "slurm.partition", fail)
-    return Slurm(controller=controller, partition=partition)
+    scheduler = table.get("scheduler", "backfill")
+    if scheduler not in SCHEDULERS:
+        raise fail(f"slurm.scheduler {tokens.show(scheduler)} must be \"backfill\" or \"builtin\" (first in, first out)")
+    return Slurm(controller=controller, partition=partition, scheduler=scheduler)
 
 
 def _nodes(data, cluster, fail) -> list[Node]:

@@ -90,7 +90,8 @@ addresses = "10.0.0.[1-{nodes}]"
     (("ps = \"node11\"", "ps = \"node99\""), "roles.ps: node99 not in the node list"),
     (("nfs_master = \"node11\"", "nfs_master = \"node[11-12]\""), "exactly one node"),
     (("user = \"pi\"", "user = \"pi; rm -rf /\""), "not a valid user name"),
-    (("tf_port = 2222", "tf_port = 2222\n[slurm]\ncontroler = \"node01\""), "unknown key 'controler' in [slurm] (known: controller, partition)"),
+    (("tf_port = 2222", "tf_port = 2222\n[slurm]\ncontroler = \"node01\""), "unknown key 'controler' in [slurm] (known: controller, partition, scheduler)"),
+    (("tf_port = 2222", "tf_port = 2222\n[slurm]\nscheduler = \"fifo\""), 'slurm.scheduler \'fifo\' must be "backfill" or "builtin" (first in, first out)'),
     (("tf_port = 2222", "tf_port = 2222\n[slurm]\ncontroller = \"node99\""), "slurm.controller 'node99' is not a node of the inventory"),
     (("tf_port = 2222", "tf_port = 2222\n[slurm]\ncontroller = 3"), "slurm.controller 3 is not a node"),
     (("tf_port = 2222", "tf_port = 2222\n[slurm]\npartition = \"pis Nodes=ALL\""), "slurm.partition 'pis Nodes=ALL' must be letters"),
@@ -109,8 +110,9 @@ def test_slurm_table_is_optional_and_its_controller_defaults_to_the_nfs_master(t
     assert load_inventory(write(tmp_path, GOOD)).slurm is None
     inv = load_inventory(write(tmp_path, GOOD + "\n[slurm]\n"))
     assert inv.slurm is not None and (inv.slurm.controller, inv.slurm.partition) == ("node11", "picluster")
-    inv = load_inventory(write(tmp_path, GOOD + '\n[slurm]\ncontroller = "node02"\npartition = "pis"\n'))
-    assert inv.slurm is not None and (inv.slurm.controller, inv.slurm.partition) == ("node02", "pis")
+    assert inv.slurm.scheduler == "backfill"
+    inv = load_inventory(write(tmp_path, GOOD + '\n[slurm]\ncontroller = "node02"\npartition = "pis"\nscheduler = "builtin"\n'))
+    assert inv.slurm is not None and (inv.slurm.controller, inv.slurm.partition, inv.slurm.scheduler) == ("node02", "pis", "builtin")
 
 
 def test_unreadable_and_invalid_toml(tmp_path):

@@ -54,7 +54,7 @@ TEMPLATE_VARS = {
     },
     "slurm.conf.j2": {
         "cluster_name": "pi4", "slurm_controller": "node01", "slurm_controller_address": "192.168.1.16",
-        "slurmctld_port": 6817, "slurmd_port": 6818, "srun_ports": "60001-60100",
+        "slurmctld_port": 6817, "slurmd_port": 6818, "srun_ports": "60001-60100", "slurm_scheduler": "backfill",
     },
     "slurm-node.conf.j2": {"node": "node02", "address": "192.168.1.17", "cpus": 4, "memory": 3792},
     "slurm-partition.conf.j2": {"slurm_partition": "picluster"},
@@ -414,3 +414,13 @@ def test_ansible_templates_are_the_shared_ones():
     assert {p.name for p in links} == set(TEMPLATE_VARS)
     for link in links:
         assert link.is_symlink() and link.resolve() == templates.template_path(link.name).resolve(), link
+
+
+def test_the_kernel_command_line_gets_the_memory_cgroup_and_keeps_its_words():
+    from picluster.provision.steps.raspi import cmdline_text
+
+    pi = "console=serial0,115200 console=tty1 root=PARTUUID=1-02 rootfstype=ext4 fsck.repair=yes rootwait\n"
+    assert cmdline_text(pi) == pi[:-1] + " cgroup_enable=memory cgroup_memory=1\n"
+    assert cmdline_text(cmdline_text(pi)) == cmdline_text(pi)
+    assert cmdline_text("a cgroup_disable=memory cgroup_memory=1 b") == "a cgroup_memory=1 b cgroup_enable=memory\n"
+    assert cmdline_text("a\r\nb\n\n") == "a b cgroup_enable=memory cgroup_memory=1\n"  # one line, as the firmware reads it

@@ -123,6 +123,8 @@ def test_slurm_comes_up_on_every_node_and_a_second_run_changes_nothing(slurm_lab
         assert host.read_file("/etc/munge/munge.key") == key
         assert host.read_file("/etc/slurm/slurm.conf") == conf  # Slurm refuses nodes whose files differ
         assert host.read_file("/etc/slurm/cgroup.conf").endswith("CgroupPlugin=cgroup/v1\n")
+        # The MOCK boot partition's command line, as a Pi's: the memory cgroup on from the next boot.
+        assert host.read_file("/boot/firmware/cmdline.txt").endswith(" rootwait cgroup_enable=memory cgroup_memory=1\n")
         rules = host.run(["nft", "list", "table", "inet", "picluster"]).stdout
         # With a range in it the set is an interval set, and nft shows neighbours as ranges.
         assert f"ip saddr {slurm_lab.subnet} tcp dport {{ 111, 2049, 2222-2225, 6817-6818, 19100, 20048, 60001-60100 }} accept" in rules

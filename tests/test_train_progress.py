@@ -90,7 +90,7 @@ def test_the_run_line_names_the_model_and_async_says_it_is_not_reproducible(opti
     out = console(200)
     Printer(TrainConfig(epochs=3, **options), "RUN", console=out)
     printed = text(out)
-    assert "run RUN: convlstm: 3 convolutions x 64, 1 bidir LSTM 64, augment rotate:45,mirror:0.5,scale:0.1,shift:8" in printed
+    assert "run RUN: convlstm: 3 convolutions x 64, 1 bidir LSTM 64, augment rotate:45,scale:0.1,shift:8" in printed
     assert ("async mode is not reproducible" in printed) == warned
     out = console(200)
     Printer(TrainConfig.for_model(model="resbidir"), "RUN", console=out)

@@ -78,6 +78,8 @@ def test_image_preinstalls_every_package_provisioning_installs():
     wanted = set(provision_packages.EVERYWHERE) | set(provision_packages.MASTER)
     defaults = yaml.safe_load((REPO / "ansible/roles/common/defaults/main.yml").read_text())
     wanted |= set(defaults["common_packages"])
+    slurm = yaml.safe_load((REPO / "ansible/roles/slurm/defaults/main.yml").read_text())
+    wanted |= set(slurm["slurm_packages"]) | set(slurm["slurm_controller_packages"])
     for tasks in (REPO / "ansible/roles").glob("*/tasks/main.yml"):
         for task in yaml.safe_load(tasks.read_text()) or []:
             apt = task.get("ansible.builtin.apt") or {}

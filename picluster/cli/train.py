@@ -35,7 +35,7 @@ def train() -> None:
 @click.option("--standardise/--raw-inputs", default=None, help="scale inputs per channel by training-set moments [convlstm: standardise; resbidir: raw-inputs]")
 @click.option("--augment", type=str, default=None, metavar="SPEC",
               help="augment training windows: rotate:DEG,mirror:P,scale:S,shift:STEPS; '' = none "
-                   "[convlstm: rotate:45,mirror:0.5,scale:0.1,shift:8; resbidir: none]")
+                   "[convlstm: rotate:45,scale:0.1,shift:8; resbidir: none]")
 @click.option("--label-smoothing", type=Real(), default=None, help="of the training loss's targets [0]")
 @click.option("--epochs", type=Whole(), default=None, help="epochs [convlstm: 60; resbidir: 40]")
 @click.option("--batch", type=Whole(), default=None, help="windows per worker step; with --global-batch, per sync update [100]")

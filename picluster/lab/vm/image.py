@@ -53,6 +53,10 @@ PACKAGES = (
     "kmod",  # modprobe nfsd
     "procps",  # sysctl, pgrep
     "iputils-ping",  # people checking the lab's links by hand
+    "munge",  # provisioning with [slurm]: every node
+    "slurmd",
+    "slurm-client",
+    "slurmctld",  # provisioning with [slurm]: the controller
 )
 # ext4 made from a directory (mkfs.ext4 -d): no loop mount, no root-only kernel features.  The file
 # is sparse (unwritten inode tables stay holes), so 8 GiB costs what the files take (~0.6 GiB),

@@ -1,4 +1,5 @@
-"""Step 3, the raspi-config settings of the thesis: SSH on, GPU memory to the minimum, wait for network.
+"""Step 3, the raspi-config settings of the thesis: SSH on, GPU memory to the minimum, wait for
+network; with [slurm], the memory cgroup on the kernel command line.
 
 `raspi-config nonint` is used where the function exists; otherwise the files or units are edited.
 Its get_* functions print 0 when a setting is ON.
@@ -10,6 +11,9 @@ from picluster.provision.result import Item, Status
 from picluster.provision.steps import NO_SYSTEMD, NOT_A_PI, Context, action_item, file_item
 
 GPU_MEM = 16
+# A Pi's kernel leaves the memory cgroup off unless its command line turns it on; Slurm's memory
+# accounting and limits need it.
+CGROUP_MEMORY = ("cgroup_enable=memory", "cgroup_memory=1")
 _GPU = re.compile(r"^\s*gpu_mem\s*=")
 _SECTION = re.compile(r"^\s*\[([^\]]*)\]")
 
@@ -35,6 +39,14 @@ def gpu_mem_text(text: str | None, value: int = GPU_MEM) -> str:
     return "\n".join(out) + "\n"
 
 
+def cmdline_text(text: str | None) -> str:
+    """cmdline.txt (one line of words) with the memory cgroup on: its words kept in order, a
+    cgroup_disable=memory dropped, the missing CGROUP_MEMORY words added at the end."""
+    words = [w for w in (text or "").split() if w != "cgroup_disable=memory"]
+    words += [w for w in CGROUP_MEMORY if w not in words]
+    return " ".join(words) + "\n"
+
+
 def _has_function(ctx: Context, function: str) -> bool:
     return bool(ctx.facts.raspi_config) and ctx.remote.ok(f"grep -q '^{function}()' {ctx.facts.raspi_config}")
 
@@ -43,6 +55,8 @@ def run(ctx: Context):
     yield _ssh(ctx)
     yield _gpu_mem(ctx)
     yield _wait_network(ctx)
+    if ctx.inv.slurm is not None:
+        yield _cgroup_memory(ctx)
 
 
 def _ssh(ctx: Context) -> Item:
@@ -68,6 +82,20 @@ def _gpu_mem(ctx: Context) -> Item:
     if _has_function(ctx, "do_memory_split"):  # gone from raspi-config on bookworm
         return action_item(ctx, "gpu_mem", f"raspi-config nonint do_memory_split {GPU_MEM}", f"set gpu_mem={GPU_MEM}")
     return file_item(ctx, "gpu_mem", path, wanted, current=current)
+
+
+def _cgroup_memory(ctx: Context) -> Item:
+    if not ctx.facts.is_pi:
+        return Item("cgroup_memory", Status.SKIPPED, NOT_A_PI)
+    path = f"{ctx.facts.boot_dir}/cmdline.txt"
+    current = ctx.remote.read(path)
+    if not (current or "").strip():
+        return Item("cgroup_memory", Status.FAILED, f"{path} is missing or empty: the kernel command line cannot be edited")
+    wanted = cmdline_text(current)
+    if current == wanted:
+        return Item("cgroup_memory", Status.OK, f"memory cgroup on in {path}")
+    item = file_item(ctx, "cgroup_memory", path, wanted, current=current)
+    return Item(item.name, item.status, f"{item.detail}: memory cgroup on from the next boot")
 
 
 def _wait_network(ctx: Context) -> Item:

@@ -15,13 +15,14 @@ the same daemons are started directly and found again through their pid files in
 """
 
 import os
+import re
 import secrets
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from picluster import paths
+from picluster import nodeset, paths
 from picluster.provision import templates
 from picluster.provision.result import Item, Status
 from picluster.provision.steps import Context, action_item, file_item, q
@@ -34,6 +35,8 @@ SLURMD_PORT = 6818
 SRUN_PORTS = "60001-60100"  # 100 concurrent srun: far beyond a 64-node cluster's jobs
 KEY_BYTES = 96  # 128 characters once in base64, the size of the key Debian's munge makes
 REGISTER_WAIT = 60.0  # seconds for every slurmd to register as idle
+TESTED = "22.05"  # Debian 12's Slurm, and Raspberry Pi OS bookworm's: what slurm.conf is written for
+VERSION = re.compile(r"\b\d{2}\.\d{2}\.\d+\b")  # slurmd -V: "slurm-wlm 22.05.8"
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,7 @@ def template_vars(inv) -> dict[str, object]:
         "slurm_controller": inv.slurm.controller,
         "slurm_controller_address": inv.node(inv.slurm.controller).address,
         "slurm_partition": inv.slurm.partition,
+        "slurm_scheduler": inv.slurm.scheduler,
         "slurmctld_port": SLURMCTLD_PORT,
         "slurmd_port": SLURMD_PORT,
         "srun_ports": SRUN_PORTS,
@@ -150,6 +154,7 @@ def run(ctx: Context):
     if not ctx.facts.cgroup:
         yield Item("cgroups", Status.FAILED, "no cgroup file system on /sys/fs/cgroup: slurmd cannot start without one")
         return
+    yield _version(ctx)
     key = _munge_key(ctx)
     yield key
     conf = file_item(ctx, "slurm_conf", SLURM_CONF, conf_text(ctx))
@@ -198,6 +203,22 @@ def _daemon(ctx: Context, daemon: Daemon, config_changed: bool):
         yield Item(daemon.name, Status.FAILED, f"{daemon.name} did not stay up: {_log_tail(ctx, daemon)}")
 
 
+def _version(ctx: Context) -> Item:
+    """The installed Slurm, reported: slurm.conf is written for Debian 12's 22.05, and another
+    release may read it otherwise (the queue step checks that every node runs the same one)."""
+    out = ctx.remote.run("/usr/sbin/slurmd -V", check=False)  # sbin: not on a user's PATH
+    found = VERSION.search(out.stdout)
+    if found is None:
+        if ctx.dry_run:
+            return Item("version", Status.SKIPPED, "dry run: slurmd is not installed yet")
+        return Item("version", Status.FAILED, f"slurmd -V: {(out.stdout + out.stderr).strip() or 'no answer'}")
+    version = found.group(0)
+    if not version.startswith(f"{TESTED}."):
+        return Item("version", Status.OK, f"slurm {version}: not the {TESTED} this configuration is tested with (Debian 12); "
+                    "check the queue step and docs/slurm.md")
+    return Item("version", Status.OK, f"slurm {version}")
+
+
 def _came_up(ctx: Context, daemon: Daemon, wait: float = 10.0) -> bool:
     test = f"systemctl is-active --quiet {daemon.unit}" if ctx.facts.systemd else daemon.running()
     deadline = time.monotonic() + wait
@@ -243,6 +264,13 @@ def queue(ctx: Context):
         yield Item("nodes", Status.FAILED, f"not idle after {REGISTER_WAIT:.0f} s: {reasons}")
         return
     yield Item("nodes", Status.OK, f"{len(names)} idle in partition {slurm.partition}")
+    versions = _versions(ctx)
+    if len(set(versions.values())) > 1:
+        mine = versions.get(ctx.node.name, "?")
+        other = {n: v for n, v in versions.items() if v != mine}
+        listed = "; ".join(f"{nodeset.fold(sorted(n for n in other if other[n] == v))} {v}" for v in sorted(set(other.values())))
+        yield Item("versions", Status.FAILED, f"slurmd versions differ: {slurm.controller} runs {mine}, {listed}")
+        return
     ran = remote.run(f"srun --nodes={len(names)} --ntasks-per-node=1 --time=1 --job-name=picluster-check hostname",
                      check=False, timeout=120)
     seen = sorted(ran.stdout.split())
@@ -251,6 +279,17 @@ def queue(ctx: Context):
         yield Item("srun", Status.FAILED, f"srun on {len(names)} nodes: {why}")
         return
     yield Item("srun", Status.OK, f"hostname ran on all {len(names)} nodes")
+
+
+def _versions(ctx: Context) -> dict[str, str]:
+    """Node -> the slurmd version it registered with (scontrol's Version=)."""
+    out = ctx.remote.run("scontrol -o show node", check=False).stdout
+    found = {}
+    for line in out.splitlines():
+        fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+        if fields.get("NodeName") and fields.get("Version"):
+            found[fields["NodeName"]] = fields["Version"]
+    return found
 
 
 def _states(ctx: Context) -> dict[str, str]:
