@@ -135,11 +135,12 @@ def cancel(inventory, job_id) -> None:
     if isinstance(job_id, str):
         from picluster.jobs.slurm import queue
 
-        was = queue.find(*_slurm_inventory(inventory, job_id))
+        inv, number = _slurm_inventory(inventory, job_id)
+        was = queue.find(inv, number)
         if not was.active:
             click.echo(f"{job_id} is already {was.state}; nothing to cancel")
             return
-        ended = queue.cancel(*_slurm_inventory(inventory, job_id))
+        ended = queue.cancel(inv, number)
         click.echo(f"{job_id} {ended.state}" + (f" (was {was.state})" if was.state != ended.state else ""))
         return
 

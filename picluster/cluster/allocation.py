@@ -209,12 +209,16 @@ def shared_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
     return Path(value) if value.startswith("/") and job_id(environ) is not None else None
 
 
+def scontrol_nodes(text: str) -> list[dict[str, str]]:
+    """``scontrol -o show node``'s lines (one node each) as their KEY=VALUE fields."""
+    return [dict(word.split("=", 1) for word in line.split() if "=" in word) for line in text.splitlines()]
+
+
 def node_addresses(text: str) -> dict[str, str]:
-    """NodeName -> NodeAddr from ``scontrol -o show node`` (one node per line); an address that is
-    not an IP address (a host name Slurm resolves) is refused, as the inventory refuses one."""
+    """NodeName -> NodeAddr from ``scontrol -o show node``; an address that is not an IP address
+    (a host name Slurm resolves) is refused, as the inventory refuses one."""
     out: dict[str, str] = {}
-    for line in text.splitlines():
-        fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+    for fields in scontrol_nodes(text):
         name, addr = fields.get("NodeName"), fields.get("NodeAddr")
         if not name or not addr:
             continue

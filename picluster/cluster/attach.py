@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from picluster.cluster.allocation import Allocation, job_id
+from picluster.cluster.allocation import Allocation, sizes
 from picluster.cluster.base import Cluster
 from picluster.cluster.inprocess import InProcessCluster
 from picluster.cluster.local import MAX_TASKS, LocalCluster
@@ -80,9 +80,9 @@ def default_workers(inventory: Inventory | None) -> int:
     """Workers a job uses when not told: one per node of the Slurm job it runs in, all of the
     inventory's or the running local cluster's, else one per core of this machine (for a
     temporary local cluster)."""
-    nodes = os.environ.get("SLURM_JOB_NUM_NODES", "")
-    if job_id() is not None and nodes.isdigit() and int(nodes) > 0:
-        return int(nodes)
+    slurm = sizes()
+    if slurm is not None:
+        return slurm[0]
     if inventory is not None:
         return len(inventory.workers)
     running = LocalCluster.open()

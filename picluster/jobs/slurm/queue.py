@@ -124,27 +124,26 @@ def find(inv: Inventory, job: str) -> SlurmJob:
 
 
 def cancel(inv: Inventory, job: str, wait_s: float = CANCEL_WAIT_S) -> SlurmJob:
-    """scancel, then the job as Slurm shows it once it has ended."""
-    current = find(inv, job)
-    if not current.active:
-        return current
+    """scancel (the caller has found the job active), then the job as Slurm shows it once it has ended."""
     remote = _open(inv)
     try:
         _slurm(remote, f"scancel {job}", f"scancel {job}")
     finally:
         remote.close()
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
+    while True:
         current = find(inv, job)
         if not current.active:
             return current
+        if time.monotonic() > deadline:
+            raise ClusterError(f"Slurm job {job} is still {current.state} {wait_s:.0f} s after scancel")
         time.sleep(0.5)
-    raise ClusterError(f"Slurm job {job} is still {current.state} {wait_s:.0f} s after scancel")
 
 
 def output(inv: Inventory, job: str) -> str:
-    """The job's output file, read on the node that ran its batch script (it is in the user's home
-    there); looked for on every node once Slurm has forgotten which one that was."""
+    """The job's output file, in the user's home on the node that ran its batch script: looked
+    for on every node at once (one SSH command each), so it is found after Slurm has forgotten
+    which node that was."""
     name = OUTPUT.replace("%j", job)
 
     def read(node: Node) -> str | None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from picluster import nodeset, paths
+from picluster.cluster.allocation import scontrol_nodes
 from picluster.provision import templates
 from picluster.provision.result import Item, Status
 from picluster.provision.steps import Context, action_item, file_item, q
@@ -283,13 +284,8 @@ def queue(ctx: Context):
 
 def _versions(ctx: Context) -> dict[str, str]:
     """Node -> the slurmd version it registered with (scontrol's Version=)."""
-    out = ctx.remote.run("scontrol -o show node", check=False).stdout
-    found = {}
-    for line in out.splitlines():
-        fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
-        if fields.get("NodeName") and fields.get("Version"):
-            found[fields["NodeName"]] = fields["Version"]
-    return found
+    nodes = scontrol_nodes(ctx.remote.run("scontrol -o show node", check=False).stdout)
+    return {f["NodeName"]: f["Version"] for f in nodes if f.get("NodeName") and f.get("Version")}
 
 
 def _states(ctx: Context) -> dict[str, str]:
