@@ -142,7 +142,8 @@ def test_slurm_comes_up_on_every_node_and_a_second_run_changes_nothing(slurm_lab
 
 
 def test_a_stopped_slurmd_is_seen_and_the_next_run_starts_it(slurm_lab, tmp_path):
-    inv = inventory(slurm_lab, tmp_path)
+    path = inventory_file(slurm_lab, tmp_path)
+    inv = load_inventory(path)
     assert not any(r.failed for r in provision(inv, options(slurm_lab, only=("slurm", "queue"))))
     node02 = slurm_lab.host("node02")
     node02.run(["sh", "-c", "kill $(cat /run/slurmd.pid)"])
@@ -151,6 +152,24 @@ def test_a_stopped_slurmd_is_seen_and_the_next_run_starts_it(slurm_lab, tmp_path
     controller.run(["scontrol", "update", "NodeName=node02", "State=DOWN", "Reason=test-stopped"])
     assert sinfo(controller)["node02"] == "down"
     assert controller.run(["srun", "--nodes=3", "--time=1", "--immediate=5", "true"], check=False, timeout=60).returncode != 0
+    # picluster says so: a job that needs it is refused with the node named, nothing queued...
+    before = queue_states(path)
+    whole = picluster("submit", "-i", path, "--nodes", "3", "--", "hostname")
+    assert whole.returncode == 2 and len(whole.stderr.splitlines()) == 1, whole.stderr
+    assert re.search(r"; not available now: node02 down\*? \(test-stopped\) \(bring it back with .*; nothing was queued$",
+                     whole.stderr), whole.stderr
+    assert queue_states(path) == before
+    # ...a job that fits runs on the other nodes, with a note, and `jobs` lists the node.
+    beside = picluster("submit", "-i", path, "--nodes", "2", "--", "hostname")
+    assert beside.returncode == 0, beside.stderr
+    assert re.fullmatch(r"note: not available now: node02 down\*? \(test-stopped\): Slurm starts no job there",
+                        beside.stderr.splitlines()[-1]), beside.stderr
+    job = beside.stdout.strip()
+    assert wait_state(path, job, ENDED, 60) == "COMPLETED"
+    shown = picluster("jobs", "-i", path, job).stdout
+    assert re.search(rf"{job}\s+hostname\s+pi\s+COMPLETED\s+node\[01,03\]", shown), shown
+    assert re.search(r"^not available: node02 down\*? \(test-stopped\): Slurm starts no job there$",
+                     picluster("jobs", "-i", path).stdout, re.M)
     # provision's read-back says which node and why (after waiting its 60 s for it to register).
     seen = provision(inv, options(slurm_lab, only=("queue",)))
     status, detail = items(seen[0], "queue")["nodes"]
@@ -162,6 +181,33 @@ def test_a_stopped_slurmd_is_seen_and_the_next_run_starts_it(slurm_lab, tmp_path
     assert items(again[0], "slurm")["slurmd"] == (Status.OK, "running, configuration unchanged")
     assert items(again[0], "queue")["nodes"] == (Status.OK, "3 idle in partition pis")
     assert sinfo(controller) == {name: "idle" for name in NAMES}
+
+
+def test_a_stopped_slurmctld_is_one_line_and_the_next_run_starts_it(slurm_lab, tmp_path):
+    path = inventory_file(slurm_lab, tmp_path)
+    inv = load_inventory(path)
+    assert not any(r.failed for r in provision(inv, options(slurm_lab, only=("slurm", "queue"))))
+    before = queue_states(path)
+    controller = slurm_lab.host("node01")
+    controller.run(["sh", "-c", "kill $(cat /run/slurmctld.pid)"])
+    deadline = time.monotonic() + 30
+    while "UP" in controller.run(["scontrol", "ping"], check=False).stdout:
+        assert time.monotonic() < deadline, "slurmctld still answers 30 s after SIGTERM"
+        time.sleep(0.5)
+
+    said = ("picluster: error: Slurm's controller daemon on node01 does not answer (slurmctld stopped?): "
+            "'picluster provision -i INVENTORY --only slurm,queue' starts it")
+    done = picluster("submit", "-i", path, "--", "hostname")
+    assert done.returncode == 2 and done.stderr == said + "; nothing was queued\n", done.stderr
+    listed = picluster("jobs", "-i", path)
+    assert listed.returncode == 2 and listed.stderr == said + "\n", listed.stderr
+
+    again = provision(inv, options(slurm_lab, only=("slurm", "queue")))
+    assert items(again[0], "slurm")["slurmctld"] == (Status.CHANGED, "start slurmctld")
+    assert items(again[0], "queue")["nodes"] == (Status.OK, "3 idle in partition pis")
+    # The refused job was never queued: the only new job is the read-back's own srun.
+    names = dict(re.findall(r"^\s*(slurm:\d+)\s+(\S+)", picluster("jobs", "-i", path).stdout, re.M))
+    assert {names[job] for job in names.keys() - before.keys()} == {"picluster-check"}, names
 
 
 def test_the_ansible_twin_brings_up_the_same_slurm(lab_support, tmp_path):

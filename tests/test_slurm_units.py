@@ -7,11 +7,11 @@ import subprocess
 
 import pytest
 
-from picluster.cluster.allocation import default_ps, job_id, layout_of, node_addresses, shared_dir, sizes
+from picluster.cluster.allocation import default_ps, job_id, layout_of, node_addresses, not_serving, shared_dir, sinfo_states, sizes
 from picluster.errors import ClusterError, UsageError
 from picluster.inventory import parse_inventory
 from picluster.jobs.slurm import batch
-from picluster.jobs.slurm.queue import parse
+from picluster.jobs.slurm.queue import describe, parse
 
 from conftest import picluster
 
@@ -114,6 +114,17 @@ def test_squeue_lines_are_read_as_untrusted_text():
         ("slurm:13", "PENDING", "Resources", 3, "a|b|c", True),
     ]
     assert not parse("15|pi|TIMEOUT|TimeLimit|1|node03|1:01|1:00|overtime\n")[0].active
+
+
+def test_nodes_slurm_will_not_use_are_picked_out_of_sinfo_and_grouped():
+    text = ("node01|idle|none\nnode02|down*|Not responding\nnode03|allocated|none\nnode04|mixed|none\n"
+            "node05|drained|fan broken\nnode06|idle*|none\nnode07|down*|Not responding\n")
+    states = sinfo_states(text)
+    assert states["node01"] == "idle" and states["node02"] == "down* (Not responding)"
+    down = not_serving(states)
+    assert sorted(down) == ["node02", "node05", "node06", "node07"]  # idle* answers no ping either
+    assert describe(down) == "node[02,07] down* (Not responding); node05 drained (fan broken); node06 idle*"
+    assert not_serving(sinfo_states("node01|idle|none\nnode02|completing|none\n")) == {}
 
 
 def test_an_allocation_from_slurms_environment_and_answers():

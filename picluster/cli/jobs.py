@@ -62,6 +62,9 @@ def jobs(inventory, job_id, limit) -> None:
             console.print(queue_table(queued, title))
         else:
             click.echo(f"{title}: empty")
+        down = queue.unavailable(inventory)
+        if down:
+            click.echo(f"not available: {queue.describe(down)}: Slurm starts no job there")
     if store.damaged:
         from picluster.errors import UsageError
 

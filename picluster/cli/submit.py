@@ -27,8 +27,11 @@ def submit(inventory, nodes, ps, time_limit, mem, nodelist, name, command) -> No
 
         raise UsageError("submit needs an inventory with a [slurm] table: give --inventory (or PICLUSTER_INVENTORY)")
     req = batch.check(inventory, tuple(command), nodes, ps, time_limit, mem, nodelist, name)
-    job = queue.submit(inventory, req)
+    queued = queue.submit(inventory, req)
+    job = queued.id
     click.echo(f"slurm:{job}")
     click.echo(f"queued as Slurm job {job} ({req.name}, {req.nodes} node{'s' if req.nodes != 1 else ''}); "
                f"'picluster jobs slurm:{job}' shows it, 'picluster logs slurm:{job}' its output, "
                f"'picluster cancel slurm:{job}' stops it", err=True)
+    if queued.unavailable:
+        click.echo(f"note: not available now: {queue.describe(queued.unavailable)}: Slurm starts no job there", err=True)

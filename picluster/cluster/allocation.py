@@ -214,6 +214,28 @@ def scontrol_nodes(text: str) -> list[dict[str, str]]:
     return [dict(word.split("=", 1) for word in line.split() if "=" in word) for line in text.splitlines()]
 
 
+# sinfo, one line per node: name, state and the reason an administrator or slurmctld gave.
+SINFO_NODES = "sinfo --noheader --Node --format='%N|%T|%E'"
+# States in which a node runs jobs; "*" after a state means slurmctld gets no answer from it.
+_SERVING = {"idle", "allocated", "mixed", "completing", "planned", "reserved"}
+
+
+def sinfo_states(text: str) -> dict[str, str]:
+    """Node -> state, with the reason in brackets when there is one, from SINFO_NODES' lines."""
+    states = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition("|")
+        state, _, reason = rest.partition("|")
+        reason = reason.strip()
+        states[name.strip()] = state.strip() + (f" ({reason})" if reason and reason != "none" else "")
+    return states
+
+
+def not_serving(states: Mapping[str, str]) -> dict[str, str]:
+    """The nodes of sinfo_states that Slurm will not start a job on now (down, drained, not answering)."""
+    return {n: s for n, s in states.items() if s.split(" ", 1)[0] not in _SERVING}
+
+
 def node_addresses(text: str) -> dict[str, str]:
     """NodeName -> NodeAddr from ``scontrol -o show node``; an address that is not an IP address
     (a host name Slurm resolves) is refused, as the inventory refuses one."""

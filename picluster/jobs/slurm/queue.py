@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 
 from picluster import nodeset
+from picluster.cluster.allocation import SINFO_NODES, not_serving, sinfo_states
 from picluster.cluster.nodes import open_node
 from picluster.cluster.ssh import CommandFailed, Remote
 from picluster.errors import ClusterError, UsageError
@@ -54,6 +55,18 @@ def controller(inv: Inventory) -> Node:
     return inv.node(inv.slurm.controller)
 
 
+@dataclass(frozen=True)
+class Submitted:
+    id: str
+    unavailable: dict[str, str]  # node -> state (reason) of the partition's nodes Slurm cannot use now
+
+
+def _sinfo(inv: Inventory) -> str:
+    """The sinfo command for the inventory's partition's nodes."""
+    assert inv.slurm is not None  # controller(inv) has refused an inventory without [slurm]
+    return f"{SINFO_NODES} --partition={shlex.quote(inv.slurm.partition)}"
+
+
 def _open(inv: Inventory, then: str = "") -> Remote:
     node = controller(inv)
     try:
@@ -62,7 +75,7 @@ def _open(inv: Inventory, then: str = "") -> Remote:
         raise UsageError(f"Slurm's controller {node.name} cannot be reached ({exc}){then}") from None
 
 
-def _slurm(remote: Remote, command: str, what: str) -> str:
+def _slurm(inv: Inventory, remote: Remote, command: str, what: str, then: str = "") -> str:
     """A Slurm command's output; its refusal ("sbatch: error: ...") as one line, exit 2."""
     try:
         return remote.run(command, timeout=60).stdout
@@ -70,24 +83,57 @@ def _slurm(remote: Remote, command: str, what: str) -> str:
         why = str(exc).split(": ", 1)[-1]
         if "not found" in why:
             why = "Slurm is not installed there: run 'picluster provision' with the [slurm] table"
-        raise UsageError(f"{what}: {why}") from None
+        elif "Unable to contact slurm controller" in why:
+            # The node answers SSH but slurmctld does not: name the daemon and the way to start it.
+            raise UsageError(f"Slurm's controller daemon on {controller(inv).name} does not answer "
+                             f"(slurmctld stopped?): 'picluster provision -i INVENTORY --only slurm,queue' starts it{then}") from None
+        raise UsageError(f"{what}: {why}{then}") from None
 
 
-def submit(inv: Inventory, req: Request) -> str:
-    """Queue the job; its Slurm id."""
+def submit(inv: Inventory, req: Request) -> Submitted:
+    """Queue the job; its Slurm id, and the nodes Slurm cannot run it on now."""
     encoded = base64.b64encode(script(inv, req).encode()).decode()
-    remote = _open(inv, "; nothing was queued")
+    nothing = "; nothing was queued"
+    remote = _open(inv, nothing)
     try:
         # A request Slurm refuses after giving it an id (more memory than any node has) would stay
         # in the queue as FAILED: ask with --test-only first, which queues nothing.
-        _slurm(remote, f"echo {encoded} | base64 -d | sbatch --test-only", "Slurm refused the job")
-        out = _slurm(remote, f"echo {encoded} | base64 -d | sbatch --parsable", "Slurm refused the job")
+        try:
+            _slurm(inv, remote, f"echo {encoded} | base64 -d | sbatch --test-only", "Slurm refused the job")
+        except UsageError as refused:
+            # --test-only also refuses a job that needs a node that is down now (sbatch would
+            # leave it pending): name those nodes, since they are the likelier cause.
+            down = not_serving(sinfo_states(remote.run(_sinfo(inv), check=False).stdout))
+            if not down:
+                raise UsageError(f"{refused}{nothing}") from None
+            raise UsageError(f"{refused}; not available now: {describe(down)} (bring {'it' if len(down) == 1 else 'them'} back with "
+                             f"'picluster provision -i INVENTORY --only slurm,queue', or ask for fewer nodes){nothing}") from None
+        out = _slurm(inv, remote, f"echo {encoded} | base64 -d | sbatch --parsable", "Slurm refused the job", nothing)
+        job = out.strip().split(";", 1)[0]
+        if not _ID.fullmatch(job):
+            raise ClusterError(f"sbatch answered {out.strip()[:80]!r}, not a job id")
+        states = sinfo_states(remote.run(_sinfo(inv), check=False).stdout)
     finally:
         remote.close()
-    job = out.strip().split(";", 1)[0]
-    if not _ID.fullmatch(job):
-        raise ClusterError(f"sbatch answered {out.strip()[:80]!r}, not a job id")
-    return job
+    return Submitted(job, not_serving(states))
+
+
+def describe(states: dict[str, str]) -> str:
+    """Nodes grouped by state: ``node[02,05] down (test-stopped); node07 drained (fan)``."""
+    by_state: dict[str, list[str]] = {}
+    for node, state in states.items():
+        by_state.setdefault(state, []).append(node)
+    return "; ".join(f"{nodeset.fold(sorted(nodes))} {state}" for state, nodes in sorted(by_state.items()))
+
+
+def unavailable(inv: Inventory) -> dict[str, str]:
+    """The partition's nodes Slurm will not start a job on now: node -> state (reason)."""
+    remote = _open(inv)
+    try:
+        out = _slurm(inv, remote, _sinfo(inv), "sinfo")
+    finally:
+        remote.close()
+    return not_serving(sinfo_states(out))
 
 
 def listing(inv: Inventory, job: str | None = None) -> list[SlurmJob]:
@@ -95,7 +141,7 @@ def listing(inv: Inventory, job: str | None = None) -> list[SlurmJob]:
     remote = _open(inv)
     try:
         which = f" --jobs={job}" if job is not None else ""
-        out = _slurm(remote, f"squeue --noheader --states=all{which} --format={shlex.quote(_FORMAT)}", "squeue")
+        out = _slurm(inv, remote, f"squeue --noheader --states=all{which} --format={shlex.quote(_FORMAT)}", "squeue")
     except UsageError as exc:
         if job is not None and "Invalid job id" in str(exc):
             return []
@@ -127,7 +173,7 @@ def cancel(inv: Inventory, job: str, wait_s: float = CANCEL_WAIT_S) -> SlurmJob:
     """scancel (the caller has found the job active), then the job as Slurm shows it once it has ended."""
     remote = _open(inv)
     try:
-        _slurm(remote, f"scancel {job}", f"scancel {job}")
+        _slurm(inv, remote, f"scancel {job}", f"scancel {job}")
     finally:
         remote.close()
     deadline = time.monotonic() + wait_s

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from picluster import nodeset, paths
-from picluster.cluster.allocation import scontrol_nodes
+from picluster.cluster.allocation import SINFO_NODES, scontrol_nodes, sinfo_states
 from picluster.provision import templates
 from picluster.provision.result import Item, Status
 from picluster.provision.steps import Context, action_item, file_item, q
@@ -290,10 +290,4 @@ def _versions(ctx: Context) -> dict[str, str]:
 
 def _states(ctx: Context) -> dict[str, str]:
     """Node -> state (and reason, when it has one) as slurmctld sees it."""
-    out = ctx.remote.run("sinfo --noheader --Node --format='%N|%T|%E'", check=False).stdout
-    states = {}
-    for line in out.splitlines():
-        name, _, rest = line.partition("|")
-        state, _, reason = rest.partition("|")
-        states[name.strip()] = state.strip() + (f" ({reason.strip()})" if reason.strip() and reason.strip() != "none" else "")
-    return states
+    return sinfo_states(ctx.remote.run(SINFO_NODES, check=False).stdout)
