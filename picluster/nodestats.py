@@ -6,6 +6,18 @@ imports the other.
 
 from dataclasses import dataclass, field
 
+# The firmware's throttled bits (vcgencmd get_throttled): bit N is happening now, bit 16 + N has
+# happened since boot.  Names as node_exporter-style Pi exporters label them.
+THROTTLE_CONDITIONS = ("under_voltage", "freq_capped", "throttled", "soft_temp_limit")
+SINCE_BOOT_SHIFT = 16
+
+
+def throttle_flags(bits: int) -> tuple[list[str], list[str]]:
+    """(conditions now, conditions since boot) of the firmware's throttled bits."""
+    now = [name for i, name in enumerate(THROTTLE_CONDITIONS) if bits >> i & 1]
+    since_boot = [name for i, name in enumerate(THROTTLE_CONDITIONS) if bits >> (SINCE_BOOT_SHIFT + i) & 1]
+    return now, since_boot
+
 
 @dataclass
 class NodeStats:
@@ -22,6 +34,7 @@ class NodeStats:
     cgroup_cpu_limit: float | None = None  # cores
     cgroup_cpu_seconds: float | None = None
     tasks: dict[str, str] = field(default_factory=dict)  # "worker:0" -> "up" | "down", from picluster_task_up
+    throttled: int | None = None  # the firmware's throttled bits; None where there is no Pi firmware
 
 
 @dataclass

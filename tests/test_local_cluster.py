@@ -26,8 +26,12 @@ def wait_for(predicate, timeout=60.0, interval=0.1):
     return predicate()
 
 
-def test_up_status_run_restart_down(state):
-    up = picluster("cluster", "up", "--ps", "1", "--workers", "2")
+def test_up_status_run_restart_down(state, tmp_path):
+    # MOCK: a Pi firmware's get_throttled file (none exists here), under-voltage and throttled
+    # now, for the agent this `cluster up` starts.
+    mock = tmp_path / "MOCK-soc-firmware-get_throttled"
+    mock.write_text("50005\n")
+    up = picluster("cluster", "up", "--ps", "1", "--workers", "2", env=dict(os.environ, PICLUSTER_THROTTLED_FILE=str(mock)))
     assert up.returncode == 0, up.stderr
     servers = server_processes(state)
     # The bind shim re-executes each server once, so each task is exactly one process.
@@ -48,6 +52,7 @@ def test_up_status_run_restart_down(state):
     assert top.returncode == 0, top.stderr
     row = next(line for line in top.stdout.splitlines() if "localhost" in line)
     assert "3/3 up" in row and "%" in row and "ps,worker" in row
+    assert "localhost under-voltage" in row and "localhost: now under-voltage, throttled" in top.stdout
 
     first = json.loads(picluster("run", "montecarlo", "--samples", "2e6", "--nodes", "2", "--seed", "7", "--json").stdout)
     again = json.loads(picluster("run", "montecarlo", "--samples", "2e6", "--nodes", "2", "--seed", "7", "--json").stdout)

@@ -44,8 +44,10 @@ NODE_EXPORTER = {
 CPU_MODES = {"user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"}
 
 
-def page(node: str = "node02", cluster_file: Path | None = None) -> str:
-    return generate_latest(registry_for(node, cluster_file)).decode()
+def page(node: str = "node02", cluster_file: Path | None = None, throttled: Path | None = None) -> str:
+    if throttled is None:
+        return generate_latest(registry_for(node, cluster_file)).decode()
+    return generate_latest(registry_for(node, cluster_file, throttled)).decode()
 
 
 def families(text: str) -> dict[str, tuple[str, list]]:
@@ -85,6 +87,7 @@ def test_overlapping_metrics_carry_node_exporters_names_types_and_labels():
 def test_only_task_states_and_what_node_exporter_lacks_are_picluster_metrics():
     names = set(families(page()))
     ours = {n for n in names if not n.startswith("node_")}
+    # rpi_* only on a Pi (its firmware's throttled bits; see the MOCK firmware file test).
     assert all(n.startswith("picluster_") for n in ours), ours
     assert "picluster_node_info" in names
     assert not any(n.startswith("picluster_cpu") or n.startswith("picluster_memory") or n.startswith("picluster_load")
@@ -131,6 +134,32 @@ def test_task_states_are_this_nodes_tasks_probed(tmp_path):
     cluster.write_text("{not json")
     assert "picluster_task_up" not in families(page("node02", cluster))
     assert "picluster_task_up" not in families(page("node02", tmp_path / "missing.json"))
+
+
+def test_a_pis_throttled_bits_are_rpi_throttled_by_condition_and_period(tmp_path):
+    # MOCK: no machine here has a Pi's firmware; this file stands in for its sysfs get_throttled,
+    # written as the driver writes it (hex without 0x).  0x50005: under-voltage and throttled now,
+    # and both since boot.
+    mock = tmp_path / "MOCK-soc-firmware-get_throttled"
+    mock.write_text("50005\n")
+    text = page(throttled=mock)
+    found = families(text)
+    assert found["rpi_throttled_status"][0] == "gauge" and found["rpi_throttled_status"][1][0].value == 0x50005
+    flags = {(s.labels["condition"], s.labels["period"]): s.value for s in found["rpi_throttled"][1]}
+    assert flags == {("under_voltage", "now"): 1.0, ("freq_capped", "now"): 0.0, ("throttled", "now"): 1.0,
+                     ("soft_temp_limit", "now"): 0.0, ("under_voltage", "since_boot"): 1.0,
+                     ("freq_capped", "since_boot"): 0.0, ("throttled", "since_boot"): 1.0,
+                     ("soft_temp_limit", "since_boot"): 0.0}
+    lint = subprocess.run([shutil.which("promtool") or "promtool", "check", "metrics"], input=text,
+                          capture_output=True, text=True, timeout=30)
+    assert "rpi_" not in lint.stdout + lint.stderr
+    mock.write_text("0\n")  # a healthy Pi: every flag 0, still reported
+    assert {s.value for s in families(page(throttled=mock))["rpi_throttled"][1]} == {0.0}
+    # No firmware (this machine, a VM, a test host) or a file that is not the driver's: nothing.
+    for missing in (tmp_path / "absent", mock.with_name("garbage")):
+        if missing.name == "garbage":
+            missing.write_text("throttled? no\n")
+        assert not any(n.startswith("rpi_") for n in families(page(throttled=missing)))
 
 
 def test_default_agent_port_is_not_node_exporters(tmp_path):

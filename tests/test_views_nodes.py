@@ -4,7 +4,7 @@ import pytest
 
 from picluster.monitor.scrape import cpu_use, parse, rates
 from picluster.nodestats import NodeRow
-from picluster.views.nodes import cpu_bars, nodes_table, short_bytes
+from picluster.views.nodes import cpu_bars, nodes_table, short_bytes, throttle_flag
 
 from render import render
 
@@ -102,3 +102,22 @@ def test_many_tasks_on_one_node_are_summarised():
                   tasks={"ps:0": "up", "worker:0": "up", "worker:1": "down", "worker:2": "starting"})
     line = next(ln for ln in render(nodes_table([row]), width=160).splitlines() if "localhost" in ln)
     assert "2/4 up worker:1 down worker:2 starting" in line
+
+
+def test_a_throttled_or_under_voltage_node_is_flagged_in_its_row():
+    # What the agent serves from a MOCK firmware file (a Pi's get_throttled; none exists here).
+    throttled = RECORDED_T1 + "# TYPE rpi_throttled_status gauge\nrpi_throttled_status 327685.0\n"  # 0x50005
+    stats = parse("node03", throttled)
+    assert stats.throttled == 0x50005 and parse("node02", RECORDED_T1).throttled is None
+    rows = [NodeRow("node02", ["worker"], parse("node02", RECORDED_T1)), NodeRow("node03", ["worker"], stats)]
+    text = render(nodes_table(rows), width=80)
+    node02 = next(line for line in text.splitlines() if line.strip().startswith("node02"))
+    node03 = next(line for line in text.splitlines() if line.strip().startswith("node03"))
+    assert "under-voltage" in node03 and "under-voltage" not in node02
+    assert ("node03: now under-voltage, throttled; since boot under-voltage, throttled "
+            "(the Pi's firmware: check its power supply and cooling)") in " ".join(text.split())
+    assert max(len(line) for line in text.splitlines()) <= 80 and "…" not in text
+    # The row's word: the worst condition now; yellow "was throttled" for one that has passed.
+    assert throttle_flag(0x4)[0].plain == " throttled" and throttle_flag(0x8)[0].plain == " hot"
+    assert throttle_flag(0x40000)[0].plain == " was throttled" and throttle_flag(0x40000)[1] == "since boot throttled"
+    assert throttle_flag(0) == (throttle_flag(None)[0], "") and throttle_flag(0)[0].plain == ""

@@ -1,4 +1,4 @@
-"""The node agent: this node's CPU, memory, load, temperature and network, in Prometheus text format.
+"""The node agent: this node's CPU, memory, load, temperature, throttling and network, in Prometheus text format.
 
 ``python -m picluster.monitor.agent --addr 10.0.0.11 --port 19100 --node node01 --cluster-file F``
 serves ``/metrics`` on the cluster address only, so an existing Prometheus or Grafana can scrape
@@ -11,10 +11,13 @@ Exporter Full" Grafana dashboard (grafana.com 1860) works against it; like node_
 sample carries the node's name (Prometheus adds ``instance``; ``node_uname_info`` has the
 ``nodename``).  What node_exporter does not know is ``picluster_*``: the TensorFlow tasks of
 this node (``picluster_task_up``), its inventory name, and, on a test host with limits, the
-host's cgroup.  Its default port is not node_exporter's 9100, so both can run on one Pi.
+host's cgroup.  A Pi's firmware flags (under-voltage, frequency capped, throttled, soft
+temperature limit; now and since boot) are ``rpi_throttled{condition,period}`` and the raw bits
+``rpi_throttled_status``, as Pi exporters name them; a machine without the firmware has neither.
+Its default port is not node_exporter's 9100, so both can run on one Pi.
 
 Counters are read when scraped, as node_exporter does: rates come from two scrapes.  Only
-``vcgencmd`` (a subprocess, on a Pi without thermal zones) is cached for a second.
+``vcgencmd`` (a subprocess, on a Pi without the sysfs files) is cached for a second.
 """
 
 import argparse
@@ -32,12 +35,17 @@ from prometheus_client.registry import CollectorRegistry
 
 from picluster import atomic
 from picluster.monitor import cgroup
+from picluster.nodestats import SINCE_BOOT_SHIFT, THROTTLE_CONDITIONS
 
 THERMAL = Path("/sys/class/thermal")
 PRESSURE = Path("/proc/pressure")
 MEMINFO = Path("/proc/meminfo")
 VCGENCMD = shutil.which("vcgencmd")  # looked up once, not on every scrape
 CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+# The firmware driver's file: the throttled bits in hex ("50005"), as vcgencmd get_throttled
+# prints them after "throttled=0x".  Newer kernels warn once that it is deprecated, and still serve it.
+THROTTLED = Path("/sys/devices/platform/soc/soc:firmware/get_throttled")
+THROTTLED_ENV = "PICLUSTER_THROTTLED_FILE"  # another file in its place: tests give a MOCK firmware file
 TASK_PROBE_S = 0.2  # the node's own tasks, on its own address: a refused connection is instant
 
 
@@ -59,6 +67,25 @@ def read_vcgencmd() -> float | None:
     out = subprocess.run([VCGENCMD, "measure_temp"], capture_output=True, text=True, timeout=2).stdout
     try:
         return float(out[5:].split("'")[0]) if out.startswith("temp=") else None
+    except ValueError:
+        return None
+
+
+def read_throttled(path: Path = THROTTLED) -> int | None:
+    """The firmware's throttled bits, or None where the file is missing or unreadable."""
+    try:
+        text = path.read_text().strip()
+        return int(text, 16) if text else None
+    except (OSError, ValueError):
+        return None
+
+
+def read_vcgencmd_throttled() -> int | None:
+    if not VCGENCMD:
+        return None
+    out = subprocess.run([VCGENCMD, "get_throttled"], capture_output=True, text=True, timeout=2).stdout.strip()
+    try:
+        return int(out.removeprefix("throttled="), 16) if out.startswith("throttled=") else None
     except ValueError:
         return None
 
@@ -112,11 +139,21 @@ def _answers(host: str, port: int) -> bool:
 class NodeCollector:
     """A prometheus_client collector reading the node when scraped."""
 
-    def __init__(self, node: str, cluster_file: Path | None = None, thermal: Path = THERMAL) -> None:
+    def __init__(self, node: str, cluster_file: Path | None = None, thermal: Path = THERMAL,
+                 throttled: Path = THROTTLED) -> None:
         self.node = node
         self.cluster_file = cluster_file
         self.thermal = thermal
-        self._vcgencmd: tuple[float, float | None] = (0.0, None)
+        self.throttled = throttled
+        self._vcgencmd: dict[str, tuple[float, float | int | None]] = {}
+
+    def _cached(self, what: str, read):
+        """vcgencmd's answer, asked at most once a second (a subprocess per scrape is too dear on a Pi)."""
+        taken, value = self._vcgencmd.get(what, (0.0, None))
+        if time.monotonic() - taken > 1.0:
+            value = read()
+            self._vcgencmd[what] = (time.monotonic(), value)
+        return value
 
     def collect(self) -> Iterator[Metric]:
         yield from self._system()
@@ -124,6 +161,7 @@ class NodeCollector:
         yield from self._memory()
         yield from self._network()
         yield from self._temperature()
+        yield from self._throttling()
         yield from self._pressure()
         yield from self._picluster()
 
@@ -183,12 +221,23 @@ class NodeCollector:
             temp.add_metric([zone, kind], celsius)
         yield temp
         if not zones and VCGENCMD:
-            taken, value = self._vcgencmd
-            if time.monotonic() - taken > 1.0:
-                value = read_vcgencmd()
-                self._vcgencmd = (time.monotonic(), value)
+            value = self._cached("measure_temp", read_vcgencmd)
             if value is not None:
                 yield GaugeMetricFamily("picluster_soc_temperature_celsius", "SoC temperature from vcgencmd (no thermal zone).", value=value)
+
+    def _throttling(self) -> Iterator[Metric]:
+        bits = read_throttled(self.throttled)
+        if bits is None and VCGENCMD:
+            bits = self._cached("get_throttled", read_vcgencmd_throttled)
+        if bits is None:  # no Pi firmware here: say nothing rather than "not throttled"
+            return
+        yield GaugeMetricFamily("rpi_throttled_status", "The firmware's throttled bits (vcgencmd get_throttled).", value=bits)
+        flags = GaugeMetricFamily("rpi_throttled", "A firmware throttling condition, now or since boot (1) or not (0).",
+                                  labels=["condition", "period"])
+        for i, condition in enumerate(THROTTLE_CONDITIONS):
+            flags.add_metric([condition, "now"], float(bits >> i & 1))
+            flags.add_metric([condition, "since_boot"], float(bits >> (SINCE_BOOT_SHIFT + i) & 1))
+        yield flags
 
     def _pressure(self) -> Iterator[Metric]:
         names = {("cpu", "some"): "node_pressure_cpu_waiting_seconds_total",
@@ -231,9 +280,9 @@ class NodeCollector:
                                       value=usage.oom_kills)
 
 
-def registry_for(node: str, cluster_file: Path | None = None) -> CollectorRegistry:
+def registry_for(node: str, cluster_file: Path | None = None, throttled: Path = THROTTLED) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(NodeCollector(node, cluster_file))
+    registry.register(NodeCollector(node, cluster_file, throttled=throttled))
     return registry
 
 
@@ -254,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         from picluster.cluster.lifetime import die_with_parent
 
         die_with_parent(args.parent)
-    registry = registry_for(args.node, args.cluster_file)
+    registry = registry_for(args.node, args.cluster_file, Path(os.environ.get(THROTTLED_ENV) or THROTTLED))
     server, thread = start_http_server(args.port, addr=args.addr, registry=registry)
     if args.ready_file:
         atomic.write_text(args.ready_file, str(server.server_port))

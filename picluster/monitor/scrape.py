@@ -44,6 +44,8 @@ def parse(node: str, text: str) -> NodeStats:
                 stats.taken = value
             elif name == "picluster_task_up":
                 stats.tasks[f"{labels['tf_job']}:{labels['tf_task']}"] = "up" if value else "down"
+            elif name == "rpi_throttled_status":
+                stats.throttled = int(value)
             elif name == "picluster_cgroup_cpu_limit_cores":
                 stats.cgroup_cpu_limit = value
             elif name == "picluster_cgroup_cpu_seconds_total":

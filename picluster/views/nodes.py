@@ -5,7 +5,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from picluster.nodestats import NodeRow
+from picluster.nodestats import NodeRow, throttle_flags
 
 _BLOCKS = " ▁▂▃▄▅▆▇█"
 
@@ -56,9 +56,31 @@ def _tasks(tasks: dict[str, str]) -> Text:
 
 STATE_STYLE = {"up": "green", "starting": "yellow", "down": "red"}
 
+_SAID = {"under_voltage": "under-voltage", "freq_capped": "frequency capped", "throttled": "throttled",
+         "soft_temp_limit": "soft temperature limit"}
+# The word in the node's row: the first condition of these that holds now (worst first).
+_WORD = (("under_voltage", "under-voltage"), ("throttled", "throttled"), ("freq_capped", "capped"),
+         ("soft_temp_limit", "hot"))
+
+
+def throttle_flag(bits: int | None) -> tuple[Text, str]:
+    """The word flagging a node in its row (red: now; yellow: only since boot) and the whole
+    story for the table's caption; both empty for a node that is fine or has no Pi firmware."""
+    if not bits:
+        return Text(""), ""
+    now, since_boot = throttle_flags(bits)
+    word = next((w for name, w in _WORD if name in now), "")
+    flag = Text(f" {word}", style="bold red") if word else Text(" was throttled" if since_boot else "", style="yellow")
+    parts = [f"now {', '.join(_SAID[c] for c in now)}"] if now else []
+    if since_boot:
+        parts.append(f"since boot {', '.join(_SAID[c] for c in since_boot)}")
+    return flag, "; ".join(parts)
+
 
 def nodes_table(rows: list[NodeRow], title: str | None = None) -> Table:
-    table = Table(title=title, expand=False, pad_edge=False, box=box.SIMPLE_HEAD, collapse_padding=True)
+    table = Table(title=title, expand=False, pad_edge=False, box=box.SIMPLE_HEAD, collapse_padding=True,
+                  caption_justify="left")
+    notes = []
     # Fits 80 columns for a Pi (4 cores, 2 tasks): terminals on a Pi console are that narrow.
     for name in ("node", "roles", "cpu", "load", "mem GiB", "°C", "rx/tx B/s", "tasks"):
         table.add_column(name, justify="left" if name in ("node", "roles", "cpu", "tasks") else "right", no_wrap=True)
@@ -68,8 +90,14 @@ def nodes_table(rows: list[NodeRow], title: str | None = None) -> Table:
         if s is None:
             table.add_row(row.name, roles, Text("unreachable", style="bold red"), "-", "-", "-", "-", _tasks(row.tasks))
             continue
+        flag, story = throttle_flag(s.throttled)
+        if story:
+            notes.append(f"{row.name}: {story} (the Pi's firmware: check its power supply and cooling)")
         memory = f"{s.memory_used / 2**30:.1f}/{s.memory_total / 2**30:.1f}"
         temp = f"{s.temperature:.0f}" if s.temperature is not None else "-"
         net = f"{short_bytes(row.rx_rate)}/{short_bytes(row.tx_rate)}"
-        table.add_row(row.name, roles, cpu_bars(s.cpu_percent), f"{s.load[0]:.2f}", memory, temp, net, _tasks(row.tasks))
+        table.add_row(Text(row.name) + flag, roles, cpu_bars(s.cpu_percent), f"{s.load[0]:.2f}", memory, temp, net,
+                      _tasks(row.tasks))
+    if notes:
+        table.caption = "\n".join(notes)
     return table

@@ -37,7 +37,7 @@ class Graph:
     def __init__(self, config: TrainConfig, task: int, data, cluster: dict | None = None, launch: str = "") -> None:
         self.graph = tf.Graph()
         self.shape, self.forward = network(config)
-        workers = 1 if config.standalone else config.workers
+        workers = self.workers = 1 if config.standalone else config.workers
         # A container per launch: a persistent cluster's ps keeps variables between sessions, and
         # a new run must not start from the last one's weights (a resumed one restores its checkpoint).
         with self.graph.as_default(), tf.compat.v1.container(f"picluster-{launch}" if launch else ""):  # [A-Za-z0-9.-/] only
@@ -84,13 +84,14 @@ class Graph:
                 _, per_epoch = config.steps_per_epoch(len(data.x_train), workers)
                 self.learning_rate = learning_rate(config, self.global_step, per_epoch, workers)
                 self.sync = config.mode == "sync" and workers > 1
+                self.arrivals = None  # sync, the chief: (tasks, times) of the step's gradients as ps 0 saw them
                 lr = self.learning_rate
                 if not self.sync and config.async_lr == "staleness" and workers > 1:
                     lr = lr / self._staleness()
                 opt = tf.compat.v1.train.AdamOptimizer(lr, beta1=config.adam_beta1)
                 grads, variables = zip(*opt.compute_gradients(self.loss))
                 if self.sync:
-                    self.train = _sync_step(opt, grads, variables, self.global_step, config, task, workers, launch)
+                    self.train, self.arrivals = _sync_step(opt, grads, variables, self.global_step, config, task, workers, launch)
                 else:
                     grads, _ = tf.clip_by_global_norm(grads, config.clip_norm)
                     self.train = opt.apply_gradients(zip(grads, variables), global_step=self.global_step)
@@ -200,7 +201,10 @@ def _sync_step(opt, grads, variables, global_step, config, task, workers, launch
     there and then waits for a token; the chief takes one gradient from every queue, each ps
     averages its own share (the work is spread as the bytes are), the chief clips by the global
     norm (from one scalar per ps), applies Adam (on each variable's ps) and hands each worker a
-    token.  Unlike SyncReplicasOptimizer, which accepts any ``replicas_to_aggregate`` gradients
+    token.  Each worker also leaves (its task, the time) in one queue on ps 0 once its gradients
+    are all there, stamped by ps 0's clock so that the workers' clocks never need to agree; the
+    chief takes them with the gradients (the ``arrivals`` it returns), and the last one each step
+    is the worker the others waited for.  Unlike SyncReplicasOptimizer, which accepts any ``replicas_to_aggregate`` gradients
     (a fast worker may supply two), every step holds exactly one gradient per worker.  Queue
     names carry the launch id, so a persistent cluster's leftovers from an earlier launch are
     never read.
@@ -226,9 +230,15 @@ def _sync_step(opt, grads, variables, global_step, config, task, workers, launch
     with tf.compat.v1.device("/job:ps/task:0"):
         tokens = [tf.queue.FIFOQueue(1, [tf.int64], shapes=[[]], shared_name=f"token_{w}_{launch}", name=f"token_{w}")
                   for w in range(workers)]
-    if task != 0:
+        arrivals = tf.queue.FIFOQueue(workers, [tf.int32, tf.float64], shapes=[[], []], shared_name=f"arrivals_{launch}",
+                                      name="arrivals")
         with tf.control_dependencies(pushes):
-            return tokens[task].dequeue()
+            arrived = arrivals.enqueue([tf.constant(task, tf.int32), tf.timestamp()])
+    if task != 0:
+        with tf.control_dependencies([*pushes, arrived]):
+            return tokens[task].dequeue(), None
+    with tf.control_dependencies([arrived]), tf.compat.v1.device("/job:ps/task:0"):
+        stamps = arrivals.dequeue_many(workers)
     norm = tf.sqrt(tf.add_n([sq for sq, _ in averaged]))
     scale = config.clip_norm / tf.maximum(norm, config.clip_norm)  # clip_by_global_norm's factor
     clipped = []
@@ -236,6 +246,6 @@ def _sync_step(opt, grads, variables, global_step, config, task, workers, launch
         with tf.compat.v1.device(variables[i].device):
             clipped.append(g * scale)
     apply = opt.apply_gradients(zip(clipped, variables), global_step=global_step)
-    with tf.control_dependencies([apply]):
+    with tf.control_dependencies([apply, *stamps]):
         step = global_step.read_value()
-        return tf.group(*[tokens[w].enqueue([step]) for w in range(1, workers)])
+        return tf.group(*[tokens[w].enqueue([step]) for w in range(1, workers)]), stamps

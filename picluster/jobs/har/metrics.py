@@ -19,7 +19,7 @@ TEST_COLUMNS = ("test_loss", "test_acc", "test_f1")
 COLUMNS = (
     "epoch", "global_step", "train_loss", "train_acc", "val_loss", "val_acc", "val_f1",
     *TEST_COLUMNS, "epoch_s", "input_s", "compute_s", "exchange_s",
-    "staleness_mean", "staleness_max", "wall_s", "time",
+    "staleness_mean", "staleness_max", "straggler", "straggler_ms", "wall_s", "time",
 )
 
 

@@ -48,6 +48,9 @@ class Printer:
             return
         f = lambda k: float(r[k]) if r.get(k) not in (None, "") else float("nan")
         stale = f" stale {f('staleness_mean'):.2f}/{r['staleness_max']}" if r.get("staleness_mean") else ""
+        # Sync: the worker the others waited for, when one held most steps back (straggler.py).
+        if r.get("straggler") not in (None, ""):
+            stale += f"  straggler worker:{int(float(r['straggler']))} (+{f('straggler_ms'):.0f} ms a step)"
         # Test scores per epoch only with --eval-test-every-epoch (and in runs made before it).
         test = f"test {f('test_loss'):.3f} {f('test_acc'):.1%} F1 {f('test_f1'):.3f}  " if r.get("test_acc") not in (None, "") else ""
         self.console.print(

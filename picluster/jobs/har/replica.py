@@ -36,6 +36,7 @@ from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import load_data, shard
 from picluster.jobs.har.graph import Graph
 from picluster.jobs.har.rundir import RunDir
+from picluster.jobs.har.straggler import Arrivals
 
 PROBE_REPEATS = 3
 LIVE_EVERY_S = 1.0  # the chief's live.json: where in the epoch it is
@@ -201,6 +202,11 @@ def train_epoch(session, g: Graph, data, order, jitter: np.random.Generator, ste
     t_input = t_step = loss_sum = 0.0
     correct = seen = 0
     staleness = []
+    # Sync's chief: which worker each step waited for (None elsewhere: nobody waits on anyone).
+    fetches = [g.train, g.xent, g.correct, g.step_before, g.step_after]
+    arrivals = Arrivals(g.workers) if g.arrivals is not None else None
+    if arrivals is not None:
+        fetches.append(g.arrivals)
     after = 0
     begin = live_at = time.perf_counter()
     for s in range(steps):
@@ -208,21 +214,25 @@ def train_epoch(session, g: Graph, data, order, jitter: np.random.Generator, ste
         idx = np.sort(order[s * batch:(s + 1) * batch])
         feed = {g.x: augment.augment(data.x_train[idx], jitter, spec), g.y: data.y_train[idx], g.keep: cfg.keep_prob}
         t1 = time.perf_counter()
-        _, loss, ok, before, after = session.run([g.train, g.xent, g.correct, g.step_before, g.step_after], feed)
+        _, loss, ok, before, after, *stamps = session.run(fetches, feed)
         t2 = time.perf_counter()
         t_input += t1 - t0
         t_step += t2 - t1
         loss_sum += float(loss) * len(idx)
         correct += int(ok)
         seen += len(idx)
+        if arrivals is not None:
+            arrivals.add(*stamps[0])
         if not g.sync and distributed:
             staleness.append(int(after) - int(before) - 1)  # other workers' updates between our read and our apply
         if live is not None and t2 - live_at >= LIVE_EVERY_S:
             live_at = t2
             atomic.write_json(live, {"epoch": epoch, "epochs": cfg.epochs, "step": s + 1, "steps": steps,
                                      "global_step": int(after), "train_acc": correct / max(seen, 1), "time": time.time()})
+    epoch_s = time.perf_counter() - begin
+    held = arrivals.straggler(epoch_s / max(steps, 1)) if arrivals is not None else None
     return {
-        "epoch_s": time.perf_counter() - begin,
+        "epoch_s": epoch_s,
         "input_s": t_input,
         "compute_s": t_step,
         "train_loss": loss_sum / max(seen, 1),
@@ -230,6 +240,8 @@ def train_epoch(session, g: Graph, data, order, jitter: np.random.Generator, ste
         "staleness_mean": float(np.mean(staleness)) if staleness else "",
         "staleness_max": int(np.max(staleness)) if staleness else "",
         "global_step": int(after) if steps else "",
+        "straggler": held[0] if held else "",
+        "straggler_ms": round(held[1] * 1000, 1) if held else "",
     }
 
 
