@@ -5,6 +5,9 @@ Run as root, on a quiet machine (one configuration per run keeps each run short;
     .venv/bin/python benchmarks/har_lab.py --workers 1 --modes sync
     .venv/bin/python benchmarks/har_lab.py --workers 2,4,8 --modes sync,async
     .venv/bin/python benchmarks/har_lab.py --report        # table and figures from what was measured
+    # 1 to 16 workers on 17 hosts at the fair share (2 cores / 17), a figure of their own
+    .venv/bin/python benchmarks/har_lab.py --workers 1,2,4,8,16 --modes sync --hosts-for 16 --epochs 60 \
+        --variants 'h17=' --draw h17
     # the exchange side by side: the thesis' fixed global batch against the defaults
     .venv/bin/python benchmarks/har_lab.py --workers 1,8 --modes sync --epochs 4 --no-target \
         --variants 'global=--global-batch --lr-scaling none --warmup-epochs 0;default='
@@ -126,7 +129,7 @@ def _cpu(run_dir: Path, begin: float, end: float) -> tuple[str, str, str]:
     return (f"{ps:.0f}" if ps is not None else ""), (f"{sum(busy) / len(busy):.0f}" if busy else ""), busiest
 
 
-def report(rows: dict[tuple[str, str, int], dict], figures: Path) -> None:
+def report(rows: dict[tuple[str, str, int], dict], figures: Path, drawn: tuple[str, ...] = ("default",)) -> None:
     print("| variant | mode | workers | s/epoch | time to val >= 90 % | start-up | best val acc (epochs) | speedup | efficiency |"
           " steps/epoch | input ms/step | session ms/step | exchange ms/step | node01 (ps) CPU % | worker CPU % | busiest host CPU % |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -141,14 +144,18 @@ def report(rows: dict[tuple[str, str, int], dict], figures: Path) -> None:
     cpu = {r["cpu_per_host"] for r in rows.values()}
     print(f"\nper host: {', '.join(sorted(cpu))} CPU and 1 GiB; failed runs: "
           + (", ".join(f"{v} {m} x{w}: {r['ok']}" for (v, m, w), r in rows.items() if r["ok"] != "yes") or "none"))
-    defaults = {(m, w): r for (v, m, w), r in rows.items() if v == "default"}
-    if defaults:
-        with open(RESULTS / "har_lab_default.csv", "w", newline="") as f:  # the figure's table: the defaults only
+    for variant in drawn:  # a figure per variant asked for, from its rows only (har_lab_<variant>.png)
+        chosen = {(m, w): r for (v, m, w), r in rows.items() if v == variant}
+        if not chosen:
+            continue
+        source = RESULTS / f"har_lab_{variant}.csv"
+        with open(source, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=COLUMNS[1:])
             writer.writeheader()
-            for key in sorted(defaults):
-                writer.writerow({c: defaults[key].get(c, "") for c in COLUMNS[1:]})
-        for path in plot(RESULTS / "har_lab_default.csv", figures, ("png",), title="HAR on Pi-shaped test hosts: scaling by workers"):
+            for key in sorted(chosen):
+                writer.writerow({c: chosen[key].get(c, "") for c in COLUMNS[1:]})
+        shape = "" if variant == "default" else f" ({chosen[min(chosen)]['cpu_per_host']} of a core each)"
+        for path in plot(source, figures, ("png",), title=f"HAR on Pi-shaped test hosts: scaling by workers{shape}"):
             print(f"figure: {path}")
 
 
@@ -167,12 +174,13 @@ def main() -> None:
     parser.add_argument("--no-target", action="store_true", help="run every epoch (no stop at validation >= 90 %%)")
     parser.add_argument("--report", action="store_true", help="only print the table and draw the figures")
     parser.add_argument("--figures", type=Path, default=Path(__file__).resolve().parent.parent / "docs" / "images")
+    parser.add_argument("--draw", default="default", help="variants to draw a figure of, comma-separated [default]")
     args = parser.parse_args()
     if args.ps_hosts < 1:
         parser.error("--ps-hosts must be at least 1")
     rows = load()
     if args.report:
-        report(rows, args.figures)
+        report(rows, args.figures, tuple(args.draw.split(",")))
         return
     har = har_dir() / CACHE_NAME
     if not har.exists():
@@ -200,7 +208,7 @@ def main() -> None:
             rows[(variant, mode, workers)] = row
             save(rows)
             print(f"{variant} {mode} x{workers}: {json.dumps(row)} ({time.perf_counter() - t0:.0f} s)", flush=True)
-    report(rows, args.figures)
+    report(rows, args.figures, tuple(args.draw.split(",")))
 
 
 if __name__ == "__main__":
