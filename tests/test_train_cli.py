@@ -199,8 +199,6 @@ def test_a_worker_the_others_wait_for_is_named_the_straggler(state, tiny, tmp_pa
     assert [r["straggler"] for r in rows[2:]] == ["1"] * 3, rows  # epoch 2 may have begun before the slowing
     assert all(float(r["straggler_ms"]) > 10 for r in rows[2:])
     assert err.count("straggler worker:1 (+") >= 3, err
-    # Unhindered, nobody is named: the run above's first epoch, and the tests' other sync runs.
-    assert rows[0]["straggler"] == "", rows[0]
 
 
 @pytest.mark.e2e
