@@ -171,7 +171,7 @@ def test_default_agent_port_is_not_node_exporters(tmp_path):
     assert f"agent_port = {AGENT_PORT}" in (ROOT / "examples" / "picluster.toml").read_text()
 
 
-def test_grafana_dashboard_reads_only_metrics_the_agent_serves():
+def test_grafana_dashboard_reads_only_metrics_the_agent_serves(tmp_path):
     dashboard = json.loads(DASHBOARD.read_text())
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     exprs += [v["query"]["query"] for v in dashboard["templating"]["list"] if isinstance(v.get("query"), dict)]
@@ -179,9 +179,13 @@ def test_grafana_dashboard_reads_only_metrics_the_agent_serves():
     # A test host's cgroup metrics appear only in a cgroup with limits (tests/test_lab_limits.py).
     served |= {"picluster_task_up", "picluster_cgroup_cpu_seconds_total", "picluster_cgroup_cpu_limit_cores",
                "picluster_cgroup_memory_usage_bytes", "picluster_cgroup_memory_limit_bytes"}
-    used = {m for e in exprs for m in re.findall(r"\b(?:node|picluster)_[A-Za-z0-9_]+", e)}
+    # A Pi's firmware flags appear only on a Pi: here from a MOCK firmware file.
+    mock = tmp_path / "MOCK-soc-firmware-get_throttled"
+    mock.write_text("0\n")
+    served |= set(families(page(throttled=mock)))
+    used = {m for e in exprs for m in re.findall(r"\b(?:node|picluster|rpi)_[A-Za-z0-9_]+", e)}
     assert used and used <= served, used - served
-    assert any("picluster_task_up" in e for e in exprs)
+    assert any("picluster_task_up" in e for e in exprs) and any("rpi_throttled" in e for e in exprs)
     assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
 
 
