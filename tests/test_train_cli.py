@@ -173,18 +173,19 @@ def test_sync_training_learns_and_a_killed_worker_run_resumes(state, tiny, tmp_p
 @pytest.mark.e2e
 def test_a_worker_the_others_wait_for_is_named_the_straggler(state, tiny, tmp_path):
     run_dir = tmp_path / "run"
-    proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_CONV, "--epochs", "5", "--mode", "sync")
+    # 12 steps an epoch (240 windows, 2 workers, 10 each): 11 of them timed, the first is not.
+    proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_CONV, "--batch", "10", "--epochs", "5", "--mode", "sync")
     slow = None
     try:
         _wait_for_epochs(run_dir, 1, proc)
         slow = _client(run_dir, 1)
-        # Hold worker 1 back, as a throttled Pi's CPU would: stopped three quarters of the time.
+        # Hold worker 1 back, as a throttled Pi's CPU would: stopped nineteen twentieths of the time.
         try:
             while proc.poll() is None:
                 slow.suspend()
-                time.sleep(0.06)
+                time.sleep(0.19)
                 slow.resume()
-                time.sleep(0.02)
+                time.sleep(0.01)
         except psutil.NoSuchProcess:
             pass  # its epochs done, it has exited
         _out, err = proc.communicate(timeout=60)
@@ -196,9 +197,12 @@ def test_a_worker_the_others_wait_for_is_named_the_straggler(state, tiny, tmp_pa
         proc.kill()
     assert proc.returncode == 0, err
     rows = _rows(run_dir)
-    assert [r["straggler"] for r in rows[2:]] == ["1"] * 3, rows  # epoch 2 may have begun before the slowing
-    assert all(float(r["straggler_ms"]) > 10 for r in rows[2:])
-    assert err.count("straggler worker:1 (+") >= 3, err
+    # Epochs 3-5 (epoch 2 may have begun before the slowing): worker 1 named, never worker 0; a
+    # step now and then in which the stopped worker happened to run may leave one epoch unnamed.
+    named = [(r["straggler"], r["straggler_ms"]) for r in rows[2:]]
+    assert [who for who, _ in named].count("1") >= 2 and "0" not in [who for who, _ in named], named
+    assert all(float(ms) > 10 for who, ms in named if who == "1"), named
+    assert err.count("straggler worker:1 (+") >= 2, err
 
 
 @pytest.mark.e2e

@@ -221,7 +221,9 @@ def train_epoch(session, g: Graph, data, order, jitter: np.random.Generator, ste
         loss_sum += float(loss) * len(idx)
         correct += int(ok)
         seen += len(idx)
-        if arrivals is not None:
+        # Not the epoch's first step: the others start it while the chief still evaluates the last
+        # epoch, so it would name the chief for the evaluation rather than for its steps.
+        if arrivals is not None and s > 0:
             arrivals.add(*stamps[0])
         if not g.sync and distributed:
             staleness.append(int(after) - int(before) - 1)  # other workers' updates between our read and our apply

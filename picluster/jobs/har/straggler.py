@@ -1,10 +1,11 @@
 """Which worker a sync step waited for: from the times each worker's gradients reached ps 0.
 
-Every step the chief gets (task, time) for each worker, stamped by ps 0's clock (graph.py).  The
-last to arrive held the step; how long the typical worker waited for it is the last time less
-the median.  Over an epoch one worker is named the straggler only when it was last in most steps
-and the wait it caused is a real part of a step: on a cluster of equal nodes the last place
-moves around, and nothing is named.
+Every step but an epoch's first (which the others begin while the chief evaluates) the chief
+gets (task, time) for each worker, stamped by ps 0's clock (graph.py).  The last to arrive held
+the step; how long the typical worker waited for it is the last time less the median.  Over an
+epoch one worker is named the straggler only when it was last in most steps and the wait it
+caused is a real part of a step: on equal nodes the last place moves around, and nothing is
+named.
 """
 
 from dataclasses import dataclass, field
