@@ -35,6 +35,12 @@ def test_a_worker_last_now_and_then_or_by_a_hair_is_not_named():
         pair.add([0, 1], [1.0, 1.2] if step < 4 else [1.2, 1.0])
     assert pair.straggler(step_s=0.5) is None
     assert Arrivals(1).straggler(1.0) is None and Arrivals(3).straggler(1.0) is None  # no steps yet
+    few = Arrivals(16)
+    for _ in range(3):  # a 16-worker epoch's 2 timed steps, and one more: too few to name anyone
+        few.add(range(16), [1.0] * 15 + [2.0])
+    assert few.straggler(step_s=1.5) is None
+    few.add(range(16), [1.0] * 15 + [2.0])
+    assert few.straggler(step_s=1.5) == (15, 1.0)
 
 
 def test_the_epoch_line_names_the_straggler():

@@ -21,6 +21,7 @@ def most_steps(workers: int) -> float:
 
 SHARE_OF_STEP = 0.1  # and the others waited at least this share of a step for it, on average
 MIN_WAIT_S = 0.005  # and at least this long: below it, timer noise
+MIN_STEPS = 4  # fewer timed steps in an epoch (16 workers make 3) say nothing either way
 
 
 @dataclass
@@ -45,7 +46,7 @@ class Arrivals:
     def straggler(self, step_s: float) -> tuple[int, float] | None:
         """(task, seconds a step the others waited for it) when one worker held most steps back
         by a real share of a step; None otherwise."""
-        if not self.steps or self.workers < 2:
+        if self.steps < MIN_STEPS or self.workers < 2:
             return None
         task = int(np.argmax(self.last))
         per_step = float(self.waited[task]) / self.steps
