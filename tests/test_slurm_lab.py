@@ -378,7 +378,8 @@ def test_requests_slurm_refuses_are_one_line_and_queue_nothing(slurm_lab, tmp_pa
     before = queue_states(path)
     done = picluster("submit", "-i", path, "--mem", "900G", "--", "hostname")
     assert done.returncode == 2 and done.stderr == (
-        "picluster: error: Slurm refused the job: allocation failure: Requested node configuration is not available\n"), done.stderr
+        "picluster: error: Slurm refused the job: allocation failure: Requested node configuration is not available; "
+        "nothing was queued\n"), done.stderr
     assert queue_states(path) == before
     gone = picluster("logs", "-i", path, "slurm:999999")
     assert gone.returncode == 2 and "slurm:999999" not in gone.stdout and len(gone.stderr.splitlines()) == 1
