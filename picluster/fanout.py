@@ -34,10 +34,8 @@ class GroupError(ClusterError):
 
 def fold(failures: dict[str, BaseException]) -> list[str]:
     """["node[02-04]: message", "node07: other message"]: nodes grouped by what went wrong."""
-    by_message: dict[str, list[str]] = {}
-    for node, exc in failures.items():
-        by_message.setdefault(_message(exc), []).append(node)
-    return [f"{nodeset.fold(nodes)}: {message}" for message, nodes in by_message.items()]
+    folded = nodeset.fold_by({node: _message(exc) for node, exc in failures.items()})
+    return [f"{nodes}: {message}" for message, nodes in folded.items()]
 
 
 class Results(dict[str, Any], Generic[R]):

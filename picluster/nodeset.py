@@ -1,16 +1,19 @@
 """Node sets in ClusterShell's notation: ``node[01-16]``, ``192.168.1.[16-31]``, ``a[1-2]b[1-3],c``.
 
-``expand`` turns a pattern into names; ``fold`` turns names back into the shortest such pattern.
+``expand`` turns a pattern into names; ``fold`` turns names back into the shortest such pattern,
+and ``fold_by`` folds the names that share a value (ClusterShell's folded output).
 Patterns come from inventories and command lines, so expansion is bounded.
 """
 
 import itertools
 import re
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable, Mapping
+from typing import TypeVar
 
 from picluster.errors import UsageError
 
 MAX_NODES = 4096
+V = TypeVar("V", bound=Hashable)
 
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
 _ITEM = re.compile(r"^(\d+)(?:-(\d+))?$")
@@ -136,3 +139,13 @@ def _fold_group(prefix: str, suffix: str, width: int, numbers: list[int]) -> str
         if n is not None:
             start = prev = n
     return f"{prefix}[{','.join(runs)}]{suffix}"
+
+
+def fold_by(values: Mapping[str, V]) -> dict[V, str]:
+    """Names grouped by their value, each group folded, in the order the values first appear:
+    ``{"node02": "down", "node03": "idle", "node07": "down"}`` -> ``{"down": "node[02,07]", "idle": "node03"}``."""
+    groups: dict[V, list[str]] = {}
+    for name, value in values.items():
+        groups.setdefault(value, []).append(name)
+    return {value: fold(names) for value, names in groups.items()}
+

@@ -56,13 +56,12 @@ def jobs(inventory, job_id, limit) -> None:
     if inventory is not None and inventory.slurm is not None:
         from picluster.jobs.slurm import queue
 
-        queued = queue.listing(inventory)
+        queued, down = queue.overview(inventory)
         title = f"Slurm queue, partition {inventory.slurm.partition} on {inventory.name}"
         if queued:
             console.print(queue_table(queued, title))
         else:
             click.echo(f"{title}: empty")
-        down = queue.unavailable(inventory)
         if down:
             click.echo(f"not available: {queue.describe(down)}: Slurm starts no job there")
     if store.damaged:

@@ -204,8 +204,9 @@ def _sync_step(opt, grads, variables, global_step, config, task, workers, launch
     token.  Each worker also leaves (its task, the time) in one queue on ps 0 once its gradients
     are all there, stamped by ps 0's clock so that the workers' clocks never need to agree; the
     chief takes them with the gradients (the ``arrivals`` it returns), and the last one each step
-    is the worker the others waited for.  Unlike SyncReplicasOptimizer, which accepts any ``replicas_to_aggregate`` gradients
-    (a fast worker may supply two), every step holds exactly one gradient per worker.  Queue
+    is the worker the others waited for.  Unlike SyncReplicasOptimizer, which accepts any
+    ``replicas_to_aggregate`` gradients (a fast worker may supply two), every step holds exactly
+    one gradient per worker.  Queue
     names carry the launch id, so a persistent cluster's leftovers from an earlier launch are
     never read.
     """

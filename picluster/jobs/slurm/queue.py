@@ -61,10 +61,12 @@ class Submitted:
     unavailable: dict[str, str]  # node -> state (reason) of the partition's nodes Slurm cannot use now
 
 
-def _sinfo(inv: Inventory) -> str:
-    """The sinfo command for the inventory's partition's nodes."""
+def _down(inv: Inventory, remote: Remote) -> dict[str, str]:
+    """The partition's nodes Slurm will not start a job on now: node -> state (reason); none when
+    sinfo cannot say (the caller has its own error to report, or has already shown the queue)."""
     assert inv.slurm is not None  # controller(inv) has refused an inventory without [slurm]
-    return f"{SINFO_NODES} --partition={shlex.quote(inv.slurm.partition)}"
+    sinfo = f"{SINFO_NODES} --partition={shlex.quote(inv.slurm.partition)}"
+    return not_serving(sinfo_states(remote.run(sinfo, check=False).stdout))
 
 
 def _open(inv: Inventory, then: str = "") -> Remote:
@@ -103,7 +105,7 @@ def submit(inv: Inventory, req: Request) -> Submitted:
         except UsageError as refused:
             # --test-only also refuses a job that needs a node that is down now (sbatch would
             # leave it pending): name those nodes, since they are the likelier cause.
-            down = not_serving(sinfo_states(remote.run(_sinfo(inv), check=False).stdout))
+            down = _down(inv, remote)
             if not down:
                 raise UsageError(f"{refused}{nothing}") from None
             raise UsageError(f"{refused}; not available now: {describe(down)} (bring {'it' if len(down) == 1 else 'them'} back with "
@@ -112,42 +114,43 @@ def submit(inv: Inventory, req: Request) -> Submitted:
         job = out.strip().split(";", 1)[0]
         if not _ID.fullmatch(job):
             raise ClusterError(f"sbatch answered {out.strip()[:80]!r}, not a job id")
-        states = sinfo_states(remote.run(_sinfo(inv), check=False).stdout)
+        down = _down(inv, remote)
     finally:
         remote.close()
-    return Submitted(job, not_serving(states))
+    return Submitted(job, down)
 
 
 def describe(states: dict[str, str]) -> str:
     """Nodes grouped by state: ``node[02,05] down (test-stopped); node07 drained (fan)``."""
-    by_state: dict[str, list[str]] = {}
-    for node, state in states.items():
-        by_state.setdefault(state, []).append(node)
-    return "; ".join(f"{nodeset.fold(sorted(nodes))} {state}" for state, nodes in sorted(by_state.items()))
-
-
-def unavailable(inv: Inventory) -> dict[str, str]:
-    """The partition's nodes Slurm will not start a job on now: node -> state (reason)."""
-    remote = _open(inv)
-    try:
-        out = _slurm(inv, remote, _sinfo(inv), "sinfo")
-    finally:
-        remote.close()
-    return not_serving(sinfo_states(out))
+    return "; ".join(f"{nodes} {state}" for state, nodes in sorted(nodeset.fold_by(states).items()))
 
 
 def listing(inv: Inventory, job: str | None = None) -> list[SlurmJob]:
     """The queue (pending, running and recently ended jobs), or one job of it."""
     remote = _open(inv)
     try:
-        which = f" --jobs={job}" if job is not None else ""
+        return _squeue(inv, remote, job)
+    finally:
+        remote.close()
+
+
+def overview(inv: Inventory) -> tuple[list[SlurmJob], dict[str, str]]:
+    """The queue and the partition's nodes Slurm cannot use now, over one connection."""
+    remote = _open(inv)
+    try:
+        return _squeue(inv, remote), _down(inv, remote)
+    finally:
+        remote.close()
+
+
+def _squeue(inv: Inventory, remote: Remote, job: str | None = None) -> list[SlurmJob]:
+    which = f" --jobs={job}" if job is not None else ""
+    try:
         out = _slurm(inv, remote, f"squeue --noheader --states=all{which} --format={shlex.quote(_FORMAT)}", "squeue")
     except UsageError as exc:
         if job is not None and "Invalid job id" in str(exc):
             return []
         raise
-    finally:
-        remote.close()
     return parse(out)
 
 

@@ -269,7 +269,7 @@ def queue(ctx: Context):
     if len(set(versions.values())) > 1:
         mine = versions.get(ctx.node.name, "?")
         other = {n: v for n, v in versions.items() if v != mine}
-        listed = "; ".join(f"{nodeset.fold(sorted(n for n in other if other[n] == v))} {v}" for v in sorted(set(other.values())))
+        listed = "; ".join(f"{nodes} {v}" for v, nodes in sorted(nodeset.fold_by(other).items()))
         yield Item("versions", Status.FAILED, f"slurmd versions differ: {slurm.controller} runs {mine}, {listed}")
         return
     ran = remote.run(f"srun --nodes={len(names)} --ntasks-per-node=1 --time=1 --job-name=picluster-check hostname",
