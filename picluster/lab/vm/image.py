@@ -46,6 +46,8 @@ PACKAGES = (
     "nfs-common",  # provisioning: every node
     "python3",  # Ansible, and picluster's own remote checks
     "python3-venv",  # provisioning: the TensorFlow venv
+    "gcc",  # provisioning: the bind shim is built on the node (cluster/shim.py)
+    "libc6-dev",
     "python3-apt",  # Ansible's apt module
     "python3-packaging",  # Ansible's pip module (the runtime role)
     "nftables",  # provisioning: the firewall

@@ -7,7 +7,7 @@ A node with everything installed is never asked to reach a mirror.
 from picluster.provision.result import Item, Status
 from picluster.provision.steps import Context, q, slurm
 
-EVERYWHERE = ("nfs-common", "python3-venv", "nftables")
+EVERYWHERE = ("nfs-common", "python3-venv", "nftables", "gcc", "libc6-dev")  # gcc: the bind shim (cluster/shim.py) is built on the node
 MASTER = ("nfs-kernel-server",)
 INSTALL_TIMEOUT = 1800.0
 
