@@ -341,3 +341,20 @@ def _port(table: dict, key: str, default: int, fail) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65534:
         raise fail(f"cluster.{key} must be a port number 1-65534, got {value!r}")
     return value
+
+
+EVERY = ("all", "@all")
+
+
+def select(inv: Inventory, pattern: str) -> list[str]:
+    """The inventory's nodes that ``pattern`` names (``all``, or a node set such as
+    ``node[02-04],node07``), in inventory order; a name the inventory lacks is refused."""
+    known = [n.name for n in inv.nodes]
+    if pattern.strip() in EVERY:
+        return known
+    wanted = set(nodeset.expand(pattern))  # a malformed one is refused there, in one line
+    unknown = sorted(wanted - set(known))
+    if unknown:
+        raise UsageError(f"node set {pattern!r} names {nodeset.fold(unknown)}, not in the inventory "
+                         f"{inv.name} (its nodes: {nodeset.fold(known)}; 'all' takes every one)")
+    return [name for name in known if name in wanted]

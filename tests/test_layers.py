@@ -12,7 +12,7 @@ PACKAGE = ROOT / "picluster"
 LAYERS = (
     ("cli",),
     ("plots", "jobs"),
-    ("monitor", "provision", "lab"),
+    ("monitor", "provision", "lab", "upkeep"),
     ("cluster", "views"),
     ("clusterspec", "data", "inventory", "fanout", "nodestats"),
     ("atomic", "nodeset", "tokens", "tflog", "processes"),

@@ -17,6 +17,10 @@ as there is no share there).
 """
 
 
+import base64
+import threading
+import time
+
 import pytest
 
 from picluster.inventory import load_inventory
@@ -26,8 +30,8 @@ from picluster.provision.result import Status
 from picluster.provision.runner import provision, run_order
 from picluster.provision.steps import Options
 
-from conftest import picluster
-from vm_checks import REMOVED, RUNTIME, apt_repository, as_a_fresh_card, check_nfs_and_firewall, check_runtime, inventory, served, sh
+from conftest import one_line, picluster
+from vm_checks import REMOVED, RUNTIME, apt_repository, as_a_fresh_card, build_deb, check_nfs_and_firewall, check_runtime, index_repository, inventory, served, sh
 
 pytestmark = [pytest.mark.vm, pytest.mark.timeout(3600)]
 STEP_NAMES = run_order(None, slurm=False)  # the inventory has no [slurm]
@@ -110,11 +114,87 @@ def test_provision_again_changes_nothing_and_restores_a_drifted_server(vm3, prov
     assert server["threads"] == (Status.OK, f"{THREADS} nfsd threads")
 
 
-def test_everything_holds_after_every_vm_reboots(vm3, provisioned):
+def boot_time(host) -> int:
+    """When the guest's kernel booted (seconds since the epoch, from its clock: the host's)."""
+    return int(next(line.split()[1] for line in sh(host, "cat /proc/stat").splitlines() if line.startswith("btime ")))
+
+
+def test_everything_holds_after_every_vm_is_rebooted_one_at_a_time(vm3, provisioned, tmp_path):
     inv, _ = provisioned
-    seconds = vm3.reboot()
-    assert sorted(seconds) == ["node01", "node02", "node03"]
+    path = inventory(vm3, tmp_path / "picluster.toml")
+    before = {h.name: h.boot_id() for h in vm3.hosts}
+    result = picluster("nodes", "reboot", "all", "-i", path, timeout=2400)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:4] == ["Reboot: node[01-03] in this order (1 at a time, each checked back before the next):",
+                         "  1. node02  worker", "  2. node03  worker", "  3. node01  NFS master"], result.stdout
+    # Nothing was started on these nodes (`cluster up` needs TensorFlow, which they lack): nothing to bring back.
+    assert [line.split(":")[0].strip() for line in lines[4:7]] == ["node02", "node03", "node01"]
+    assert all("rebooted, back in" in line and "nothing was running" in line for line in lines[4:7]), result.stdout
+    assert {h.name: h.boot_id() for h in vm3.hosts}.items().isdisjoint(before.items())
+    booted = {h.name: boot_time(h) for h in vm3.hosts}
+    assert booted["node02"] < booted["node03"] < booted["node01"], booted  # one after the other, the master last
+    for host in vm3.hosts:
+        # The runtime step's unit ran at boot and found no start script (no `cluster up`): nothing started.
+        assert sh(host, "systemctl show -p ActiveState -p ConditionResult picluster-node").split() == ["ConditionResult=no", "ActiveState=inactive"]
     check_nfs_and_firewall(vm3, inv, THREADS)
     check_runtime(vm3)
     reports = provision(inv, options(vm3))
     assert [r.changes for r in reports] == [0, 0, 0]
+
+
+def test_upgrade_stops_at_the_first_node_that_cannot_and_reboots_where_a_package_asks(vm3, provisioned, tmp_path):
+    path = inventory(vm3, tmp_path / "picluster.toml")
+    # node02 has Debian's own sources, which the lab cannot reach: the first node of the order fails.
+    failed = picluster("nodes", "upgrade", "all", "-i", path, timeout=1800)
+    one_line(failed, 1, "node02: apt-get update failed (", "nothing was upgraded there; not upgraded: node[01,03]")
+    assert "node03:" not in failed.stdout and "node01:" not in failed.stdout
+
+    # node03 reads the coordinator's repository: probe 1 installed, probe 2 served, whose
+    # postinst asks for a reboot as a kernel's does.
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    node03 = vm3.host("node03")
+    old = build_deb(tmp_path, "picluster-probe", "1")
+    build_deb(repo, "picluster-probe", "2", postinst="touch /var/run/reboot-required")
+    node03.run(["sh", "-c", "base64 -d > /tmp/probe.deb && dpkg -i /tmp/probe.deb && rm -f /tmp/probe.deb /var/run/reboot-required"],
+               input=base64.b64encode(old.read_bytes()).decode())
+    boot = node03.boot_id()
+    with served(index_repository(repo), vm3.gateway) as url:
+        sh(node03, f"echo 'deb [trusted=yes] {url} ./' > /etc/apt/sources.list.d/lab.list")
+        done = picluster("nodes", "upgrade", "node03", "-i", path, timeout=1800)
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = next(line for line in done.stdout.splitlines() if line.strip().startswith("node03:"))
+    assert "1 upgraded, 0 newly installed; reboot required: rebooted, back in" in line, done.stdout
+    assert node03.boot_id() != boot
+    assert sh(node03, "cat /usr/share/doc/picluster-probe/version") == "2"
+    assert sh(node03, "test -e /var/run/reboot-required && echo yes || echo no") == "no"  # /run is new at every boot
+
+
+def test_shutdown_takes_the_workers_first_and_the_nfs_master_last(vm3, provisioned, tmp_path):
+    """The last test of the module: the VMs are off after it."""
+    path = inventory(vm3, tmp_path / "picluster.toml")
+    gone: dict[str, float] = {}
+    stop = threading.Event()
+
+    def watch():  # when each VM's qemu exits: a guest that powers off ends it
+        while not stop.is_set() and len(gone) < 3:
+            for host in vm3.hosts:
+                if host.name not in gone and not host.alive():
+                    gone[host.name] = time.monotonic()
+            time.sleep(0.2)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        result = picluster("nodes", "shutdown", "all", "-i", path, timeout=1200)
+    finally:
+        time.sleep(5)
+        stop.set()
+        watcher.join()
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[1:3] == ["  1. node[02-03]  worker", "  2. node01  NFS master"], result.stdout
+    assert lines[3].startswith("  node[02-03]: off after ") and lines[4].startswith("  node01: off after "), result.stdout
+    assert sorted(gone) == ["node01", "node02", "node03"], gone
+    assert max(gone["node02"], gone["node03"]) < gone["node01"], gone

@@ -44,6 +44,11 @@ def apt_repository(directory: Path, packages: list[str]) -> Path:
     """A flat repository (Packages, Release) of these packages, downloaded from Debian by apt."""
     directory.mkdir(parents=True, exist_ok=True)
     subprocess.run(["apt-get", "download", "-q", *packages], cwd=directory, check=True, capture_output=True, timeout=300)
+    return index_repository(directory)
+
+
+def index_repository(directory: Path) -> Path:
+    """Packages and Release for the .deb files in `directory`: a flat repository apt reads."""
     stanzas = []
     for deb in sorted(directory.glob("*.deb")):
         control = subprocess.run(["dpkg-deb", "-f", str(deb)], capture_output=True, text=True, check=True).stdout
@@ -55,6 +60,24 @@ def apt_repository(directory: Path, packages: list[str]) -> Path:
     digest = hashlib.sha256(packages_text.encode()).hexdigest()
     (directory / "Release").write_text(f"Origin: picluster-lab\nSHA256:\n {digest} {len(packages_text.encode())} Packages\n")
     return directory
+
+
+def build_deb(directory: Path, name: str, version: str, postinst: str = "") -> Path:
+    """A small real package (one file under /usr/share/doc), built with dpkg-deb."""
+    root = directory / f"{name}-{version}"
+    (root / "DEBIAN").mkdir(parents=True, exist_ok=True)
+    (root / "DEBIAN" / "control").write_text(
+        f"Package: {name}\nVersion: {version}\nArchitecture: all\nMaintainer: picluster tests <tests@localhost>\n"
+        f"Description: a package of picluster's VM tests\n")
+    if postinst:
+        (root / "DEBIAN" / "postinst").write_text(f"#!/bin/sh\nset -e\n{postinst}\n")
+        (root / "DEBIAN" / "postinst").chmod(0o755)
+    doc = root / "usr" / "share" / "doc" / name
+    doc.mkdir(parents=True, exist_ok=True)
+    (doc / "version").write_text(version + "\n")
+    deb = directory / f"{name}_{version}_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(root), str(deb)], check=True, capture_output=True)
+    return deb
 
 
 @contextlib.contextmanager

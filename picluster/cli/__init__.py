@@ -35,7 +35,7 @@ def app() -> None:
 def _register() -> None:
     # Subcommand modules import heavy libraries lazily, inside their commands,
     # so `picluster --help` and bad-argument errors stay fast.
-    from picluster.cli import cluster, data, jobs, lab, launch, plot, provision, run, submit, top, train
+    from picluster.cli import cluster, data, jobs, lab, launch, nodes, plot, provision, run, submit, top, train
 
     app.add_command(cluster.cluster)
     app.add_command(cluster.server)
@@ -53,6 +53,7 @@ def _register() -> None:
     app.add_command(jobs.logs)
     app.add_command(jobs.cancel)
     app.add_command(plot.plot)
+    app.add_command(nodes.nodes)
 
 
 def _fail(message: str, code: int, details: tuple[str, ...] = ()) -> None:

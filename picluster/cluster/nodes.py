@@ -1,8 +1,9 @@
 """Servers on inventory nodes, over SSH: start detached, check, stop.
 
-On each node the run directory ``~/.local/state/picluster/node`` holds the cluster file and,
-per task, a pid file and a log.  ``up`` starts only what does not answer, so after a task
-died it restarts just that one.  Each node also runs its agent on the cluster address.
+On each node the run directory ``~/.local/state/picluster/node`` holds the cluster file, the
+start script and, per task, a pid file and a log.  ``up`` starts only what does not answer, so
+after a task died it restarts just that one.  Each node also runs its agent on the cluster
+address.  The start script is what the node runs again at boot (``start_script``).
 """
 
 import json
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 RUN_DIR = ".local/state/picluster/node"  # under the node user's home
 AGENT = "agent"
+START_SCRIPT = "start.sh"  # in RUN_DIR: what `up` started, run again at boot (start_script)
 CHECK_S = 0.5  # between checks of the starting processes (one SSH command per node)
 
 
@@ -88,28 +90,44 @@ def _detached(name: str, command: str) -> str:
             f"for i in $(seq 50); do [ -s {name}.pid ] && break; sleep 0.1; done")
 
 
-def _start_command(inv: Inventory, node: Node, tasks: list[Task], layout: Layout) -> str:
+def start_script(inv: Inventory, node: Node, tasks: list[Task]) -> str:
+    """The node's start script: each of its tasks and its agent, started unless running.
+
+    `up` writes it beside cluster.json and runs it; at boot the node's picluster-node.service
+    (provisioning's runtime step) runs it again, so a rebooted node's tasks come back by
+    themselves; `down` removes it, so a stopped cluster stays stopped across reboots."""
     py, run = node_python(inv), f"$HOME/{RUN_DIR}"
-    lines = [f"mkdir -p {run} && chmod 700 {run} && cd {run}",
-             f"cat > cluster.json.new <<'PICLUSTER_EOF'\n{json.dumps({'layout': layout.to_json()})}\nPICLUSTER_EOF",
-             "mv cluster.json.new cluster.json"]
+    lines = ["# Written by 'picluster cluster up', run at boot by picluster-node.service, removed by 'cluster down'.",
+             f"cd {run} || exit 1"]
     for task in tasks:
         name = _name(task)
         server = (f"{py} -m picluster.cluster.server --cluster-file {run}/cluster.json "
                   f"--job {task.job} --task {task.index} --ready-file {run}/{name}.ready")
-        # Start only what is not running: the pid file names a live picluster server of this task.
-        lines.append(
-            f"if ! {{ [ -f {name}.pid ] && kill -0 $(cat {name}.pid) 2>/dev/null && "
-            f"grep -q picluster.cluster.server /proc/$(cat {name}.pid)/cmdline; }}; then "
-            f"{_detached(name, server)}; echo started {task.label}; fi"
-        )
+        lines.append(_unless_running(name, "picluster.cluster.server", server, task.label))
     agent = (f"{py} -m picluster.monitor.agent --addr {node.address} --port {inv.agent_port} --node {shlex.quote(node.name)} "
              f"--cluster-file {run}/cluster.json --ready-file {run}/agent.ready")
-    lines.append(
-        "if ! { [ -f agent.pid ] && kill -0 $(cat agent.pid) 2>/dev/null; }; then "
-        f"{_detached(AGENT, agent)}; echo started agent; fi"
-    )
-    return "\n".join(lines)
+    lines.append(_unless_running(AGENT, "picluster.monitor.agent", agent, AGENT))
+    return "\n".join(lines) + "\n"
+
+
+def _unless_running(name: str, module: str, command: str, label: str) -> str:
+    # The pid file must name a live process of this module: after a reboot it names whatever
+    # process took that number since.
+    return (f"if ! {{ [ -f {name}.pid ] && kill -0 $(cat {name}.pid) 2>/dev/null && "
+            f"grep -q {module} /proc/$(cat {name}.pid)/cmdline; }}; then "
+            f"{_detached(name, command)}; echo started {label}; fi")
+
+
+def _start_command(inv: Inventory, node: Node, tasks: list[Task], layout: Layout) -> str:
+    run = f"$HOME/{RUN_DIR}"
+    return "\n".join([
+        f"mkdir -p {run} && chmod 700 {run} && cd {run}",
+        f"cat > cluster.json.new <<'PICLUSTER_EOF'\n{json.dumps({'layout': layout.to_json()})}\nPICLUSTER_EOF",
+        "mv cluster.json.new cluster.json",
+        f"cat > {START_SCRIPT}.new <<'PICLUSTER_START_EOF'\n{start_script(inv, node, tasks)}PICLUSTER_START_EOF",
+        f"mv {START_SCRIPT}.new {START_SCRIPT}",
+        f"sh {START_SCRIPT}",
+    ])
 
 
 def _name(task: Task) -> str:
@@ -208,6 +226,7 @@ def down(inv: Inventory) -> Results[list[str]]:
     """Stop every task and agent picluster started on the nodes; verify each is gone."""
     script = (
         f"cd $HOME/{RUN_DIR} 2>/dev/null || exit 0\n"
+        f"rm -f {START_SCRIPT}\n"  # nothing starts at the next boot
         "for f in *.pid; do [ -f \"$f\" ] || continue; p=$(cat \"$f\");\n"
         "  if kill -0 \"$p\" 2>/dev/null && grep -q picluster /proc/$p/cmdline; then kill -TERM -\"$p\" 2>/dev/null || kill -TERM \"$p\"; echo \"stopped ${f%.pid}\"; fi; done\n"
         "for i in 1 2 3 4 5 6 7 8 9 10; do alive=0; for f in *.pid; do [ -f \"$f\" ] && kill -0 $(cat \"$f\") 2>/dev/null && alive=1; done;"

@@ -67,7 +67,8 @@ def ansible_inventory(inv: Inventory, known_hosts: Path | None = None, public_ke
     lines += ["  hosts:"]
     lines += [f"    {json.dumps(n.name)}:\n      ansible_host: {scalar(n.address)}" for n in inv.nodes]
     lines += ["  children:"]
-    for group, members in (("nfs_server", [inv.nfs_master]), ("ps", inv.ps), ("worker", inv.workers)):
+    controller = [inv.slurm.controller] if inv.slurm is not None else []  # empty: the playbooks' patterns still name it
+    for group, members in (("nfs_server", [inv.nfs_master]), ("ps", inv.ps), ("worker", inv.workers), ("slurm_controller", controller)):
         lines += [f"    {group}:", "      hosts:"]
         lines += [f"        {json.dumps(name)}: {{}}" for name in members]
     return "\n".join(lines) + "\n"

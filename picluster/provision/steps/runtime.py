@@ -22,15 +22,17 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from picluster.cluster.nodes import RUN_DIR, START_SCRIPT
 from picluster.errors import ClusterError
-from picluster.provision import wheelhouse
+from picluster.provision import templates, wheelhouse
 from picluster.provision.result import Item, Status
-from picluster.provision.steps import Context, Runtime, q
+from picluster.provision.steps import NO_SYSTEMD, Context, Runtime, action_item, file_item, q
 
 TF_ARCHES = ("aarch64", "x86_64")
 PIP_TIMEOUT = 3600.0
 PUSHED = ".cache/picluster/wheels"  # under the user's home, where there is no share
 STAGED = ".picluster/wheels"  # under the share's mount point
+UNIT = "picluster-node.service"  # starts the node's tasks at boot (files/picluster-node.service.j2)
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,33 @@ def venv_path(ctx: Context) -> str:
 
 
 def run(ctx: Context):
+    failed = False
+    for item in _venv(ctx):
+        failed = failed or item.status is Status.FAILED
+        yield item
+    if not failed:
+        yield from at_boot(ctx)
+
+
+def at_boot(ctx: Context):
+    """The unit that runs the start script `cluster up` left (if any) at every boot, so a rebooted
+    node's tasks come back without a `cluster up`."""
+    if not ctx.facts.systemd:
+        yield Item("at_boot", Status.SKIPPED, f"{NO_SYSTEMD}: the tasks start with 'picluster cluster up' only")
+        return
+    path = f"/etc/systemd/system/{UNIT}"
+    script = f"{ctx.facts.home}/{RUN_DIR}/{START_SCRIPT}"
+    unit = file_item(ctx, "unit", path, templates.render(f"{UNIT}.j2", user=ctx.inv.user, start_script=script))
+    yield unit
+    if unit.status is Status.CHANGED and not ctx.dry_run:
+        ctx.remote.run("systemctl daemon-reload", sudo=True)
+    if ctx.remote.ok(f"systemctl is-enabled --quiet {UNIT}"):
+        yield Item("at_boot", Status.OK, f"{UNIT} enabled")
+    else:
+        yield action_item(ctx, "at_boot", f"systemctl enable --quiet {UNIT}", f"enable {UNIT}")
+
+
+def _venv(ctx: Context):
     runtime: Runtime = ctx.options.runtime
     venv = venv_path(ctx)
     python = f"{venv}/bin/python"

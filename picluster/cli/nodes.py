@@ -1,0 +1,87 @@
+"""``picluster nodes reboot|upgrade|shutdown NODESET``: day-2 chores on the inventory's nodes."""
+
+import time
+
+import click
+
+from picluster.cli.options import Real, Whole, node_inventory_option
+from picluster.errors import UsageError
+
+NODESET_HELP = "NODESET: 'all', or nodes of the inventory as node[02-04],node07."
+
+
+@click.group()
+def nodes() -> None:
+    """Reboot, upgrade or shut down the inventory's nodes, in an order that keeps the cluster
+    whole: workers first, then the ps nodes, the Slurm controller, the NFS master last."""
+
+
+def _common(command):
+    command = click.option("--yes", is_flag=True, help="Also when the node set holds the machine this command runs on (it goes last).")(command)
+    command = click.option("--dry-run", is_flag=True, help="Show the order and do nothing.")(command)
+    command = node_inventory_option(command)
+    return click.argument("nodeset_", metavar="NODESET")(command)
+
+
+def _parallel(command):
+    return click.option("--parallel", type=Whole(1, 64), default=1, show_default=True,
+                        help="Nodes of one kind taken at once (the NFS master and ps nodes still wait for the others).")(command)
+
+
+def _timeout(default: float):
+    return click.option("--timeout", type=Real(1, 7200), default=default, show_default=True,
+                        help="Seconds each node may take (to come back after a reboot, or to go off).")
+
+
+@nodes.command(epilog=NODESET_HELP)
+@_common
+@_parallel
+@_timeout(600.0)
+def reboot(nodeset_, inventory, dry_run, yes, parallel, timeout) -> None:
+    """Reboot nodes one at a time; after each, wait for SSH from its new boot and for its tasks
+    and agent (what answered before) to answer again; stop at the first that does not."""
+    _run("reboot", "rebooted", nodeset_, inventory, dry_run, yes, parallel, timeout)
+
+
+@nodes.command(epilog=NODESET_HELP)
+@_common
+@_parallel
+@_timeout(600.0)
+def upgrade(nodeset_, inventory, dry_run, yes, parallel, timeout) -> None:
+    """apt-get update and dist-upgrade, one node at a time (configuration files kept); a node
+    that then asks for a reboot (/var/run/reboot-required) is rebooted and checked back."""
+    _run("upgrade", "upgraded", nodeset_, inventory, dry_run, yes, parallel, timeout)
+
+
+@nodes.command(epilog=NODESET_HELP)
+@_common
+@_timeout(300.0)
+def shutdown(nodeset_, inventory, dry_run, yes, timeout) -> None:
+    """Power nodes off: the workers together, then the ps nodes, the NFS master last, each kind
+    off before the next is asked."""
+    _run("shut down", "shut down", nodeset_, inventory, dry_run, yes, None, timeout)
+
+
+def _run(verb: str, past: str, pattern: str, inventory, dry_run: bool, yes: bool, parallel: int | None, timeout: float) -> None:
+    from picluster import nodeset
+    from picluster.inventory import select
+    from picluster.upkeep import chores, order
+
+    if inventory is None:
+        raise UsageError(f"'picluster nodes {verb.replace(' ', '')}' needs an inventory (--inventory, PICLUSTER_INVENTORY or ./picluster.toml)")
+    names = select(inventory, pattern)
+    here = order.local_nodes(inventory) & set(names)
+    if here and not yes:
+        raise UsageError(f"{nodeset.fold(here)} is the machine this command runs on: add --yes to take it too (it goes last), "
+                         "or leave it out of the node set")
+    plan = order.waves(inventory, names, parallel, here)
+    how = "each kind at once, off before the next" if parallel is None else f"{parallel} at a time, each checked back before the next"
+    click.echo(f"{'would ' + verb if dry_run else verb.capitalize() + ':'} {nodeset.fold(names)} in this order ({how}):")
+    for line in order.describe(plan):
+        click.echo(f"  {line}")
+    if dry_run:
+        return
+    started = time.monotonic()
+    work = {"reboot": chores.reboot, "upgrade": chores.upgrade, "shut down": chores.shutdown}[verb]
+    done = work(inventory, plan, timeout, lambda line: click.echo(f"  {line}"))
+    click.echo(f"{past} {len(done)} node(s) in {time.monotonic() - started:.0f} s")

@@ -1,0 +1,168 @@
+"""`picluster nodes reboot|upgrade|shutdown`: which nodes, in what order, and bad input refused
+before anything is touched.  (On VM test hosts, for real: tests/test_provision_vm.py.)"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_cli_input import assert_one_line_usage_error
+
+from picluster.cluster.nodes import RUN_DIR, START_SCRIPT, start_script
+from picluster.clusterspec import from_inventory
+from picluster.inventory import load_inventory, select
+from picluster.provision import templates
+from picluster.provision.ansible_inventory import ansible_inventory
+from picluster.upkeep import chores, health, order
+
+from conftest import ROOT, picluster
+
+# Nothing listens on these loopback addresses: a command that tried to reach a node would fail
+# with exit code 1 after a connection attempt, not with the usage error the tests expect.
+INVENTORY = """\
+[cluster]
+name = "t"
+user = "pi"
+nodes = "node[01-07]"
+addresses = "127.0.1.[1-6],{last}"
+
+[roles]
+ps = "node01,node02"
+worker = "node[02-07]"
+nfs_master = "node01"
+
+[slurm]
+controller = "node03"
+"""
+
+
+@pytest.fixture
+def inv_path(tmp_path):
+    path = tmp_path / "picluster.toml"
+    path.write_text(INVENTORY.format(last="127.0.1.7"))
+    return path
+
+
+def test_the_nodes_others_need_go_last_and_a_wave_never_mixes_kinds(inv_path):
+    inv = load_inventory(inv_path)
+    names = select(inv, "all")
+    one = order.waves(inv, names, parallel=1)
+    assert [(w.nodes, w.rank) for w in one] == [
+        (("node04",), "worker"), (("node05",), "worker"), (("node06",), "worker"), (("node07",), "worker"),
+        (("node02",), "ps"), (("node03",), "slurm controller"), (("node01",), "NFS master")]
+    wide = order.waves(inv, names, parallel=3)
+    assert [w.nodes for w in wide] == [("node04", "node05", "node06"), ("node07",), ("node02",), ("node03",), ("node01",)]
+    whole = order.waves(inv, names, parallel=None)  # shutdown: a kind at once
+    assert [w.nodes for w in whole] == [("node04", "node05", "node06", "node07"), ("node02",), ("node03",), ("node01",)]
+    here = order.waves(inv, names, parallel=None, here={"node05"})
+    assert here[0].nodes == ("node04", "node06", "node07") and here[-1] == order.Wave(("node05",), "this machine")
+
+
+def test_a_node_set_takes_nodes_in_inventory_order_and_refuses_names_it_lacks(inv_path):
+    inv = load_inventory(inv_path)
+    assert select(inv, "node[05,02]") == ["node02", "node05"]
+    assert select(inv, "all") == [f"node{i:02d}" for i in range(1, 8)]
+    with pytest.raises(Exception, match=r"names node\[09-10\], not in the inventory t \(its nodes: node\[01-07\]"):
+        select(inv, "node[05,09-10]")
+
+
+@pytest.mark.parametrize("args,says", [
+    (["reboot", "node99"], "node set 'node99' names node99, not in the inventory t"),
+    (["upgrade", "node[01-"], "node set"),
+    (["reboot", "all", "--parallel", "0"], "0 is below the minimum 1"),
+    (["upgrade", "all", "--parallel", "x"], "'x' is not a whole number"),
+    (["shutdown", "all", "--timeout", "0"], "below the minimum"),
+    (["reboot"], "Missing argument 'NODESET'"),
+])
+def test_bad_input_is_one_line_and_nothing_is_touched(inv_path, args, says):
+    result = picluster("nodes", *args, "-i", inv_path, timeout=60)
+    assert_one_line_usage_error(result)
+    assert says in result.stderr
+    assert result.stdout == ""  # not even the order: nothing started
+
+
+def test_without_an_inventory_it_says_so(tmp_path):
+    result = picluster("nodes", "reboot", "all", cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "PICLUSTER_INVENTORY"})
+    assert_one_line_usage_error(result)
+    assert "needs an inventory" in result.stderr
+
+
+def test_the_machine_this_runs_on_is_taken_only_with_yes_and_last(tmp_path):
+    path = tmp_path / "picluster.toml"
+    path.write_text(INVENTORY.format(last="127.0.0.1"))  # node07 is this machine
+    for verb in ("shutdown", "reboot", "upgrade"):
+        result = picluster("nodes", verb, "node[01,07]", "-i", path, timeout=60)
+        assert_one_line_usage_error(result)
+        assert "node07 is the machine this command runs on: add --yes" in result.stderr
+    result = picluster("nodes", "shutdown", "all", "-i", path, "--dry-run", "--yes", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].split() == ["5.", "node07", "this", "machine"]
+    assert picluster("nodes", "shutdown", "node[01-06]", "-i", path, "--dry-run", timeout=60).returncode == 0
+
+
+def test_dry_run_shows_the_order_and_reaches_no_node(inv_path):
+    result = picluster("nodes", "reboot", "all", "-i", inv_path, "--dry-run", "--parallel", "2", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "would reboot node[01-07] in this order (2 at a time, each checked back before the next):",
+        "  1. node[04-05]  worker", "  2. node[06-07]  worker", "  3. node02  ps", "  4. node03  slurm controller",
+        "  5. node01  NFS master"]
+    shut = picluster("nodes", "shutdown", "node[01,04-05]", "-i", inv_path, "--dry-run", timeout=60)
+    assert shut.stdout.splitlines()[1:] == ["  1. node[04-05]  worker", "  2. node01  NFS master"]
+
+
+def test_the_ansible_playbooks_take_the_nodes_in_the_same_order(inv_path, tmp_path):
+    inv = load_inventory(inv_path)
+    hosts = tmp_path / "hosts.yml"
+    hosts.write_text(ansible_inventory(inv))
+    ranks = {n: order.rank(inv, n, set()) for n in select(inv, "all")}
+    for playbook in ("reboot.yml", "upgrade.yml", "shutdown.yml"):
+        listed = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(hosts), playbook, "--list-hosts"],
+                                cwd=ROOT / "ansible", capture_output=True, text=True, timeout=120)
+        assert listed.returncode == 0, listed.stderr
+        plays = [[h for h in play.split("play #")[0].split()[1:] if h.startswith("node")] for play in listed.stdout.split("hosts (")[1:]]
+        assert [sorted(play) for play in plays] == [["node04", "node05", "node06", "node07"], ["node02"], ["node03"], ["node01"]], playbook
+        assert [{ranks[h] for h in play} for play in plays] == [{0}, {1}, {2}, {3}]
+    # Without [slurm] the group is empty: the patterns still hold, and Ansible warns of nothing.
+    toml = tmp_path / "plain.toml"
+    toml.write_text(INVENTORY.format(last="127.0.1.7").split("[slurm]")[0])
+    hosts.write_text(ansible_inventory(load_inventory(toml)))
+    listed = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(hosts), "reboot.yml", "--list-hosts"],
+                            cwd=ROOT / "ansible", capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and "WARNING" not in listed.stdout + listed.stderr, listed.stderr
+    assert "hosts (5):" in listed.stdout and "hosts (0):" in listed.stdout
+
+
+def test_the_start_script_is_where_the_boot_unit_looks_and_checks_what_each_pid_runs(inv_path):
+    inv = load_inventory(inv_path)
+    node = inv.node("node02")
+    tasks = [t for t in from_inventory(inv).tasks if t.node == "node02"]
+    script = start_script(inv, node, tasks)
+    # After a reboot a pid file names whatever took that number: each start checks the command line.
+    assert script.count("grep -q picluster.cluster.server /proc/") == 2 and "grep -q picluster.monitor.agent /proc/" in script
+    assert script.splitlines()[1] == f"cd $HOME/{RUN_DIR} || exit 1"
+    unit = templates.render("picluster-node.service.j2", user="pi", start_script=f"/home/pi/{RUN_DIR}/{START_SCRIPT}")
+    assert f"ConditionPathExists=/home/pi/{RUN_DIR}/{START_SCRIPT}" in unit and "User=pi" in unit
+    role = (ROOT / "ansible" / "roles" / "runtime" / "tasks" / "main.yml").read_text()
+    assert f'start_script: "{{{{ user_home.stdout }}}}/{RUN_DIR}/{START_SCRIPT}"' in role
+
+
+def test_a_refused_port_is_a_machine_still_up_not_one_that_is_off():
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, not listening: refused
+        assert not health.silent("127.0.0.1", port)
+        sock.listen()
+        assert not health.silent("127.0.0.1", port)
+
+
+def test_apt_output_is_read_for_failed_fetches_and_counts():
+    warned = "Hit:1 http://x bookworm InRelease\nW: Failed to fetch http://x/dists/bookworm/InRelease  Could not connect\n" \
+             "W: Some index files failed to download. They have been ignored, or old ones used instead.\n"
+    assert chores.FETCH_FAILED.search(warned) and chores._apt_line(warned).startswith("W: Some index files failed")
+    assert not chores.FETCH_FAILED.search("Hit:1 http://x bookworm InRelease\nReading package lists...\n")
+    counts = chores.UPGRADED.search("Calculating upgrade...\n3 upgraded, 1 newly installed, 0 to remove and 0 not upgraded.\n")
+    assert counts.groups() == ("3", "1")
