@@ -59,10 +59,11 @@ TEMPLATE_VARS = {
     "slurm-node.conf.j2": {"node": "node02", "address": "192.168.1.17", "cpus": 4, "memory": 3792},
     "slurm-partition.conf.j2": {"slurm_partition": "picluster"},
     "cgroup.conf.j2": {"cgroup_plugin": "cgroup/v2"},
+    "picluster-node.service.j2": {"user": "pi", "start_script": "/home/pi/.local/state/picluster/node/start.sh"},
 }  # fmt: skip
 # Template variables the Ansible inventory does not carry: the roles read them on each node
-# (coordinator, the nodes' sizes and cgroups) or loop over the nodes (node, address).
-FROM_THE_NODE = {"coordinator", "node", "address", "cpus", "memory", "cgroup_plugin"}
+# (coordinator, the nodes' sizes and cgroups, the user's home) or loop over the nodes (node, address).
+FROM_THE_NODE = {"coordinator", "node", "address", "cpus", "memory", "cgroup_plugin", "user", "start_script"}
 SLURM_INV = {**INV, "slurm": {}}
 
 
@@ -424,3 +425,36 @@ def test_the_kernel_command_line_gets_the_memory_cgroup_and_keeps_its_words():
     assert cmdline_text(cmdline_text(pi)) == cmdline_text(pi)
     assert cmdline_text("a cgroup_disable=memory cgroup_memory=1 b") == "a cgroup_memory=1 b cgroup_enable=memory\n"
     assert cmdline_text("a\r\nb\n\n") == "a b cgroup_enable=memory cgroup_memory=1\n"  # one line, as the firmware reads it
+
+
+def test_pinning_a_replaced_nodes_key_replaces_every_entry_for_its_address_and_nothing_else(tmp_path):
+    import base64
+    import hashlib
+    import hmac
+
+    import paramiko
+
+    from picluster.cluster.ssh import fingerprint
+    from picluster.provision import hostkeys
+
+    old, new, other = (paramiko.Ed25519Key.from_private_key_file(str(keys_dir)) for keys_dir in _three_keys(tmp_path))
+    salt = b"0123456789abcdef0123"
+    hashed = "|1|" + base64.b64encode(salt).decode() + "|" + base64.b64encode(hmac.new(salt, b"10.0.0.3", hashlib.sha1).digest()).decode()
+    path = tmp_path / "known_hosts"
+    path.write_text(f"# mine\n10.0.0.2 {other.get_name()} {other.get_base64()}\n10.0.0.3 {old.get_name()} {old.get_base64()}\n"
+                    f"{hashed} {old.get_name()} {old.get_base64()}\n[10.0.0.3]:22 {old.get_name()} {old.get_base64()}\n"
+                    f"10.0.0.30 {other.get_name()} {other.get_base64()}\n")
+    before = path.read_text()
+    assert hostkeys.pin(path, "10.0.0.3", new, dry_run=True) == [fingerprint(old)] * 3
+    assert path.read_text() == before  # a dry run writes nothing
+    assert hostkeys.pin(path, "10.0.0.3", new) == [fingerprint(old)] * 3
+    assert path.read_text().splitlines() == ["# mine", f"10.0.0.2 {other.get_name()} {other.get_base64()}",
+                                             f"10.0.0.30 {other.get_name()} {other.get_base64()}", f"10.0.0.3 {new.get_name()} {new.get_base64()}"]
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert hostkeys.pin(tmp_path / "new" / "known_hosts", "10.0.0.3", new) == []  # none was known: the file is made
+
+
+def _three_keys(tmp_path):
+    from picluster.lab import keys
+
+    return [keys.make_keypair(tmp_path / f"k{i}", f"k{i}").private_path for i in range(3)]

@@ -1,7 +1,11 @@
 """Servers started over SSH on test hosts (real sshd in network namespaces), used by the same jobs."""
 
+import base64
+import hashlib
 import json
 import math
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -11,6 +15,7 @@ import psutil
 import pytest
 
 from picluster.cluster.nodes import RUN_DIR
+from picluster.lab import keys
 
 from conftest import cli, picluster
 
@@ -125,3 +130,72 @@ def test_worker_killed_mid_run_names_the_node(lab_cluster):
     assert run.returncode == 1, err
     lines = [ln for ln in err.splitlines() if ln.startswith("picluster: error:")]
     assert len(lines) == 1 and "node03" in lines[0], err[-2000:]
+
+
+def test_the_start_script_brings_back_what_a_reboot_took_and_down_removes_it(lab_cluster):
+    """What picluster-node.service runs at boot (ExecStart=/bin/sh start.sh, as the cluster user):
+    here the processes are killed and a pid file names a live stranger, as after a reboot."""
+    lab, inventory = lab_cluster
+    node03 = lab.host("node03")
+    assert picluster("cluster", "up", "-i", inventory).returncode == 0
+    run_dir = f"/home/pi/{RUN_DIR}"
+    script = node03.read_file(f"{run_dir}/start.sh")
+    assert "picluster.cluster.server" in script and "picluster.monitor.agent" in script
+    pids = [int(node03.read_file(f"{run_dir}/{name}.pid")) for name in ("worker-1", "agent")]
+    for pid in pids:
+        node03.run(["kill", "-KILL", str(pid)])
+    for pid in pids:
+        try:
+            psutil.Process(pid).wait(10)
+        except psutil.NoSuchProcess:
+            pass
+    stranger = subprocess.Popen(["sleep", "300"])  # alive, and not the agent: its pid must not count as one
+    try:
+        node03.write_file(f"{run_dir}/agent.pid", f"{stranger.pid}\n")
+        booted = node03.run(["runuser", "-u", "pi", "--", "env", "HOME=/home/pi", "/bin/sh", f"{run_dir}/start.sh"], timeout=120)
+        assert sorted(booted.stdout.split()) == ["agent", "started", "started", "worker:1"], booted.stdout
+    finally:
+        stranger.kill()
+    deadline = time.monotonic() + 120  # the script starts them detached, as at boot: TensorFlow loads meanwhile
+    while (status := picluster("cluster", "status", "-i", inventory)).returncode != 0 and time.monotonic() < deadline:
+        time.sleep(1)
+    assert status.returncode == 0, status.stdout  # worker:1 answers again
+    top = picluster("top", "-i", inventory, "--once")
+    assert "unreachable" not in next(line for line in top.stdout.splitlines() if line.strip().startswith("node03")), top.stdout
+
+    assert picluster("cluster", "down", "-i", inventory).returncode == 0
+    for host in lab.hosts:
+        assert host.run(["test", "-e", f"{run_dir}/start.sh"], check=False).returncode == 1  # nothing starts at the next boot
+
+
+def test_a_node_with_a_new_host_key_is_refused_until_replaced_then_rejoins_the_running_cluster(lab_cluster, tmp_path):
+    """The host-key half of a replaced card, on namespace hosts (the whole card, share and
+    runtime included, on VMs: tests/test_replaced_card_vm.py).  node03's sshd gets a new key and
+    loses its tasks and run dir; the rest of the cluster keeps running."""
+    lab, inventory = lab_cluster
+    node03 = lab.host("node03")
+    known = tmp_path / "known_hosts"
+    known.write_text(lab.known_hosts_path.read_text())
+    assert picluster("cluster", "up", "-i", inventory).returncode == 0
+    run_dir = f"/home/pi/{RUN_DIR}"
+    for name in ("worker-1", "agent"):
+        node03.run(["sh", "-c", f"kill -KILL $(cat {run_dir}/{name}.pid)"])
+    node03.run(["rm", "-rf", run_dir])
+    new = keys.make_keypair(node03.sshd_dir / "ssh_host_ed25519_key", "root@node03-afresh")
+    os.kill(node03.pid, signal.SIGHUP)  # sshd re-executes itself and reads its host key again
+    time.sleep(1)
+
+    refused = picluster("provision", "-i", inventory, "--known-hosts", known, "--only", "hostname", timeout=300)
+    assert refused.returncode == 1
+    assert "host key of 10." in refused.stdout + refused.stderr and "'picluster provision --replaced NODE' pins the new key" in refused.stdout, refused.stdout
+
+    fixed = picluster("provision", "-i", inventory, "--known-hosts", known, "--only", "hostname", "--replaced", "node03", timeout=600)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    fingerprint = "SHA256:" + base64.b64encode(hashlib.sha256(base64.b64decode(new.public_key.split()[1])).digest()).decode().rstrip("=")
+    assert f"new host key ssh-ed25519 {fingerprint} pinned in {known}" in " ".join(fixed.stdout.split()), fixed.stdout
+    assert "node03: started worker:1, agent" in fixed.stdout, fixed.stdout
+    assert [line for line in known.read_text().splitlines() if line.startswith(node03.address + " ")] == [f"{node03.address} {new.public_key}"]
+    status = picluster("cluster", "status", "-i", inventory)
+    assert status.returncode == 0, status.stdout
+    again = picluster("provision", "-i", inventory, "--known-hosts", known, "--only", "hostname", timeout=300)
+    assert again.returncode == 0, again.stdout  # pinned for good

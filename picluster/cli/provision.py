@@ -35,7 +35,10 @@ def _load(inventory):
 @click.option("--timeout", type=Real(1, 3600), default=120.0, show_default=True,
               help="Seconds one command may take before its node counts as unreachable (installs get longer).")
 @_known_hosts_option
-def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, known_hosts) -> None:
+@click.option("--replaced", default=None, metavar="NODESET",
+              help="Nodes whose card was written afresh: pin the host key each presents now (the old one is shown), "
+                   "provision them, and start their tasks if the rest of the cluster is up.")
+def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, known_hosts, replaced) -> None:
     """Bring every node to the cluster's state: hostname, Pi settings, packages, NFS, SSH, Python, firewall.
 
     Idempotent: a second run reports no changes.  Exit code 1 when any node failed; the others
@@ -43,7 +46,7 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
     from rich.console import Console
 
     from picluster import nodeset
-    from picluster.inventory import venv_path
+    from picluster.inventory import select, venv_path
     from picluster.provision.report import show
     from picluster.provision.runner import parse_only, run_order
     from picluster.provision.runner import provision as run
@@ -52,9 +55,10 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
 
     inv = _load(inventory)
     steps = parse_only(only)
+    fresh = tuple(select(inv, replaced)) if replaced is not None else ()
     options = Options(
         dry_run=dry_run, only=steps, venv=inv.venv if venv is None else venv_path(venv, "--venv"), nfsd_threads=nfsd_threads,
-        fanout=fanout, timeout=timeout, known_hosts=known_hosts,
+        fanout=fanout, timeout=timeout, known_hosts=known_hosts, replaced=fresh,
         connect_timeout=min(10.0, timeout),
     )  # fmt: skip
     console = Console()
@@ -68,6 +72,15 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
         raise ClusterError(
             f"provisioning failed on {nodeset.fold(r.name for r in failed)} ({first.name}: {first.first_failure()})"
         )
+    if fresh and not dry_run:
+        from picluster.provision.rejoin import start_tasks
+
+        with console.status(f"starting the tasks of {nodeset.fold(fresh)}…"):
+            started = start_tasks(inv, list(fresh))
+        if started is None:
+            console.print("the rest of the cluster is not up: its tasks start with 'picluster cluster up'", highlight=False)
+        for name, what in (started or {}).items():
+            console.print(f"{name}: started {', '.join(what)}" if what else f"{name}: its tasks were running already", highlight=False)
 
 
 @click.command("inventory")

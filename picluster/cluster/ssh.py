@@ -6,7 +6,9 @@ Every failure becomes one of three exceptions with a one-line message:
 - CommandFailed: a command ran and failed (its last line of stderr says why).
 """
 
+import base64
 import errno
+import hashlib
 import io
 import logging
 import secrets
@@ -112,8 +114,11 @@ class Remote:
             self.conn.open()
         except paramiko.AuthenticationException:
             raise AuthFailed(f"SSH key rejected for {self.user}@{self.conn.host} (check cluster.ssh_key)") from None
-        except paramiko.BadHostKeyException:
-            raise AuthFailed(f"host key of {self.conn.host} does not match known_hosts") from None
+        except paramiko.BadHostKeyException as exc:
+            # What a freshly written card looks like; `provision --replaced` pins its new key.
+            raise AuthFailed(f"host key of {self.conn.host} does not match known_hosts (offered {fingerprint(exc.key)}, known "
+                             f"{fingerprint(exc.expected_key)}): if its card was written afresh, 'picluster provision "
+                             "--replaced NODE' pins the new key; otherwise find out who answers there") from None
         except paramiko.SSHException as exc:
             if "not found in known_hosts" in str(exc):
                 raise AuthFailed(f"host key of {self.conn.host} is not in known_hosts") from None
@@ -253,6 +258,11 @@ def ssh_failure(exc: paramiko.SSHException, seconds: float) -> str:
     if text == "No existing session":  # paramiko gave up waiting for the handshake and tried to log in
         return f"connected, but the SSH handshake did not finish within {seconds:g} s"
     return f"SSH failed: {text}"
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """As ``ssh-keygen -l`` writes it: SHA256:<base64, unpadded>."""
+    return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
 
 
 def _one_line(exc: BaseException) -> str:

@@ -10,6 +10,7 @@ kinds of host sits behind this seam, one object per lab:
 - ``start(lab, key)`` each host's files, then start it; returns the known_hosts lines
 - ``ready(lab)``      after every host answered SSH
 - ``reboot(lab, hosts, timeout)``  restart hosts that have a kernel of their own
+- ``reset(lab, host, timeout)``  a host as a freshly written card (VMs only)
 
 Both kinds give their hosts the same attributes the lab's life cycle reads: name, index, address,
 veth (the link on the bridge: a veth or a tap), netns (None for a VM), net_inode/mnt_inode,
@@ -89,6 +90,9 @@ class NamespaceHosts:
 
     def reboot(self, lab, hosts: list, timeout: float) -> dict[str, float]:
         raise UsageError("namespace hosts run on this machine's kernel and cannot reboot: use a VM lab (lab up --vm)")
+
+    def reset(self, lab, host, timeout: float) -> str:
+        raise UsageError("namespace hosts share this machine's files and cannot be written afresh: use a VM lab (lab up --vm)")
 
     def describe(self) -> str:
         return "network namespaces"

@@ -376,6 +376,11 @@ class Lab:
         hosts = [self.host(w) for w in which] or self.hosts
         return dict(self.kind.reboot(self, hosts, self.kind.default_timeout if timeout is None else timeout))
 
+    def reset(self, which: Which, timeout: float | None = None) -> str:
+        """A host as a freshly written card (VM hosts only): its disk back to the image and a new
+        host key, which is returned; the others keep running, and known_hosts keeps the old key."""
+        return self.kind.reset(self, self.host(which), self.kind.default_timeout if timeout is None else timeout)
+
     # -- faults and limits ---------------------------------------------------------------------
 
     def make_unreachable(self, which: Which, how: str = "down") -> None:

@@ -86,6 +86,10 @@ def show(console: Console, reports: list[NodeReport], steps: list[str], dry_run:
     if dry_run:
         show_plan(console, reports)
     console.print(table(reports, steps, dry_run))
+    if not dry_run:  # a host key changed on our word is said in full: the user checks the fingerprint
+        for report in reports:
+            for item in (i for s in report.steps for i in s.items if i.name == "host_key" and i.status is Status.CHANGED):
+                console.print(f"{report.name}: {item.detail}", markup=False, highlight=False, soft_wrap=True)
     # One line each, never wrapped: a log or a grep sees a node set and its outcome together.
     for line in folded_skips(reports):
         console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -18,6 +18,7 @@ from picluster.errors import ClusterError, UsageError
 from picluster.fanout import fan_out
 from picluster.inventory import Inventory, Node
 from picluster.provision import facts as facts_mod
+from picluster.provision import hostkeys
 from picluster.provision.result import Item, NodeReport, Status, StepResult
 from picluster.provision.steps import Context, Options, Shared, firewall, hostname, nfs, packages, raspi, runtime, slurm, ssh
 
@@ -86,9 +87,23 @@ class Watch(Protocol):
 
 
 class _Node:
-    def __init__(self, node: Node, remote: Remote, report: NodeReport):
+    def __init__(self, node: Node, remote: Remote, report: NodeReport, pinned: Item | None = None):
         self.node, self.remote, self.report = node, remote, report
         self.ctx: Context | None = None
+        self.pinned = pinned  # its new host key, for a node written afresh (reported under facts)
+
+
+def pin_new_key(node: Node, options: Options) -> Item:
+    """The host key ``node`` presents now, pinned in known_hosts in place of the old one."""
+    path = options.known_hosts or hostkeys.default_file()
+    try:
+        key = hostkeys.presented(node.address, options.connect_timeout)
+    except Unreachable as exc:
+        return Item("host_key", Status.FAILED, f"unreachable: {exc}")
+    old = hostkeys.pin(path, node.address, key, dry_run=options.dry_run)
+    was = f"was {', '.join(old)}" if old else "none was known"
+    verb = "would pin" if options.dry_run else "pinned"
+    return Item("host_key", Status.CHANGED, f"new host key {key.get_name()} {hostkeys.fingerprint(key)} {verb} in {path} ({was})")
 
 
 def provision(
@@ -105,13 +120,15 @@ def provision(
         raise UsageError(f"cluster.ssh_key {inv.ssh_key}: no such file")
     steps = run_order(options.only, inv.slurm is not None)
     shared = Shared(public_key=public_key(inv.ssh_key) if "ssh" in steps else None)
+    # Before any connection loads known_hosts: a replaced node's new key must be there.
+    pinned = {node.name: pin_new_key(node, options) for node in inv.nodes if node.name in options.replaced}
     nodes = []
     for node in inv.nodes:
         conn = connect(node.address, inv.user, inv.ssh_key, options.known_hosts, options.connect_timeout)
         remote = Remote(
             conn, inv.user, dry_run=options.dry_run, timeout=options.timeout, open_timeout=options.connect_timeout
         )
-        nodes.append(_Node(node, remote, NodeReport(node.name)))
+        nodes.append(_Node(node, remote, NodeReport(node.name), pinned.get(node.name)))
     reports = [n.report for n in nodes]
     try:
         for step in steps:
@@ -136,6 +153,10 @@ def _run_step(n: _Node, step: str, inv: Inventory, options: Options, shared: Sha
     result = StepResult(step)
     n.report.steps.append(result)
     try:
+        if step == "facts" and n.pinned is not None:
+            if n.pinned.status is Status.FAILED:
+                raise Unreachable(n.pinned.detail.removeprefix("unreachable: "))
+            result.items.append(n.pinned)
         if step == "facts":
             node_facts, items = facts_mod.gather(n.remote)
             result.items.extend(items)

@@ -8,8 +8,12 @@ there too when there is none (minutes, once per machine), and the accelerator ch
 where a kernel really boots under it, else TCG), and said once.
 """
 
+import shutil
+import time
 from collections.abc import Callable
+from pathlib import Path
 
+from picluster.cluster.ssh import Unreachable, reach
 from picluster.errors import ClusterError
 from picluster.fanout import fan_out
 from picluster.lab import naming
@@ -80,6 +84,35 @@ class VMHosts:
         """Reboot `hosts` together; seconds each took to answer SSH again."""
         results = fan_out(lambda host: host.reboot(timeout), hosts, limit=len(hosts) or 1)
         return results.raise_failures("reboot")
+
+    def reset(self, lab, host: VMHost, timeout: float) -> str:
+        """`host` as if its SD card died and a freshly written one went in: qemu killed (the card
+        pulled), its disk back to the image, a new seed with a new host key, started again; once
+        its sshd answers, its new public host key.  The lab's known_hosts keeps the old key, as a
+        coordinator's would: telling the two apart is provisioning's job."""
+        if self.image is None or self.accel is None:  # a lab loaded from its state file
+            cache = image_mod.cache_root()
+            self.image = image_mod.ensure(cache, self.say)
+            self.accel = accel_mod.choose(self.image.kernel, cache, self.say)
+        host.kill()
+        shutil.rmtree(host.seed_dir, ignore_errors=True)
+        for old in (host.disk, host.seed_disk):
+            old.unlink(missing_ok=True)
+        login = Path(f"{lab.key_path}.pub").read_text().strip()
+        key = host.prepare(self.image, lab.user, login)
+        lab.adopt(host.start(self.image, self.accel, owned=lab.owned))
+        lab.save()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                reach(host.address, 22, 5.0).close()
+                return key
+            except Unreachable as exc:
+                if not host.alive():
+                    raise ClusterError(f"VM {host.name} stopped while starting afresh: {host.why_stopped()}") from None
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"VM {host.name} written afresh does not answer SSH within {timeout:g} s ({exc})") from None
+            time.sleep(1.0)
 
     def describe(self) -> str:
         return f"VMs ({self.accel.name.upper()})" if self.accel else "VMs"

@@ -16,7 +16,10 @@ qemu runs with -nodefaults and exactly one NIC, the tap: no user-mode network, s
 reaches nothing but the lab's bridge.
 """
 
+import os
+import signal
 import subprocess
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,6 +163,19 @@ class VM(StateFileEntry):
 
     def alive(self) -> bool:
         return same_process(self.pid, self.started)
+
+    def kill(self, timeout: float = 30.0) -> None:
+        """qemu killed at once, as power pulled; returns once it is gone."""
+        if self.pid is None or not self.alive():
+            return
+        os.kill(self.pid, signal.SIGKILL)
+        if self._proc is not None:
+            self._proc.wait(timeout)
+        deadline = time.monotonic() + timeout
+        while self.alive():
+            if time.monotonic() > deadline:
+                raise ClusterError(f"VM {self.name}: qemu (pid {self.pid}) outlived SIGKILL for {timeout:g} s")
+            time.sleep(0.1)
 
     def why_stopped(self) -> str:
         """One line: qemu's last complaint, else the console's last line."""

@@ -39,6 +39,7 @@ class Options:
     nfsd_threads: int | None = None  # None: max(8, number of nodes)
     extra_packages: tuple[str, ...] = ()
     known_hosts: Path | None = None
+    replaced: tuple[str, ...] = ()  # nodes written afresh: their new host keys are pinned first (hostkeys.py)
     fanout: int = 8
     timeout: float = 120.0  # one command (installs get longer)
     connect_timeout: float = 10.0
