@@ -17,8 +17,10 @@ Phases, in this order (``--phases`` picks some; a later run goes on with the kep
   ``picluster train har --layers 3``;
 - ``reboot``: ``picluster nodes reboot`` of every node, one at a time, then ``cluster status``
   with no ``cluster up`` in between (the tasks come back by themselves);
-- ``upgrade``: ``picluster nodes upgrade`` (the lab has no internet: its apt sources are the
-  coordinator's own small repository, so nothing is newer and no reboot is asked for);
+- ``replace``: node03's card "dies" (its VM reset to a fresh image with a new host key) while
+  node01-02 keep running; ``picluster provision`` then refuses node03 naming the key, and
+  ``picluster provision --replaced node03`` pins the new key, installs the runtime again from the
+  wheels on the share and starts node03's tasks (the rest of the cluster is up);
 - ``shutdown``: ``picluster nodes shutdown`` of every node (workers first, the NFS master last);
 - ``down``: ``picluster lab down``.
 
@@ -36,16 +38,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-PHASES = ("up", "provision", "cluster", "montecarlo", "har", "reboot", "upgrade", "shutdown", "down")
+PHASES = ("up", "provision", "cluster", "montecarlo", "har", "reboot", "replace", "shutdown", "down")
 STATE = Path.home() / ".local" / "state" / "picluster" / "lab"
 
 
-def cli(*args: str, timeout: float = 7200) -> tuple[float, str]:
-    """Seconds and output of one picluster command; its stderr ends the run on failure."""
+def cli(*args: str, timeout: float = 7200, expect: int = 0) -> tuple[float, str]:
+    """Seconds and output of one picluster command; its stderr ends the run on another exit code."""
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "picluster", *args], capture_output=True, text=True, timeout=timeout)
     seconds = time.monotonic() - started
     print(f"  picluster {' '.join(args)}: {seconds:.1f} s (exit {proc.returncode})", flush=True)
+    if expect != 0 and proc.returncode == expect:
+        return seconds, proc.stdout + proc.stderr
     if proc.returncode != 0:
         raise SystemExit(f"picluster {' '.join(args)} failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()[-3000:]}")
     return seconds, proc.stdout
@@ -120,9 +124,20 @@ def main() -> None:
                 extra["output"] = text.strip().splitlines()
                 t, text = cli("cluster", "status", "-i", str(inventory))
                 extra["status"] = text.strip().splitlines()
-            elif phase == "upgrade":
-                _, text = cli("nodes", "upgrade", "all", "-i", str(inventory))
-                extra["output"] = text.strip().splitlines()
+            elif phase == "replace":
+                sys.path.insert(0, str(ROOT))
+                from picluster.lab import Lab
+
+                t0 = time.monotonic()
+                Lab.load(args.name).reset("node03")
+                extra["reset_s"] = round(time.monotonic() - t0, 1)
+                _, text = cli("provision", "-i", str(inventory), "--known-hosts", str(known), expect=1)
+                extra["refused"] = [line for line in text.splitlines() if "host key" in line][-2:]
+                t, text = cli("provision", "-i", str(inventory), "--known-hosts", str(known), "--replaced", "node03")
+                extra["provision_s"] = round(t, 1)
+                extra["output"] = text.strip().splitlines()[-6:]
+                _, text = cli("cluster", "status", "-i", str(inventory))
+                extra["status"] = text.strip().splitlines()
             elif phase == "shutdown":
                 _, text = cli("nodes", "shutdown", "all", "-i", str(inventory), "--yes")
                 extra["output"] = text.strip().splitlines()
