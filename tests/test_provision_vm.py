@@ -136,7 +136,8 @@ def test_everything_holds_after_every_vm_is_rebooted_one_at_a_time(vm3, provisio
     assert booted["node02"] < booted["node03"] < booted["node01"], booted  # one after the other, the master last
     for host in vm3.hosts:
         # The runtime step's unit ran at boot and found no start script (no `cluster up`): nothing started.
-        assert sh(host, "systemctl show -p ActiveState -p ConditionResult picluster-node").split() == ["ConditionResult=no", "ActiveState=inactive"]
+        shown = dict(line.split("=", 1) for line in sh(host, "systemctl show -p ActiveState -p ConditionResult picluster-node").splitlines())
+        assert shown == {"ConditionResult": "no", "ActiveState": "inactive"}, (host.name, shown)
     check_nfs_and_firewall(vm3, inv, THREADS)
     check_runtime(vm3)
     reports = provision(inv, options(vm3))
