@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Debian packages and kernel set-up the arm64 benchmark (benchmarks/arm64_memory.py) needs:
-# qemu-user-static runs aarch64 programs on this x86-64 machine, binfmt_misc hands them to it,
-# debootstrap builds the Debian arm64 root they run in.  Idempotent; root only.
+# Debian packages and kernel set-up the arm64 benchmark (benchmarks/arm64_memory.py) and the arm64
+# VM image (lab up --vm --arch arm64) need: qemu-user-static runs aarch64 programs on this x86-64
+# machine, binfmt_misc hands them to it, debootstrap builds the Debian arm64 root they run in.
+# Idempotent; root only.  scripts/lab-deps.sh calls it.
 set -euo pipefail
 
 if [[ $(id -u) -ne 0 ]]; then

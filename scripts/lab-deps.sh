@@ -31,6 +31,10 @@ packages=(
     qemu-utils       # qemu-img: each VM's copy-on-write disk over the cached image
     debootstrap      # builds that image once from the Debian mirror apt uses
     e2fsprogs        # mkfs.ext4 -d: root and seed disks made from directories, no loop mount
+    # arm64 VM test hosts (lab up --vm --arch arm64): the Pi's instruction set, emulated.
+    qemu-system-arm  # qemu-system-aarch64 (-machine virt)
+    qemu-user-static # debootstrap's second stage of the arm64 image runs arm64 programs here,
+    binfmt-support   # handed to qemu-aarch64-static by binfmt_misc (enabled by arm64-deps.sh below)
 )
 
 if [[ $(id -u) -ne 0 ]]; then
@@ -97,7 +101,13 @@ fi
 for tool in /usr/sbin/sshd /usr/lib/openssh/sftp-server; do
     [[ -x $tool ]] || { echo "lab-deps: $tool missing after install" >&2; exit 1; }
 done
-for tool in ip tc unshare nsenter mount umount findmnt sudo nft promtool qemu-system-x86_64 qemu-img debootstrap mkfs.ext4 \
-            munged slurmd slurmctld sinfo; do
+for tool in ip tc unshare nsenter mount umount findmnt sudo nft promtool qemu-system-x86_64 qemu-system-aarch64 qemu-img \
+            debootstrap mkfs.ext4 munged slurmd slurmctld sinfo; do
     command -v "$tool" >/dev/null || { echo "lab-deps: $tool missing after install" >&2; exit 1; }
 done
+
+# binfmt_misc mounted and qemu-aarch64 enabled: without them debootstrap cannot build the arm64
+# VM image.  The packages are installed above; that script adds the kernel set-up (idempotent).
+# Only arm64 VM labs need it, so a machine that cannot mount binfmt_misc is warned, not stopped.
+bash "$(dirname "$0")/arm64-deps.sh" >/dev/null ||
+    echo "lab-deps: warning: arm64 VM images cannot be built here (scripts/arm64-deps.sh failed)" >&2

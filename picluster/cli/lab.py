@@ -31,13 +31,16 @@ def lab() -> None:
     help="Also write the lab's picluster.toml here (it is always written in the lab's state dir).",
 )
 @click.option(
-    "--timeout", type=Real(1, 3600), default=None, help="Seconds to wait for SSH [default: 60; 600 with --vm]."
+    "--timeout", type=Real(1, 3600), default=None, help="Seconds to wait for SSH [default: 60; 600 with --vm; 1800 with --arch arm64]."
 )
 @click.option("--vm", is_flag=True, help="Virtual machines with their own kernel (qemu) instead of namespaces.")
+# The choices are lab/vm/image.py's ARCHES (a test checks): that module is too heavy to import here.
+@click.option("--arch", type=click.Choice(["amd64", "arm64"]), default="amd64", show_default=True,
+              help="With --vm: the VMs' Debian architecture; arm64 is the Pi's, emulated (slow; its image builds once in tens of minutes).")
 @click.option("--cpu", type=float, default=None, help="Cores of CPU time each host may use, e.g. 0.5 (a cgroup CFS quota).")
 @click.option("--memory", default=None, help="Memory each host may use, swap included, e.g. 1G or 512M (a cgroup limit).")
 @click.option("--profile", default=None, help="Limits of a board: pi3b (1 GB, CPU calibrated to the thesis's Pi); --cpu/--memory override it.")
-def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: float | None, vm: bool,
+def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: float | None, vm: bool, arch: str,
        cpu: float | None, memory: str | None, profile: str | None) -> None:
     """Create the hosts and wait until each answers SSH with the run's key."""
     from rich.console import Console
@@ -49,11 +52,11 @@ def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: floa
     console = Console()
     started = time.perf_counter()
     limits = resolve(nodes, cpu, memory, profile) if (cpu, memory, profile) != (None, None, None) else None
-    lab_ = Lab(nodes, lab_id=lab_id, owned=False, limits=limits, vm=vm)
+    lab_ = Lab(nodes, lab_id=lab_id, owned=False, limits=limits, vm=vm, arch=arch)
     def said(line: str) -> None:  # a VM lab takes minutes: each stage as it ends, with the time so far
         console.print(f"{line} ({time.perf_counter() - started:.0f} s)", soft_wrap=True, highlight=False, markup=False)
 
-    with console.status(f"starting {nodes} test {'VMs' if vm else 'hosts'}…"):
+    with console.status(f"starting {nodes} test {(f'{arch} VMs' if arch != 'amd64' else 'VMs') if vm else 'hosts'}…"):
         lab_.up(timeout=timeout, on_progress=said)
     elapsed = time.perf_counter() - started
     written = [lab_.inventory_path]

@@ -29,6 +29,8 @@ from picluster.lab import cgroups, commands, netns
 from picluster.lab.host import Host, HostOptions, shared_under_tmp, untraversable_dirs
 
 NETNS, VM = "netns", "vm"
+# This machine's own Debian architecture; a VM lab may also have the Pi's (lab/vm/image.py's ARCHES).
+NATIVE_ARCH = "amd64"
 
 
 def say_stderr(line: str) -> None:
@@ -98,14 +100,16 @@ class NamespaceHosts:
         return "network namespaces"
 
 
-def make(kind: str, say: Callable[[str], None] | None = None):
-    """The host kind named `kind` ("netns" or "vm")."""
+def make(kind: str, say: Callable[[str], None] | None = None, arch: str = NATIVE_ARCH):
+    """The host kind named `kind` ("netns" or "vm"); VMs of Debian architecture `arch`."""
     if kind == NETNS:
+        if arch != NATIVE_ARCH:
+            raise UsageError(f"--arch {arch} needs --vm: namespace hosts run this machine's own {NATIVE_ARCH} programs")
         return NamespaceHosts()
     if kind == VM:
         from picluster.lab.vm.kind import VMHosts
 
-        return VMHosts(say or say_stderr)
+        return VMHosts(say or say_stderr, arch)
     raise UsageError(f"unknown kind of lab host {kind!r}: use {NETNS} or {VM}")
 
 

@@ -66,6 +66,7 @@ class Lab:
         root: Path | None = None,
         limits: "limits_module.Limits | None" = None,
         vm: bool = False,
+        arch: str = kinds.NATIVE_ARCH,
         say=None,
     ) -> None:
         """owned: this process owns the lab, which goes down when it exits, however it exits
@@ -74,6 +75,7 @@ class Lab:
         False so the lab outlives the command.  limits: the CPU and memory every host may use (a
         host's own HostOptions.limits win); checked against this machine here, before anything is
         made (namespace hosts only).  vm: the hosts are VMs with their own kernel (lab/vm/);
+        arch: their Debian architecture, "amd64" or "arm64" (the Pi's, emulated; VMs only);
         say(line) hears what they print while starting (the accelerator, a build)."""
         if not 1 <= nodes <= naming.MAX_NODES:
             raise UsageError(f"a lab has 1 to {naming.MAX_NODES} hosts, not {nodes}")
@@ -92,7 +94,8 @@ class Lab:
         self.id = naming.check_id(lab_id) if lab_id is not None else None
         self.owned = owned
         self.root = Path(root) if root else registry.state_root()
-        self.kind = kinds.make(kinds.VM if vm else kinds.NETNS, say)
+        self.kind = kinds.make(kinds.VM if vm else kinds.NETNS, say, arch)
+        self.arch = arch
         self.plan: Plan | None = None  # decided by up() under the lab lock, or read by load()
         self.hosts: list = []  # Host, or VMHost for a VM lab
         self.phase = "new"
@@ -179,6 +182,7 @@ class Lab:
             "version": STATE_VERSION,
             "id": self.id,
             "kind": self.kind.name,
+            **({"arch": self.arch} if self.kind.name == kinds.VM else {}),
             "phase": self.phase,
             "subnet": str(self.plan.subnet) if self.plan else None,
             "user": vars(self.plan.user) if self.plan else {"name": self.user_name},
@@ -203,11 +207,13 @@ class Lab:
             kind = state.get("kind", kinds.NETNS)
             count = len(state.get("hosts", []))
             user = state["user"]
-            lab = cls(max(count, 1), lab_id=lab_id, user=user["name"], owned=False, root=root, vm=kind == kinds.VM)
+            # State files from before arm64 VMs have no arch: their VMs are amd64.
+            arch = state.get("arch", kinds.NATIVE_ARCH)
+            lab = cls(max(count, 1), lab_id=lab_id, user=user["name"], owned=False, root=root, vm=kind == kinds.VM, arch=arch)
             if state.get("subnet") and "uid" in user:
                 lab.plan = Plan(lab_id, count, ipaddress.IPv4Network(state["subnet"]), User(**user))
             lab.hosts = [lab.kind.host_from_dict(h, lab) for h in state.get("hosts", [])]
-        except (TypeError, KeyError, ValueError, AttributeError) as exc:
+        except (TypeError, KeyError, ValueError, AttributeError, UsageError) as exc:
             # Another picluster version on this machine may have written it (other fields): such a
             # lab is not this version's to judge, and a reader must not crash on it.
             raise ClusterError(f"state of lab {lab_id} has a shape this version does not know: {exc!r}") from None

@@ -13,7 +13,9 @@
 - mirror.py   the Debian mirror apt uses, for debootstrap
 - support.py  root, qemu, memory: one-line refusals before anything is made
 
-`python -m picluster.lab.vm image [--rebuild]` builds or checks the image (see __main__.py).
+`python -m picluster.lab.vm image [--rebuild] [--arch arm64]` builds or checks the image (see __main__.py).
+`Lab(n, vm=True, arch="arm64")` / `lab up --vm --arch arm64`: guests on the Pi's instruction set,
+emulated (qemu-system-aarch64's virt board, TCG), from their own image beside amd64's.
 """
 
 from picluster.lab.vm.host import VMHost

@@ -11,6 +11,9 @@ machine's kernel and CPU, qemu's version, the image's kernel.  TCG with `-cpu ma
 (about 30 s to multi-user for Debian 12's cloud kernel on a 2-core machine).
 
 PICLUSTER_VM_ACCEL=tcg or =kvm skips the probe.
+
+arm64 guests (the Pi's instruction set) are always TCG with `-cpu cortex-a72` (a Pi 4's core):
+KVM runs only this machine's own instruction set, so there is nothing to probe.
 """
 
 import hashlib
@@ -34,6 +37,8 @@ ENV = "PICLUSTER_VM_ACCEL"
 KVM_CPUS = ("host", "qemu64")
 # What the kernel prints once it has run its whole early boot and found no root to mount.
 BOOTED = "VFS:"
+NATIVE = "amd64"  # this machine's own Debian architecture, the only one KVM can run
+ARM64_CPU = "cortex-a72"  # a Raspberry Pi 4's core (a 3B+ has cortex-a53)
 
 
 @dataclass(frozen=True)
@@ -50,9 +55,14 @@ class Accel:
         return f"{self.name.upper()} (-cpu {self.cpu}): {self.why}"
 
 
-def choose(kernel: Path, cache: Path, say: Callable[[str], None] | None = None) -> Accel:
-    """KVM if it boots here (probed once, verdict cached), else TCG; `say` hears a probe run."""
+def choose(kernel: Path, cache: Path, say: Callable[[str], None] | None = None, arch: str = NATIVE) -> Accel:
+    """KVM if it boots here (probed once, verdict cached), else TCG; `say` hears a probe run.
+    A foreign `arch` is emulated: TCG, no probe."""
     forced = os.environ.get(ENV, "").strip().lower()
+    if arch != NATIVE:
+        if forced == "kvm":
+            raise UsageError(f"{ENV}=kvm: {arch} guests are emulated on this {NATIVE} machine (TCG only)")
+        return Accel("tcg", ARM64_CPU, f"{arch} guests on this {NATIVE} machine are emulated")
     if forced == "tcg":
         return Accel("tcg", "max", f"{ENV}=tcg")
     if forced == "kvm":

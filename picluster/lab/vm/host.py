@@ -60,7 +60,8 @@ class VMHost(VM):
         return self.why_stopped()
 
     def describe(self) -> str:
-        return f"vm, qemu pid {self.pid} ({self.accel or '?'})" if self.pid else "vm"
+        what = "vm" if self.arch == "amd64" else f"vm {self.arch}"
+        return f"{what}, qemu pid {self.pid} ({self.accel or '?'})" if self.pid else what
 
     # -- acting inside it -------------------------------------------------------------------
 

@@ -6,7 +6,11 @@
 
 Cache layout: ``<cache_dir>/vm/images/<recipe hash>/`` (paths.cache_dir(): ~/.cache/picluster)
 holding vmlinuz, initrd.img, root.img and manifest.json.  The hash covers everything that decides the image's content (suite, packages, the
-guest files of guest.py, disk size), so changing the recipe builds a new image beside the old one.
+guest files of guest.py, disk size, and the architecture for arm64), so changing the recipe builds a new image beside the old one.
+
+    image = ensure(arch="arm64")   # the Pi's instruction set: debootstrap --arch=arm64 through
+                                   # binfmt_misc and qemu-user-static (its initramfs is made under
+                                   # emulation: a build takes tens of minutes, once)
 A build happens in ``.build-<hash>-<pid>`` next to it and is renamed into place as its last step:
 a half-built image never has the final name, and one whose builder died is swept by the next build.
 
@@ -34,6 +38,12 @@ from picluster.lab import commands
 from picluster.lab.vm import guest, mirror
 
 SUITE = "bookworm"
+# Debian's names: "amd64" is this machine's own, "arm64" the Raspberry Pi's (emulated).
+ARCHES = ("amd64", "arm64")
+NATIVE = "amd64"
+# A small kernel for VMs in each; bookworm's cloud-arm64 flavour has the virt machine's PL011
+# console, PCI host and RTC built in, and virtio as modules (in the initramfs), like cloud-amd64.
+KERNEL_PACKAGES = {"amd64": "linux-image-cloud-amd64", "arm64": "linux-image-cloud-arm64"}
 # Why each one is there; provisioning's own lists are checked against this one by a test.
 PACKAGES = (
     "linux-image-cloud-amd64",  # a small kernel for VMs; nfsd, the NFS client and sunrpc are modules
@@ -99,23 +109,44 @@ class Image:
     def kernel_release(self) -> str:
         return self.manifest["kernel_release"]
 
+    @property
+    def arch(self) -> str:
+        return self.manifest.get("arch", NATIVE)  # amd64's manifests predate the field
 
-def recipe() -> dict:
-    return {
+
+def packages(arch: str = NATIVE) -> tuple[str, ...]:
+    """PACKAGES with `arch`'s kernel in place of amd64's."""
+    check_arch(arch)
+    return tuple(KERNEL_PACKAGES[arch] if pkg == KERNEL_PACKAGES[NATIVE] else pkg for pkg in PACKAGES)
+
+
+def check_arch(arch: str) -> str:
+    if arch not in ARCHES:
+        raise UsageError(f"VM architecture {arch!r}: use {' or '.join(ARCHES)}")
+    return arch
+
+
+def recipe(arch: str = NATIVE) -> dict:
+    spec = {
         "format": FORMAT,
         "suite": SUITE,
         "variant": "minbase",
-        "packages": sorted(PACKAGES),
+        "packages": sorted(packages(arch)),
         "root_size": ROOT_SIZE,
         "files": {path: [text, oct(mode)] for path, (text, mode) in sorted(guest.FILES.items())},
         "symlinks": dict(sorted(guest.SYMLINKS.items())),
         "enabled": list(guest.ENABLED),
         "masked": list(guest.MASKED),
     }
+    # Only a foreign architecture is named: amd64's recipe, and so its hash and the images already
+    # cached under it, stay what they were before there was a choice.
+    if arch != NATIVE:
+        spec["arch"] = arch
+    return spec
 
 
-def recipe_hash(spec: dict | None = None) -> str:
-    text = json.dumps(spec if spec is not None else recipe(), sort_keys=True)
+def recipe_hash(spec: dict | None = None, arch: str = NATIVE) -> str:
+    text = json.dumps(spec if spec is not None else recipe(arch), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -123,26 +154,30 @@ def cache_root() -> Path:
     return paths.cache_dir() / "vm"
 
 
-def image_dir(cache: Path | None = None) -> Path:
-    return (cache or cache_root()) / "images" / recipe_hash()
+def image_dir(cache: Path | None = None, arch: str = NATIVE) -> Path:
+    return (cache or cache_root()) / "images" / recipe_hash(arch=arch)
 
 
 # -- using the cache ---------------------------------------------------------------------------
 
 
-def cached(cache: Path | None = None) -> Image | None:
+def cached(cache: Path | None = None, arch: str = NATIVE) -> Image | None:
     """The current recipe's image when it was built (checked: raises if damaged), else None."""
-    directory = image_dir(cache)
+    directory = image_dir(cache, arch)
     if not directory.exists():
         return None
-    return check(directory)
+    return check(directory, arch)
 
 
-def check(directory: Path) -> Image:
+def rebuild_hint(arch: str = NATIVE) -> str:
+    return REBUILD_HINT if arch == NATIVE else f"{REBUILD_HINT} --arch {arch}"
+
+
+def check(directory: Path, arch: str = NATIVE) -> Image:
     """The image in `directory`, after checking it is whole; ClusterError in one line if not."""
 
     def damaged(what: str) -> ClusterError:
-        return ClusterError(f"cached VM image {directory} is damaged ({what}): rebuild it with `{REBUILD_HINT}`")
+        return ClusterError(f"cached VM image {directory} is damaged ({what}): rebuild it with `{rebuild_hint(arch)}`")
 
     try:
         manifest = json.loads((directory / MANIFEST).read_text())
@@ -178,54 +213,81 @@ def check(directory: Path) -> Image:
     return Image(directory, manifest)
 
 
-def ensure(cache: Path | None = None, say: Say | None = None, rebuild: bool = False) -> Image:
+def ensure(cache: Path | None = None, say: Say | None = None, rebuild: bool = False, arch: str = NATIVE) -> Image:
     """The cached image, built first if there is none (or `rebuild`).  A damaged one is refused
     (one line saying how to rebuild), not silently replaced: it may be in use by running VMs."""
     say = say or (lambda _line: None)
     cache = cache or cache_root()
-    directory = image_dir(cache)
+    directory = image_dir(cache, arch)
     if not rebuild and directory.exists():
-        return check(directory)
+        return check(directory, arch)
+    # Refused before the lock file (and the cache dir it lives in) exists: a refusal makes nothing.
+    reason = missing_build_tools(arch)
+    if reason:
+        raise UsageError(reason)
+    # One lock for every architecture: a builder sweeps all unfinished builds (.build-*) as dead.
     with _build_lock(cache):
         # Another process may have built it while this one waited for the lock.
         if not rebuild and directory.exists():
-            return check(directory)
-        return build(cache, say)
+            return check(directory, arch)
+        return build(cache, say, arch)
 
 
 # -- building ----------------------------------------------------------------------------------
 
 
-def missing_build_tools() -> str | None:
+# binfmt_misc's entry for arm64 programs (qemu-user-static's, enabled by update-binfmts).
+BINFMT_AARCH64 = Path("/proc/sys/fs/binfmt_misc/qemu-aarch64")
+
+
+def missing_build_tools(arch: str = NATIVE) -> str | None:
+    check_arch(arch)
     if os.geteuid() != 0:
         return "building the VM image needs root (debootstrap): run as root"
     missing = [pkg for tool, pkg in (("debootstrap", "debootstrap"), ("mkfs.ext4", "e2fsprogs")) if not shutil.which(tool)]
     if missing:
         return f"building the VM image needs {' and '.join(missing)}: apt-get install {' '.join(missing)}"
+    if arch == "arm64" and not binfmt_enabled(BINFMT_AARCH64):
+        # debootstrap's second stage runs the arm64 packages' scripts here, in a chroot.
+        return (
+            "building the arm64 VM image runs arm64 programs here: it needs qemu-user-static and binfmt-support "
+            "with binfmt_misc's qemu-aarch64 enabled (run scripts/arm64-deps.sh)"
+        )
     return None
 
 
-def build(cache: Path, say: Say) -> Image:
+def binfmt_enabled(entry: Path) -> bool:
+    """Whether binfmt_misc's `entry` is enabled and its interpreter is there."""
+    try:
+        lines = entry.read_text().splitlines()
+    except OSError:
+        return False
+    interpreter = next((ln.split(None, 1)[1] for ln in lines if ln.startswith("interpreter ")), "")
+    return bool(lines) and lines[0] == "enabled" and os.path.exists(interpreter)
+
+
+def build(cache: Path, say: Say, arch: str = NATIVE) -> Image:
     """debootstrap, add the guest files, pack the root into an ext4 image; atomically into place.
 
     The caller holds the build lock."""
-    reason = missing_build_tools()
+    reason = missing_build_tools(arch)
     if reason:
         raise UsageError(reason)
     images = cache / "images"
     images.mkdir(parents=True, exist_ok=True)
     for stale in images.glob(".build-*"):  # builders that died (the lock says none is running)
         _remove_build(stale)
-    spec = recipe()
+    spec = recipe(arch)
     digest = recipe_hash(spec)
     work = images / f".build-{digest}-{os.getpid()}"
     work.mkdir()
     started = time.monotonic()
     try:
         source = mirror.debian_mirror(SUITE)
-        say(f"building the VM image {digest} with debootstrap from {source} (a few minutes, once)")
+        took = "a few minutes" if arch == NATIVE else "tens of minutes: its programs run emulated"
+        say(f"building the {arch} VM image {digest} with debootstrap from {source} ({took}, once)")
         root = work / "root"
-        _debootstrap(root, source, work / "debootstrap.log")
+        _debootstrap(root, source, work / "debootstrap.log", arch)
         customize(root)
         release = pack(root, work)
         shutil.rmtree(root)
@@ -234,6 +296,7 @@ def build(cache: Path, say: Say) -> Image:
             files[name]["sha256"] = _sha256(work / name)
         manifest = {
             "recipe_hash": digest,
+            "arch": arch,
             "recipe": spec,
             "mirror": source,
             "kernel_release": release,
@@ -252,15 +315,17 @@ def build(cache: Path, say: Say) -> Image:
     except BaseException:
         _remove_build(work)
         raise
-    say(f"VM image {digest} built in {time.monotonic() - started:.0f} s: {final}")
-    return check(final)
+    say(f"{arch} VM image {digest} built in {time.monotonic() - started:.0f} s: {final}")
+    return check(final, arch)
 
 
-def _debootstrap(root: Path, source: str, log: Path) -> None:
+def _debootstrap(root: Path, source: str, log: Path, arch: str = NATIVE) -> None:
     args = [
         "debootstrap",
+        # Foreign (arm64): debootstrap runs its second stage in the chroot through binfmt_misc.
+        f"--arch={arch}",
         "--variant=minbase",
-        f"--include={','.join(PACKAGES)}",
+        f"--include={','.join(packages(arch))}",
         "--components=main",
         SUITE,
         str(root),

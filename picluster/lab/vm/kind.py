@@ -1,6 +1,7 @@
 """VM hosts behind the lab's host-kind seam (lab/kinds.py): Debian 12 guests with their own kernel.
 
     Lab(3, vm=True).up()   # check (root, qemu, memory, image, accelerator), taps, disks, qemu x 3, SSH
+    Lab(2, vm=True, arch="arm64").up()   # the Pi's instruction set: its own image, emulated (TCG)
 
 Everything that can refuse does so in ``check()``, before the lab has an id, a bridge or a file:
 not root, qemu missing, more VMs than memory holds, a damaged cached image.  The image is built
@@ -28,19 +29,28 @@ class VMHosts:
     name = "vm"
     # TCG on a shared 2-core machine: ~30 s alone, minutes when other jobs run (docs/vm-hosts.md).
     default_timeout = 600.0
+    # A foreign instruction set is emulated instruction by instruction: boots take several times longer.
+    arm64_timeout = 1800.0
 
-    def __init__(self, say: Callable[[str], None]) -> None:
+    def __init__(self, say: Callable[[str], None], arch: str = image_mod.NATIVE) -> None:
         self.say = say
+        self.arch = image_mod.check_arch(arch)
+        if self.arch != image_mod.NATIVE:
+            self.default_timeout = self.arm64_timeout
         self.image: image_mod.Image | None = None
         self.accel: accel_mod.Accel | None = None
 
     def check(self, nodes: int) -> None:
-        support.require_support()
+        support.require_support(self.arch)
         support.check_memory(nodes)
+        _, accel = self._image_and_accel()
+        self.say(f"{self.arch} VMs use {accel.describe()}")
+
+    def _image_and_accel(self) -> tuple[image_mod.Image, accel_mod.Accel]:
         cache = image_mod.cache_root()
-        self.image = image_mod.ensure(cache, self.say)
-        self.accel = accel_mod.choose(self.image.kernel, cache, self.say)
-        self.say(f"VMs use {self.accel.describe()}")
+        self.image = image = image_mod.ensure(cache, self.say, arch=self.arch)
+        self.accel = accel = accel_mod.choose(image.kernel, cache, self.say, arch=self.arch)
+        return image, accel
 
     def new_host(self, lab, index: int) -> VMHost:
         name = naming.host_name(index)
@@ -53,6 +63,7 @@ class VMHosts:
             bridge=lab.bridge,
             dir=lab.run_dir / "hosts" / name,
             options=lab.host_options.get(name, HostOptions()),
+            arch=self.arch,
         )
         host.login = login_of(lab)
         return host
@@ -90,17 +101,16 @@ class VMHosts:
         pulled), its disk back to the image, a new seed with a new host key, started again; once
         its sshd answers, its new public host key.  The lab's known_hosts keeps the old key, as a
         coordinator's would: telling the two apart is provisioning's job."""
-        if self.image is None or self.accel is None:  # a lab loaded from its state file
-            cache = image_mod.cache_root()
-            self.image = image_mod.ensure(cache, self.say)
-            self.accel = accel_mod.choose(self.image.kernel, cache, self.say)
+        image, accel = self.image, self.accel
+        if image is None or accel is None:  # a lab loaded from its state file
+            image, accel = self._image_and_accel()
         host.kill()
         shutil.rmtree(host.seed_dir, ignore_errors=True)
         for old in (host.disk, host.seed_disk):
             old.unlink(missing_ok=True)
         login = Path(f"{lab.key_path}.pub").read_text().strip()
-        key = host.prepare(self.image, lab.user, login)
-        lab.adopt(host.start(self.image, self.accel, owned=lab.owned))
+        key = host.prepare(image, lab.user, login)
+        lab.adopt(host.start(image, accel, owned=lab.owned))
         lab.save()
         deadline = time.monotonic() + timeout
         while True:
@@ -115,7 +125,8 @@ class VMHosts:
             time.sleep(1.0)
 
     def describe(self) -> str:
-        return f"VMs ({self.accel.name.upper()})" if self.accel else "VMs"
+        what = "VMs" if self.arch == image_mod.NATIVE else f"{self.arch} VMs"
+        return f"{what} ({self.accel.name.upper()})" if self.accel else what
 
 
 def login_of(lab) -> Login:

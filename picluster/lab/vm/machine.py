@@ -14,6 +14,9 @@ the run dir and killed, the tap by its name, the files with the run dir.
 
 qemu runs with -nodefaults and exactly one NIC, the tap: no user-mode network, so the guest
 reaches nothing but the lab's bridge.
+
+An arm64 VM (arch="arm64", the Pi's instruction set) is the same but for qemu-system-aarch64's
+`virt` board, a cortex-a72 emulated by TCG, and the board's PL011 serial port as the console.
 """
 
 import os
@@ -33,8 +36,18 @@ from picluster.lab.vm.accel import Accel
 from picluster.lab.vm.image import Image
 from picluster.processes import same_process, start_time
 
-# net.ifnames=0: the NIC is eth0, as in a namespace host (the seed's network file matches its MAC).
-KERNEL_ARGS = "root=/dev/vda rw console=ttyS0 net.ifnames=0"
+# The serial console each architecture's board has: the PC's 16550, the virt board's PL011.
+CONSOLES = {"amd64": "ttyS0", "arm64": "ttyAMA0"}
+# qemu's board: the default PC for amd64; `virt`, the generic board with PCI for virtio, for arm64.
+MACHINES = {"amd64": [], "arm64": ["-machine", "virt"]}
+
+
+def kernel_args(arch: str = "amd64") -> str:
+    # net.ifnames=0: the NIC is eth0, as in a namespace host (the seed's network file matches its MAC).
+    return f"root=/dev/vda rw console={CONSOLES[arch]} net.ifnames=0"
+
+
+KERNEL_ARGS = kernel_args()
 # TCG's translation cache defaults to 1 GiB per VM on 64-bit hosts; a boot uses a fraction.
 TB_CACHE_MIB = 256
 
@@ -58,6 +71,7 @@ class VM(StateFileEntry):
     # The machine's SMBIOS UUID.  systemd makes the guest's machine id from it on first boot, so
     # without one per VM (qemu's default is the same for all) every VM would get the same id.
     uuid: str | None = None
+    arch: str = "amd64"  # the guest's Debian architecture: amd64, or arm64 (emulated)
 
     def __post_init__(self) -> None:
         self.dir = Path(self.dir)
@@ -114,17 +128,20 @@ class VM(StateFileEntry):
         return host_key
 
     def command(self, image: Image, accel: Accel) -> list[str]:
+        if image.arch != self.arch:
+            raise ClusterError(f"VM {self.name} is {self.arch} but image {image.dir} is {image.arch}")
         accel_args = accel.args
         if accel.name == "tcg":
             accel_args = ["-accel", f"tcg,tb-size={TB_CACHE_MIB}", "-cpu", accel.cpu]
         return [
-            support.QEMU,
+            support.QEMUS[self.arch],
+            *MACHINES[self.arch],
             "-name", self.name,
             *(["-uuid", self.uuid] if self.uuid else []),
             *accel_args,
             "-m", str(self.memory_mib), "-smp", str(self.cpus),
             "-nodefaults", "-no-user-config", "-display", "none",
-            "-kernel", str(image.kernel), "-initrd", str(image.initrd), "-append", KERNEL_ARGS,
+            "-kernel", str(image.kernel), "-initrd", str(image.initrd), "-append", kernel_args(self.arch),
             "-drive", f"file={self.disk},format=qcow2,if=virtio",
             "-drive", f"file={self.seed_disk},format=raw,if=virtio,readonly=on",
             "-netdev", f"tap,id=lab,ifname={self.tap},script=no,downscript=no",

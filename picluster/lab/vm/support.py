@@ -11,6 +11,8 @@ import psutil
 from picluster.errors import UsageError
 
 QEMU = "qemu-system-x86_64"
+# Per Debian architecture of the guest: arm64 guests run on qemu's Arm system emulator.
+QEMUS = {"amd64": QEMU, "arm64": "qemu-system-aarch64"}
 QEMU_IMG = "qemu-img"
 GUEST_MIB = 1024  # a Raspberry Pi 3B+'s memory
 # qemu's own memory beside the guest's: device emulation plus TCG's translation cache, which is
@@ -21,13 +23,18 @@ MARGIN_MIB = 1024
 
 # tool -> Debian package, for the one-line hint
 TOOLS = {QEMU: "qemu-system-x86", QEMU_IMG: "qemu-utils", "mkfs.ext4": "e2fsprogs", "ip": "iproute2"}
+ARM64_TOOLS = {**{tool: pkg for tool, pkg in TOOLS.items() if tool != QEMU}, QEMUS["arm64"]: "qemu-system-arm"}
 
 
-def missing_support() -> str | None:
+def tools(arch: str = "amd64") -> dict[str, str]:
+    return ARM64_TOOLS if arch == "arm64" else TOOLS
+
+
+def missing_support(arch: str = "amd64") -> str | None:
     """Why VMs cannot run here, in one line, or None when they can."""
     if os.geteuid() != 0:
         return "VM test hosts need root (tap devices on the lab's bridge): run as root"
-    missing = sorted({pkg for tool, pkg in TOOLS.items() if shutil.which(tool) is None})
+    missing = sorted({pkg for tool, pkg in tools(arch).items() if shutil.which(tool) is None})
     if missing:
         return (
             f"VM test hosts need Debian packages {', '.join(missing)}: "
@@ -38,8 +45,8 @@ def missing_support() -> str | None:
     return None
 
 
-def require_support() -> None:
-    reason = missing_support()
+def require_support(arch: str = "amd64") -> None:
+    reason = missing_support(arch)
     if reason:
         raise UsageError(reason)
 
