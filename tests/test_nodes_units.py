@@ -166,3 +166,17 @@ def test_apt_output_is_read_for_failed_fetches_and_counts():
     assert not chores.FETCH_FAILED.search("Hit:1 http://x bookworm InRelease\nReading package lists...\n")
     counts = chores.UPGRADED.search("Calculating upgrade...\n3 upgraded, 1 newly installed, 0 to remove and 0 not upgraded.\n")
     assert counts.groups() == ("3", "1")
+
+
+def test_shutdown_counts_a_node_already_off_as_off_and_asks_only_the_others(inv_path, monkeypatch):
+    inv = load_inventory(inv_path)
+    asked: list[str] = []
+    monkeypatch.setattr(health, "silent", lambda address, *a, **k: address == "127.0.1.4")  # node04: nothing answers
+    monkeypatch.setattr(chores, "_ask", lambda inv_, node, command: asked.append(f"{node.name} {command}"))
+    monkeypatch.setattr(health, "wait_gone", lambda nodes, timeout, started=None: 1.0)
+    said: list[str] = []
+    plan = order.waves(inv, select(inv, "node[01,04-05]"), parallel=None)
+    done = chores.shutdown(inv, plan, 60, said.append)
+    assert asked == ["node05 systemctl poweroff", "node01 systemctl poweroff"]
+    assert said == ["node04: already off", "node05: off after 1 s", "node01: off after 1 s"]
+    assert done == {"node04": "already off", "node05": "off after 1 s", "node01": "off after 1 s"}

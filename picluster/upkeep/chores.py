@@ -47,6 +47,14 @@ def shutdown(inv: Inventory, plan: list[Wave], timeout: float, say: Say) -> dict
     for index, wave in enumerate(plan):
         nodes = [inv.node(name) for name in wave.nodes]
         started = time.monotonic()
+        # A node already off (nothing answers at its address) is what was asked for: not a failure.
+        off = {node.name for node in nodes if health.silent(node.address)}
+        for name in sorted(off):
+            done[name] = "already off"
+            say(f"{name}: already off")
+        nodes = [node for node in nodes if node.name not in off]
+        if not nodes:
+            continue
         asked = fan_out(lambda node: _ask(inv, node, "systemctl poweroff"), nodes)
         if asked.failed:
             raise ClusterError(_stopped("shut down", asked.failed, plan[index + 1:]))
@@ -57,9 +65,9 @@ def shutdown(inv: Inventory, plan: list[Wave], timeout: float, say: Say) -> dict
                 line = f"off after {health.wait_gone(nodes, timeout, started):.0f} s"
             except ClusterError as exc:
                 raise ClusterError(f"{exc}; not shut down: {_names(plan[index + 1:])}") from None
-        for name in wave.nodes:
-            done[name] = line
-        say(f"{nodeset.fold(wave.nodes)}: {line}")
+        for node in nodes:
+            done[node.name] = line
+        say(f"{nodeset.fold(n.name for n in nodes)}: {line}")
     return done
 
 
