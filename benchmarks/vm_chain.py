@@ -5,6 +5,7 @@ Run as root, on a quiet machine (each phase is minutes to an hour under TCG):
     .venv/bin/python benchmarks/vm_chain.py                       # every phase, then the lab goes
     .venv/bin/python benchmarks/vm_chain.py --phases up,provision --keep   # stop there, keep the lab
     .venv/bin/python benchmarks/vm_chain.py --phases cluster,montecarlo,har,reboot,down
+    .venv/bin/python benchmarks/vm_chain.py --arch arm64 --name arm   # the Pi's instruction set
 
 Phases, in this order (``--phases`` picks some; a later run goes on with the kept lab):
 
@@ -24,8 +25,8 @@ Phases, in this order (``--phases`` picks some; a later run goes on with the kep
 - ``shutdown``: ``picluster nodes shutdown`` of every node (workers first, the NFS master last);
 - ``down``: ``picluster lab down``.
 
-Each phase's wall time, and per node after the runtime step what the TensorFlow processes hold
-in memory, go to benchmarks/results/vm_chain-<arch>.json, merged with earlier runs of other phases.
+Each phase's wall time, and per node after `cluster up` what picluster's processes hold in memory,
+go to benchmarks/results/vm_chain-<arch>.json, merged with earlier runs of other phases.
 """
 
 import argparse
@@ -82,6 +83,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--name", default="chain", help="the lab's name [chain]")
     parser.add_argument("--vms", type=int, default=3)
+    parser.add_argument("--arch", choices=("amd64", "arm64"), default="amd64", help="the VMs' instruction set [amd64]")
     parser.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated, from {','.join(PHASES)}")
     parser.add_argument("--keep", action="store_true", help="leave the lab up after the last phase asked for")
     args = parser.parse_args()
@@ -89,7 +91,7 @@ def main() -> None:
     unknown = [p for p in phases if p not in PHASES]
     if unknown:
         parser.error(f"unknown phase(s) {','.join(unknown)}: choose from {','.join(PHASES)}")
-    arch = "amd64"  # the VMs' (the lab's only kind so far)
+    arch = args.arch
     RESULTS.mkdir(parents=True, exist_ok=True)
     out_path = RESULTS / f"vm_chain-{arch}.json"
     record = json.loads(out_path.read_text()) if out_path.exists() else {"phases": {}}
@@ -102,12 +104,13 @@ def main() -> None:
             extra: dict = {}
             started = time.monotonic()
             if phase == "up":
-                cli("lab", "up", "--vm", "-n", str(args.vms), "--name", args.name, "--inventory-out", str(inventory))
+                cli("lab", "up", "--vm", *(["--arch", arch] if arch != "amd64" else []), "-n", str(args.vms), "--name", args.name,
+                    "--inventory-out", str(inventory))
             elif phase == "provision":
                 _, text = cli("provision", "-i", str(inventory), "--known-hosts", str(known))
                 extra["report_tail"] = text.strip().splitlines()[-8:]
             elif phase == "cluster":
-                cli("cluster", "up", "-i", str(inventory))
+                cli("cluster", "up", "-i", str(inventory), "--timeout", "1800")  # TensorFlow loads in minutes under TCG
                 extra["memory"] = memory(args.name, nodes)
             elif phase == "montecarlo":
                 _, text = cli("run", "montecarlo", "--samples", "1e7", "--nodes", str(args.vms - 1), "-i", str(inventory))
@@ -120,7 +123,7 @@ def main() -> None:
                 extra["train_s"] = round(t, 1)
                 extra["output"] = text.strip().splitlines()[-6:]
             elif phase == "reboot":
-                _, text = cli("nodes", "reboot", "all", "-i", str(inventory))
+                _, text = cli("nodes", "reboot", "all", "-i", str(inventory), "--timeout", "1800")
                 extra["output"] = text.strip().splitlines()
                 t, text = cli("cluster", "status", "-i", str(inventory))
                 extra["status"] = text.strip().splitlines()

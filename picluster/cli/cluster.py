@@ -5,7 +5,7 @@ import sys
 import click
 from rich.console import Console
 
-from picluster.cli.options import Whole, inventory_option, node_inventory_option
+from picluster.cli.options import Real, Whole, inventory_option, node_inventory_option
 from picluster.errors import UsageError
 from picluster.views.status import tasks_table
 
@@ -20,7 +20,9 @@ def cluster() -> None:
 @click.option("--ps", "ps", type=Whole(0, 16), default=1, show_default=True, help="ps tasks (local cluster)")
 @click.option("--workers", type=Whole(1, 63), default=2, show_default=True, help="worker tasks (local cluster)")
 @click.option("--port", type=Whole(1024, 65535), default=None, help="first port: the tasks' ports, then the agent's (local cluster; default: free ports)")
-def up(inventory, ps, workers, port) -> None:
+@click.option("--timeout", type=Real(1, 3600), default=120.0, show_default=True,
+              help="seconds every task may take to answer (inventory; TensorFlow loads slowly on small boards)")
+def up(inventory, ps, workers, port, timeout) -> None:
     """Start the servers and wait until every task answers."""
     from picluster.cluster.attach import find
 
@@ -29,7 +31,7 @@ def up(inventory, ps, workers, port) -> None:
         from picluster.cluster.nodes import NodeCluster
 
         nodes = NodeCluster(inventory)
-        started = sum(len(processes) for processes in nodes.up().values())
+        started = sum(len(processes) for processes in nodes.up(timeout).values())
         _print_status(nodes, console)
         click.echo(f"started {started} process(es)" if started else "already up")
         return
