@@ -121,7 +121,10 @@ def main() -> None:
                 extra["copy_s"] = round(t, 1)
                 t, text = cli("train", "har", "--layers", "3", "--epochs", "1", "-i", str(inventory))
                 extra["train_s"] = round(t, 1)
-                extra["output"] = text.strip().splitlines()[-6:]
+                runs = sorted((Path.home() / ".local" / "state" / "picluster" / "runs").glob("*/result.json"), key=lambda p: p.stat().st_mtime)
+                if runs:  # train's summary goes to the terminal, its figures to the run's result.json
+                    result = json.loads(runs[-1].read_text())
+                    extra["result"] = {k: result.get(k) for k in ("best_epoch", "val_accuracy", "test_accuracy", "epoch_s_mean", "wall_s")}
             elif phase == "reboot":
                 _, text = cli("nodes", "reboot", "all", "-i", str(inventory), "--timeout", "1800")
                 extra["output"] = text.strip().splitlines()
