@@ -26,7 +26,7 @@ from picluster.upkeep.order import RANKS, Wave
 Say = Callable[[str], None]
 APT = "DEBIAN_FRONTEND=noninteractive apt-get -q"
 KEEP_CONFIG = "-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold"
-REBOOT_REQUIRED = "/var/run/reboot-required"  # written by packages that need one (Debian, Raspberry Pi OS)
+REBOOT_REQUIRED = "/var/run/reboot-required"  # written by the packages that hook it (unattended-upgrades, for a kernel)
 # apt-get update exits 0 when a source cannot be fetched: its warnings say so.
 FETCH_FAILED = re.compile(r"^(W|E): (Failed to fetch|Some index files failed)", re.MULTILINE)
 UPGRADED = re.compile(r"^(\d+) upgraded, (\d+) newly installed", re.MULTILINE)
