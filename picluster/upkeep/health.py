@@ -3,7 +3,7 @@
     before = look(inv, node)                 # its boot id and what answers now (tasks, agent)
     ...                                      # the node reboots
     back = wait_back(inv, node, before, 600) # raises ClusterError naming what did not come back
-    wait_gone(inv, node, 120)                # after a shutdown: the host itself no longer answers
+    wait_gone([node], 120)                   # after a shutdown: the host itself no longer answers
 
 "What answered before" is the check, not "every task of the layout": a node whose cluster was
 down before its reboot has nothing to bring back (its start script is gone, cluster/nodes.py).
