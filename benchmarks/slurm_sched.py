@@ -30,7 +30,7 @@ from labcluster import ROOT, cli, lab_inventory
 
 from picluster.lab import Lab
 from picluster.lab.limits import Limits
-from picluster.provision.steps.slurm import key_path
+from picluster.provision.steps.munge import key_path
 
 JOBS = [("long", 2, 100, "2"), ("wide", 3, 30, "1"), ("short1", 1, 30, "1"), ("short2", 1, 30, "1"), ("tail", 1, 90, "2")]
 NODES = 3

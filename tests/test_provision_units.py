@@ -1,7 +1,6 @@
 """`picluster provision` without hosts: templates, file edits, facts, results, CLI input, Ansible syntax."""
 
 import json
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -299,11 +298,15 @@ def test_ansible_inventory_is_yaml_with_the_groups_and_template_variables(tmp_pa
         for key in set(variables) - FROM_THE_NODE:
             assert key in v, (name, key)
     assert v["subnet"] == "192.168.1.0/26" and v["nfs_server"] == "192.168.1.16" and v["nfsd_threads"] == 8
-    assert f"UserKnownHostsFile={tmp_path / 'kh'}" in v["ansible_ssh_common_args"]
-    # The munge key both paths install: made once, 0400, and not in the inventory itself.
+    assert v["ansible_ssh_common_args"] == f"-o 'UserKnownHostsFile=\"{tmp_path / 'kh'}\"' -o StrictHostKeyChecking=yes"
+    # Without --known-hosts: the policy of picluster's own connections, in OpenSSH's words.
+    default = load_ansible_yaml(ansible_inventory(parse_inventory(SLURM_INV)))["all"]["vars"]["ansible_ssh_common_args"]
+    assert default == (f"-o 'UserKnownHostsFile=\"{state / 'known_hosts'}\" \"{Path('~/.ssh/known_hosts').expanduser()}\"' "
+                       "-o StrictHostKeyChecking=accept-new")
+    # This machine's copy of the cluster's munge key: named, never made by writing an inventory
+    # (the role takes the controller's, or makes the first one).
     key = Path(v["munge_key_file"])
-    assert key.is_relative_to(state) and stat.S_IMODE(key.stat().st_mode) == 0o400
-    assert key.read_text().strip() not in ansible_inventory(parse_inventory(SLURM_INV))
+    assert key == state / "slurm" / "pi4" / "munge.key" and not key.exists()
     assert v["slurm_controller"] == "node01" and v["slurm_partition"] == "picluster"
     assert "6817" in v["tcp_ports"] and "60001-60100" in v["tcp_ports"]
     assert "slurm_controller" not in load_ansible_yaml(ansible_inventory(inv()))["all"]["vars"]
@@ -427,34 +430,3 @@ def test_the_kernel_command_line_gets_the_memory_cgroup_and_keeps_its_words():
     assert cmdline_text("a\r\nb\n\n") == "a b cgroup_enable=memory cgroup_memory=1\n"  # one line, as the firmware reads it
 
 
-def test_pinning_a_replaced_nodes_key_replaces_every_entry_for_its_address_and_nothing_else(tmp_path):
-    import base64
-    import hashlib
-    import hmac
-
-    import paramiko
-
-    from picluster.cluster.ssh import fingerprint
-    from picluster.provision import hostkeys
-
-    old, new, other = (paramiko.Ed25519Key.from_private_key_file(str(keys_dir)) for keys_dir in _three_keys(tmp_path))
-    salt = b"0123456789abcdef0123"
-    hashed = "|1|" + base64.b64encode(salt).decode() + "|" + base64.b64encode(hmac.new(salt, b"10.0.0.3", hashlib.sha1).digest()).decode()
-    path = tmp_path / "known_hosts"
-    path.write_text(f"# mine\n10.0.0.2 {other.get_name()} {other.get_base64()}\n10.0.0.3 {old.get_name()} {old.get_base64()}\n"
-                    f"{hashed} {old.get_name()} {old.get_base64()}\n[10.0.0.3]:22 {old.get_name()} {old.get_base64()}\n"
-                    f"10.0.0.30 {other.get_name()} {other.get_base64()}\n")
-    before = path.read_text()
-    assert hostkeys.pin(path, "10.0.0.3", new, dry_run=True) == [fingerprint(old)] * 3
-    assert path.read_text() == before  # a dry run writes nothing
-    assert hostkeys.pin(path, "10.0.0.3", new) == [fingerprint(old)] * 3
-    assert path.read_text().splitlines() == ["# mine", f"10.0.0.2 {other.get_name()} {other.get_base64()}",
-                                             f"10.0.0.30 {other.get_name()} {other.get_base64()}", f"10.0.0.3 {new.get_name()} {new.get_base64()}"]
-    assert oct(path.stat().st_mode & 0o777) == "0o600"
-    assert hostkeys.pin(tmp_path / "new" / "known_hosts", "10.0.0.3", new) == []  # none was known: the file is made
-
-
-def _three_keys(tmp_path):
-    from picluster.lab import keys
-
-    return [keys.make_keypair(tmp_path / f"k{i}", f"k{i}").private_path for i in range(3)]

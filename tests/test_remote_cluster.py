@@ -187,7 +187,7 @@ def test_a_node_with_a_new_host_key_is_refused_until_replaced_then_rejoins_the_r
 
     refused = picluster("provision", "-i", inventory, "--known-hosts", known, "--only", "hostname", timeout=300)
     assert refused.returncode == 1
-    assert "host key of 10." in refused.stdout + refused.stderr and "'picluster provision --replaced NODE' pins the new key" in refused.stdout, refused.stdout
+    assert "host key of 10." in refused.stdout + refused.stderr and "'picluster provision --replaced node03' pins the new key" in refused.stdout, refused.stdout
 
     fixed = picluster("provision", "-i", inventory, "--known-hosts", known, "--only", "hostname", "--replaced", "node03", timeout=600)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr

@@ -28,7 +28,7 @@ from picluster.lab.limits import Limits
 from picluster.provision.result import Status
 from picluster.provision.runner import provision
 from picluster.provision.steps import Options
-from picluster.provision.steps.slurm import key_path
+from picluster.provision.steps.munge import key_path
 
 from conftest import ansible_playbook, assert_converged, picluster
 
@@ -219,8 +219,14 @@ def test_the_ansible_twin_brings_up_the_same_slurm(lab_support, tmp_path):
         ansible_inv = tmp_path / "inventory.yml"
         made = picluster("inventory", "--ansible", "-i", path, "--known-hosts", lab.known_hosts_path, "--out", ansible_inv)
         assert made.returncode == 0, made.stderr
-        first = ansible_playbook(ansible_inv, "-e", f"venv={VENV}")
+        first = ansible_playbook(ansible_inv, "-e", f"venv={VENV}", "--diff")
         assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-2000:]
+        # The first key of this cluster, made on this machine; --diff shows nothing of it.
+        key = key_path(load_inventory(path)).read_text()
+        assert oct(key_path(load_inventory(path)).stat().st_mode & 0o777) == "0o400"
+        assert key.strip() not in first.stdout + first.stderr
+        assert "+++ after: /etc/munge/munge.key.sha256" in first.stdout  # --diff shows what may be shown...
+        assert "+++ after: /etc/munge/munge.key\n" not in first.stdout  # ...and not the key
         assert sinfo(lab.host("node01")) == {name: "idle" for name in NAMES}
         second = ansible_playbook(ansible_inv, "-e", f"venv={VENV}")
         assert_converged(second, lab.hosts)

@@ -105,13 +105,18 @@ def test_public_key_must_be_one_plain_key_line(tmp_path):
 
 
 def test_known_hosts_path_with_spaces_stays_one_ssh_argument(tmp_path):
+    import json
     import shlex
+    import subprocess
 
     inv = parse()
     text = ansible_inventory(inv, known_hosts=Path("/tmp/a b -o ProxyCommand=touch x"))
     line = next(line for line in text.splitlines() if "ansible_ssh_common_args" in line)
-    args = shlex.split(line.split("!unsafe ", 1)[1].strip('"'))
-    assert args == ["-o", "UserKnownHostsFile=/tmp/a b -o ProxyCommand=touch x", "-o", "StrictHostKeyChecking=yes"]
+    args = shlex.split(json.loads(line.split("!unsafe ", 1)[1]))  # as Ansible splits it for ssh
+    assert args == ["-o", 'UserKnownHostsFile="/tmp/a b -o ProxyCommand=touch x"', "-o", "StrictHostKeyChecking=yes"]
+    # ssh itself reads one file name there, and no ProxyCommand (-G prints the settings, connects nowhere).
+    settings = subprocess.run(["ssh", "-G", *args, "10.0.0.1"], capture_output=True, text=True, check=True).stdout
+    assert "proxycommand" not in settings and "stricthostkeychecking true" in settings
 
 
 def test_inventory_file_name_with_a_newline_cannot_inject_yaml(tmp_path):

@@ -30,9 +30,14 @@ def _inventory_here(ctx: click.Context, param: click.Parameter, value: Path | No
         value = INVENTORY_HERE
     if value is None:
         return None
+    from picluster.cluster import hostkeys
     from picluster.inventory import load_inventory
 
-    return load_inventory(value)
+    inventory = load_inventory(value)
+    # A command given nodes may connect to them: the known_hosts files it trusts are read now, so a
+    # damaged one is one line (exit 2) before any connection, not a failure on every node.
+    hostkeys.current().check_files()
+    return inventory
 
 
 def _inventory(help_text: str):

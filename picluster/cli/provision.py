@@ -11,7 +11,8 @@ _known_hosts_option = click.option(
     "--known-hosts",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     default=None,
-    help="Accept only the host keys in this file [default: ~/.ssh/known_hosts, unknown hosts accepted].",
+    help="Trust only the host keys in this file; an unknown node is refused too [default: ~/.ssh/known_hosts and "
+         "picluster's own file; a new node's key is pinned there on first contact, a changed one is refused].",
 )
 
 
@@ -38,7 +39,9 @@ def _load(inventory):
 @click.option("--replaced", default=None, metavar="NODESET",
               help="Nodes whose card was written afresh: pin the host key each presents now (the old one is shown), "
                    "provision them, and start their tasks if the rest of the cluster is up.")
-def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, known_hosts, replaced) -> None:
+@click.option("--rotate-munge-key", is_flag=True,
+              help="With [slurm]: make a new munge key, install it on every node and restart munge and the Slurm daemons.")
+def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, known_hosts, replaced, rotate_munge_key) -> None:
     """Bring every node to the cluster's state: hostname, Pi settings, packages, NFS, SSH, Python, firewall.
 
     Idempotent: a second run reports no changes.  Exit code 1 when any node failed; the others
@@ -46,6 +49,7 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
     from rich.console import Console
 
     from picluster import nodeset
+    from picluster.cluster import hostkeys
     from picluster.inventory import select, venv_path
     from picluster.provision.report import show
     from picluster.provision.runner import parse_only, run_order
@@ -56,9 +60,16 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
     inv = _load(inventory)
     steps = parse_only(only)
     fresh = tuple(select(inv, replaced)) if replaced is not None else ()
+    if rotate_munge_key and inv.slurm is None:
+        raise UsageError("--rotate-munge-key: the inventory has no [slurm] table, so its nodes have no munge key")
+    if rotate_munge_key and steps is not None and "slurm" not in steps:
+        raise UsageError("--rotate-munge-key: the slurm step installs the key; add it to --only")
+    # Every connection of this command, the tasks a replaced node rejoins with included.
+    hostkeys.use(hostkeys.strict(known_hosts) if known_hosts is not None else hostkeys.accept_new())
+    hostkeys.current().check_files()  # a malformed known_hosts is refused before any connection
     options = Options(
         dry_run=dry_run, only=steps, venv=inv.venv if venv is None else venv_path(venv, "--venv"), nfsd_threads=nfsd_threads,
-        fanout=fanout, timeout=timeout, known_hosts=known_hosts, replaced=fresh,
+        fanout=fanout, timeout=timeout, known_hosts=known_hosts, replaced=fresh, rotate_munge_key=rotate_munge_key,
         connect_timeout=min(10.0, timeout),
     )  # fmt: skip
     console = Console()
@@ -104,6 +115,10 @@ def inventory(inventory, as_ansible, out, known_hosts) -> None:
         except StorageError as exc:
             raise UsageError(f"--out {out}: {exc}") from None
     inv = _load(inventory)
+    if known_hosts is not None:
+        from picluster.cluster import hostkeys
+
+        hostkeys.strict(known_hosts)  # missing, unreadable or malformed: refused here, not by ssh later
     text = ansible_inventory(inv, known_hosts=known_hosts, public_key=public_key(inv.ssh_key))
     if out is None:
         click.echo(text, nl=False)

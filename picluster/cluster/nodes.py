@@ -67,11 +67,12 @@ def node_python(inv: Inventory) -> str:
 
 
 def open_node(inv: Inventory, node: Node, timeout: float = 10.0) -> "Remote":
-    """An open ``Remote`` to ``node`` as the inventory's user."""
+    """An open ``Remote`` to ``node`` as the inventory's user (its host key checked by the
+    process's policy, picluster.cluster.hostkeys)."""
     from picluster.cluster.ssh import Remote, connect
 
-    conn = connect(node.address, inv.user, inv.ssh_key, None, timeout)
-    remote = Remote(conn, inv.user, timeout=60.0, open_timeout=timeout)
+    conn = connect(node.address, inv.user, inv.ssh_key, timeout)
+    remote = Remote(conn, inv.user, timeout=60.0, open_timeout=timeout, name=node.name)
     remote.open()
     return remote
 

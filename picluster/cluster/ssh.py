@@ -6,12 +6,9 @@ Every failure becomes one of three exceptions with a one-line message:
 - CommandFailed: a command ran and failed (its last line of stderr says why).
 """
 
-import base64
 import errno
-import hashlib
 import io
 import logging
-import secrets
 import shlex
 import socket
 from pathlib import Path
@@ -20,6 +17,8 @@ import fabric
 import invoke
 import paramiko
 
+from picluster.cluster import hostkeys
+from picluster.cluster.knownhosts import SSH_PORT, host_name
 from picluster.errors import ClusterError
 
 MISSING_EXIT = 3
@@ -52,14 +51,13 @@ def connect(
     address: str,
     user: str,
     key: Path | None,
-    known_hosts: Path | None,
     timeout: float,
+    policy: hostkeys.Policy | None = None,
 ) -> fabric.Connection:
-    """A Fabric connection that uses `key` only (or the usual ~/.ssh keys without one).
-
-    With `known_hosts`, the node must present the host key recorded there; without, the
-    user's ~/.ssh/known_hosts is consulted and unknown hosts are accepted (Fabric's default).
-    """
+    """A Fabric connection that uses `key` only (or the usual ~/.ssh keys without one), and checks
+    the node's host key with `policy` (the process's, picluster.cluster.hostkeys.current(), by
+    default): every connection picluster makes is made here, so none goes unchecked."""
+    policy = policy or hostkeys.current()
     connect_kwargs: dict[str, object] = {"banner_timeout": timeout, "auth_timeout": timeout}
     if key is not None:
         connect_kwargs.update(key_filename=[str(key)], look_for_keys=False, allow_agent=False)
@@ -70,19 +68,22 @@ def connect(
         connect_timeout=timeout,
         connect_kwargs=connect_kwargs,
     )
-    if known_hosts is not None:
-        conn.client.load_host_keys(str(known_hosts))
-        conn.client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    # Fabric sets AutoAddPolicy and loads no key: paramiko then hands every key to the policy.
+    conn.client.set_missing_host_key_policy(policy)
+    unwanted = policy.unwanted(host_name(conn.host, conn.port))  # the host and port as ~/.ssh/config resolves them
+    if unwanted:
+        conn.connect_kwargs["disabled_algorithms"] = {"keys": unwanted}
     return conn
 
 
 class Remote:
     def __init__(
         self, conn: fabric.Connection, user: str, *, dry_run: bool = False, timeout: float = 120.0,
-        open_timeout: float = 10.0,
+        open_timeout: float = 10.0, name: str | None = None,
     ):  # fmt: skip
         self.conn = conn
         self.user = user
+        self.name = name  # the node's, for messages that tell what to type
         self.dry_run = dry_run
         self.timeout = timeout
         self.open_timeout = open_timeout  # connecting, and opening a channel on the connection
@@ -114,14 +115,17 @@ class Remote:
             self.conn.open()
         except paramiko.AuthenticationException:
             raise AuthFailed(f"SSH key rejected for {self.user}@{self.conn.host} (check cluster.ssh_key)") from None
-        except paramiko.BadHostKeyException as exc:
-            # What a freshly written card looks like; `provision --replaced` pins its new key.
-            raise AuthFailed(f"host key of {self.conn.host} does not match known_hosts (offered {fingerprint(exc.key)}, known "
-                             f"{fingerprint(exc.expected_key)}): if its card was written afresh, 'picluster provision "
-                             "--replaced NODE' pins the new key; otherwise find out who answers there") from None
+        except hostkeys.HostKeyRefused as exc:
+            # Raised by the policy between the key exchange and the login: nothing was sent.
+            self.conn.client.close()
+            raise exc.named(self.name) if self.name else exc from None
         except paramiko.SSHException as exc:
-            if "not found in known_hosts" in str(exc):
-                raise AuthFailed(f"host key of {self.conn.host} is not in known_hosts") from None
+            policy = getattr(self.conn.client, "_policy", None)  # set by connect()
+            if "no acceptable host key" in str(exc) and isinstance(policy, hostkeys.Policy):
+                # Asked only for the types it is known by, the node has none: as changed as a key can be.
+                self.conn.client.close()
+                refused = policy.no_known_type(host_name(self.conn.host, port))
+                raise refused.named(self.name) if self.name else refused from None
             raise Unreachable(ssh_failure(exc, seconds)) from None
         except EOFError:
             raise Unreachable("connected, but the host closed the connection during the SSH handshake") from None
@@ -186,27 +190,81 @@ class Remote:
         """
         if (self.read(path) if current is _UNREAD else current) == content:
             return False
-        if self.dry_run:
-            return True
-        tmp = f"/tmp/picluster-{secrets.token_hex(6)}"
-        self.upload(content, tmp)
-        q, new = shlex.quote(path), shlex.quote(path + ".picluster-new")
-        parent = shlex.quote(str(Path(path).parent))
-        result = self.run(
-            f"m=$(stat -c %a {q} 2>/dev/null || echo {mode}); mkdir -p {parent} && "
-            f"install -m \"$m\" -o {owner} -g {group} {tmp} {new} && mv -f {new} {q}; rc=$?; rm -f {tmp}; exit $rc",
-            sudo=True,
-            check=False,
-        )
-        if result.exited != 0:
-            raise CommandFailed(f"cannot write {path}: {_last_line(result.stderr) or f'exit code {result.exited}'}")
+        if not self.dry_run:
+            self._install(path, content.encode(), f"$(stat -c %a {shlex.quote(path)} 2>/dev/null || echo {mode})", owner, group)
         return True
 
+    def put_secret(self, path: str, data: bytes, *, mode: str = "0400", owner: str = "root", group: str = "root") -> None:
+        """Install `data` at `path` with exactly this mode and owner.  The bytes go through the SSH
+        channel into a file made 0600 in the target's own directory: no copy in /tmp, no other
+        account can read them at any moment, nothing in a command line or a log."""
+        if not self.dry_run:
+            self._install(path, data, mode, owner, group)
+
+    def _install(self, path: str, data: bytes, mode: str, owner: str, group: str) -> None:
+        """`data` (on stdin) into ``path.picluster-new``, created 0600 by root beside `path`, then
+        owned, moded and renamed over it; on any failure the new file is removed."""
+        q, new = shlex.quote(path), shlex.quote(path + ".picluster-new")
+        parent = shlex.quote(str(Path(path).parent))
+        script = (f"m={mode}; mkdir -p {parent} && rm -f {new} && (umask 077 && cat > {new}) && chown {owner}:{group} {new} && "
+                  f"chmod \"$m\" {new} && mv -f {new} {q} || {{ rc=$?; rm -f {new}; exit $rc; }}")
+        exited, stderr = self.feed(script, data, sudo=True)
+        if exited != 0:
+            raise CommandFailed(f"cannot write {path}: {_last_line(stderr) or f'exit code {exited}'}")
+
+    def feed(self, command: str, data: bytes, *, sudo: bool = False, timeout: float | None = None) -> tuple[int, str]:
+        """Run `command` with `data` on its standard input (never in a file or an argument);
+        returns (exit status, stderr)."""
+        full = f"sudo -n -- sh -c {shlex.quote(command)}" if sudo else command
+        seconds = timeout or self.timeout
+        self.open()
+        try:
+            channel = self.conn.transport.open_session(timeout=self.open_timeout)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise Unreachable(f"no answer within {self.open_timeout:.0f} s (opening an SSH channel)" if "Timeout" in str(exc)
+                              else f"connection lost: {_one_line(exc)}") from None
+        try:
+            channel.settimeout(seconds)
+            channel.exec_command(full)
+            channel.sendall(data)
+            channel.shutdown_write()
+            stderr = channel.makefile_stderr("rb").read().decode(errors="replace")
+            channel.makefile("rb").read()
+            if not channel.status_event.wait(seconds):
+                raise Unreachable(f"no answer within {seconds:.0f} s")
+            exited = channel.recv_exit_status()
+        except TimeoutError:
+            raise Unreachable(f"no answer within {seconds:.0f} s") from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise Unreachable(f"connection lost: {_one_line(exc)}") from None
+        finally:
+            channel.close()
+        if sudo and exited == 1 and "password is required" in stderr:
+            raise SudoPasswordRequired(f"sudo asks for a password; give {self.user} NOPASSWD sudo")
+        return exited, stderr
+
     def upload(self, content: str, remote_path: str) -> None:
+        """`content` into a file of the login user's (SFTP creates it with the server's default
+        mode: never a secret, never a shared directory such as /tmp)."""
         try:
             self.conn.put(io.BytesIO(content.encode()), remote=remote_path)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise Unreachable(f"upload failed: {_one_line(exc)}") from None
+
+
+def presented(address: str, timeout: float, port: int = SSH_PORT) -> paramiko.PKey:
+    """The host key ``address`` offers a login now: the key exchange only, no authentication, so
+    nothing reaches the node (``provision --replaced`` shows it before trusting it)."""
+    sock = reach(address, port, timeout)
+    transport = paramiko.Transport(sock)
+    transport.banner_timeout = timeout
+    try:
+        transport.start_client(timeout=timeout)
+        return transport.get_remote_server_key()
+    except (paramiko.SSHException, EOFError, OSError) as exc:
+        raise Unreachable(f"no host key read: {_one_line(exc)}") from None
+    finally:
+        transport.close()
 
 
 def reach(host: str, port: int, seconds: float) -> socket.socket:
@@ -258,11 +316,6 @@ def ssh_failure(exc: paramiko.SSHException, seconds: float) -> str:
     if text == "No existing session":  # paramiko gave up waiting for the handshake and tried to log in
         return f"connected, but the SSH handshake did not finish within {seconds:g} s"
     return f"SSH failed: {text}"
-
-
-def fingerprint(key: paramiko.PKey) -> str:
-    """As ``ssh-keygen -l`` writes it: SHA256:<base64, unpadded>."""
-    return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
 
 
 def _one_line(exc: BaseException) -> str:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from picluster import atomic, nodeset
+from picluster.cluster import hostkeys, knownhosts
 from picluster.cluster.ssh import connect
 from picluster.errors import ClusterError, UsageError
 from picluster.lab import cgroups, keys, kinds, links, naming, netns, registry, ssh
@@ -105,6 +106,7 @@ class Lab:
         # down() act, since an id given to Lab() may name somebody else's lab.
         self._created = False
         self.owner: dict | None = None
+        self.pinned_in: Path | None = None  # picluster's known_hosts that holds the hosts' keys (up() pins them)
 
     def __repr__(self) -> str:
         return f"<Lab {self.id} {self.plan.subnet if self.plan else None} {len(self.hosts)} hosts {self.phase}>"
@@ -187,6 +189,7 @@ class Lab:
             "subnet": str(self.plan.subnet) if self.plan else None,
             "user": vars(self.plan.user) if self.plan else {"name": self.user_name},
             "owner": self.owner,
+            **({"pinned_in": str(self.pinned_in)} if self.pinned_in else {}),
             "hosts": [host.to_dict() for host in self.hosts],
         }
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -219,6 +222,7 @@ class Lab:
             raise ClusterError(f"state of lab {lab_id} has a shape this version does not know: {exc!r}") from None
         lab.phase = state.get("phase", "unknown")
         lab.owner = state.get("owner")
+        lab.pinned_in = Path(state["pinned_in"]) if isinstance(state.get("pinned_in"), str) else None
         lab._created = True
         return lab
 
@@ -248,6 +252,7 @@ class Lab:
             say(f"{nodeset.fold(h.name for h in self.hosts)}: started")
             self._wait_ready(timeout, on_ready=lambda names: say(f"{nodeset.fold(names)}: answers SSH"))
             self.kind.ready(self)
+            self._pin_keys()
             self.write_inventory(self.inventory_path)
             self.phase = "up"
             if not self.owned:
@@ -302,6 +307,15 @@ class Lab:
         self.ssh_config_path.write_text(
             "".join(ssh.config_entry(h, self.user.name, self.key_path, self.known_hosts_path) for h in self.hosts))
 
+    def _pin_keys(self) -> None:
+        """The hosts' keys in picluster's own known_hosts, in place of any a former lab left at these
+        addresses: the CLI then trusts exactly these hosts.  down() removes them again; reset()
+        leaves the old key there, as a card written afresh finds it."""
+        self.pinned_in = hostkeys.own_file()
+        for line in self.known_hosts_path.read_text().splitlines():
+            address, key_line = line.split(" ", 1)
+            knownhosts.replace(self.pinned_in, address, key_line)
+
     def adopt(self, child) -> None:
         """A host's process this lab started (reaped at teardown)."""
         self._children.append(child)
@@ -324,6 +338,8 @@ class Lab:
             atexit.unregister(self._down_at_exit)
             self._atexit_registered = False
         problems = registry.sweep(self.id, self.run_dir, self.hosts, self._children)
+        if self.pinned_in is not None:
+            knownhosts.forget(self.pinned_in, [h.address for h in self.hosts])
         self.phase = "down"
         if problems:
             raise ClusterError(f"lab {self.id}: teardown incomplete: {'; '.join(problems)}")
@@ -371,7 +387,7 @@ class Lab:
     def connect(self, which: Which, key: Path | None = None, timeout: float = 10.0):
         """A fabric.Connection to a host as the cluster user (with the run's key unless `key`)."""
         host = self.host(which)
-        return connect(host.address, self.user.name, key or self.key_path, self.known_hosts_path, timeout)
+        return connect(host.address, self.user.name, key or self.key_path, timeout, hostkeys.strict(self.known_hosts_path))
 
     def changes(self) -> dict[str, list[Change]]:
         """Per host, what changed in its private layers since the lab came up (namespace hosts)."""

@@ -4,6 +4,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from picluster.cluster import hostkeys
 from picluster.cluster.ssh import connect
 from picluster.errors import ClusterError
 from picluster.fanout import fan_out
@@ -13,10 +14,10 @@ from picluster.fanout import fan_out
 
 
 def remote_hostname(
-    address: str, user: str, key: Path, known_hosts: Path | None, timeout: float = 10.0
+    address: str, user: str, key: Path, known_hosts: Path, timeout: float = 10.0
 ) -> str:
-    """Log in for real and return what `hostname` prints there."""
-    with connect(address, user, key, known_hosts, timeout) as conn:
+    """Log in for real and return what `hostname` prints there (trusting the lab's keys only)."""
+    with connect(address, user, key, timeout, hostkeys.strict(known_hosts)) as conn:
         return conn.run("hostname", hide=True, timeout=timeout).stdout.strip()
 
 

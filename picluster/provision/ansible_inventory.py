@@ -14,8 +14,10 @@ import shlex
 from pathlib import Path
 
 from picluster import tokens
+from picluster.cluster import hostkeys
+from picluster.errors import UsageError
 from picluster.inventory import Inventory
-from picluster.provision.steps import slurm
+from picluster.provision.steps import munge, slurm
 from picluster.provision.steps.firewall import template_vars
 from picluster.provision.steps.nfs import MOUNTD_PORT, SLOT_TABLE_ENTRIES, nfsd_threads
 
@@ -43,15 +45,18 @@ def ansible_inventory(inv: Inventory, known_hosts: Path | None = None, public_ke
     }
     if inv.slurm is not None:
         variables.update(slurm.template_vars(inv))
-        # Made here when it does not exist yet: the same key `picluster provision` installs.
-        variables["munge_key_file"] = str(slurm.coordinator_key(inv))
+        # This machine's copy of the cluster's key, as `picluster provision` keeps it; the slurm
+        # role fills it from the controller (or makes the first key) when it is missing.
+        variables["munge_key_file"] = str(munge.key_path(inv))
     if inv.ssh_key is not None:
         variables["ansible_ssh_private_key_file"] = str(inv.ssh_key)
     if public_key is not None:
         variables["coordinator_public_key"] = public_key
-    if known_hosts is not None:
-        # Ansible splits this with shlex: a quoted path stays one argument of ssh.
-        variables["ansible_ssh_common_args"] = f"-o UserKnownHostsFile={shlex.quote(str(known_hosts))} -o StrictHostKeyChecking=yes"
+    # The policy of picluster's own connections (cluster/hostkeys.py), in OpenSSH's words: the
+    # --known-hosts file alone, or picluster's file and ~/.ssh/known_hosts with a new node's key
+    # pinned in picluster's (accept-new writes to the first file named).
+    files, checking = ([known_hosts], "yes") if known_hosts is not None else ([hostkeys.own_file(), hostkeys.user_file()], "accept-new")
+    variables["ansible_ssh_common_args"] = f"-o {shlex.quote('UserKnownHostsFile=' + ' '.join(map(_ssh_word, files)))} -o StrictHostKeyChecking={checking}"
     for key, value in variables.items():
         if key not in _NOT_CONFIG:
             variables[key] = _config(key, value)
@@ -72,6 +77,14 @@ def ansible_inventory(inv: Inventory, known_hosts: Path | None = None, public_ke
         lines += [f"    {group}:", "      hosts:"]
         lines += [f"        {json.dumps(name)}: {{}}" for name in members]
     return "\n".join(lines) + "\n"
+
+
+def _ssh_word(path: Path) -> str:
+    """A path as one word of an ssh_config value (ssh splits UserKnownHostsFile at spaces)."""
+    text = str(path)
+    if '"' in text or "\\" in text:
+        raise UsageError(f"{text}: a known_hosts path for ssh cannot hold a double quote or a backslash")
+    return f'"{text}"'
 
 
 def scalar(value: object) -> str:

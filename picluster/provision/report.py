@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from picluster import nodeset
-from picluster.provision.result import NodeReport, Status, StepResult, folded_skips, folded_summary
+from picluster.provision.result import NodeReport, Status, StepResult, folded_items, folded_skips, folded_summary
 
 _STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.FAILED: "bold red", Status.SKIPPED: "dim"}
 
@@ -90,6 +90,9 @@ def show(console: Console, reports: list[NodeReport], steps: list[str], dry_run:
         for report in reports:
             for item in (i for s in report.steps for i in s.items if i.name == "host_key" and i.status is Status.CHANGED):
                 console.print(f"{report.name}: {item.detail}", markup=False, highlight=False, soft_wrap=True)
+        # Which nodes had their munge key installed, repaired or rotated, from where, and this machine's copy.
+        for line in folded_items(reports, "munge_key", Status.CHANGED) + folded_items(reports, "munge_copy", Status.CHANGED):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     # One line each, never wrapped: a log or a grep sees a node set and its outcome together.
     for line in folded_skips(reports):
         console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -105,3 +105,14 @@ def folded_skips(reports: list[NodeReport]) -> list[str]:
                 if i.status is Status.SKIPPED:
                     groups.setdefault(f"{s.step} {i.name}: {i.label()}", []).append(report.name)
     return [f"{key}: {nodeset.fold(names)}" for key, names in groups.items()]
+
+
+def folded_items(reports: list[NodeReport], name: str, status: Status) -> list[str]:
+    """One item's outcomes grouped by detail: ["node[02-04]: munge_key: repaired: ..."]."""
+    groups: dict[str, list[str]] = {}
+    for report in reports:
+        for s in report.steps:
+            for i in s.items:
+                if i.name == name and i.status is status:
+                    groups.setdefault(i.detail, []).append(report.name)
+    return [f"{nodeset.fold(names)}: {name}: {detail}" for detail, names in groups.items()]

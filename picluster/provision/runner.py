@@ -13,12 +13,13 @@ from typing import Protocol
 import paramiko
 
 from picluster import tokens
-from picluster.cluster.ssh import AuthFailed, Remote, SudoPasswordRequired, Unreachable, connect
+from picluster.cluster import hostkeys
+from picluster.cluster.knownhosts import fingerprint
+from picluster.cluster.ssh import AuthFailed, Remote, SudoPasswordRequired, Unreachable, connect, presented
 from picluster.errors import ClusterError, UsageError
 from picluster.fanout import fan_out
 from picluster.inventory import Inventory, Node
 from picluster.provision import facts as facts_mod
-from picluster.provision import hostkeys
 from picluster.provision.result import Item, NodeReport, Status, StepResult
 from picluster.provision.steps import Context, Options, Shared, firewall, hostname, nfs, packages, raspi, runtime, slurm, ssh
 
@@ -34,6 +35,8 @@ STEPS: dict[str, Callable] = {
     "slurm": slurm.run,
     "queue": slurm.queue,
 }
+# What a step needs decided once for all nodes before it runs on any (in this thread, between steps).
+PREPARE: dict[str, Callable[[list[Context]], None]] = {"slurm": slurm.prepare}
 STEP_NAMES = ("facts", *STEPS)
 SLURM_STEPS = ("slurm", "queue")  # only for an inventory with [slurm]: nothing to skip otherwise
 
@@ -93,17 +96,22 @@ class _Node:
         self.pinned = pinned  # its new host key, for a node written afresh (reported under facts)
 
 
-def pin_new_key(node: Node, options: Options) -> Item:
-    """The host key ``node`` presents now, pinned in known_hosts in place of the old one."""
-    path = options.known_hosts or hostkeys.default_file()
+def pin_new_key(node: Node, options: Options, policy: hostkeys.Policy) -> Item:
+    """The host key ``node`` presents now (read without logging in), pinned in place of the old one."""
     try:
-        key = hostkeys.presented(node.address, options.connect_timeout)
+        key = presented(node.address, options.connect_timeout)
     except Unreachable as exc:
         return Item("host_key", Status.FAILED, f"unreachable: {exc}")
-    old = hostkeys.pin(path, node.address, key, dry_run=options.dry_run)
+    pinned, old = hostkeys.replace(node.address, key, policy, dry_run=options.dry_run)
     was = f"was {', '.join(old)}" if old else "none was known"
     verb = "would pin" if options.dry_run else "pinned"
-    return Item("host_key", Status.CHANGED, f"new host key {key.get_name()} {hostkeys.fingerprint(key)} {verb} in {path} ({was})")
+    where = " and ".join(map(str, pinned))
+    return Item("host_key", Status.CHANGED, f"new host key {key.get_name()} {fingerprint(key)} {verb} in {where} ({was})")
+
+
+def host_key_policy(options: Options) -> hostkeys.Policy:
+    """--known-hosts: that file's keys only; else the process's policy (accept-new)."""
+    return hostkeys.strict(options.known_hosts) if options.known_hosts is not None else hostkeys.current()
 
 
 def provision(
@@ -120,13 +128,14 @@ def provision(
         raise UsageError(f"cluster.ssh_key {inv.ssh_key}: no such file")
     steps = run_order(options.only, inv.slurm is not None)
     shared = Shared(public_key=public_key(inv.ssh_key) if "ssh" in steps else None)
-    # Before any connection loads known_hosts: a replaced node's new key must be there.
-    pinned = {node.name: pin_new_key(node, options) for node in inv.nodes if node.name in options.replaced}
+    policy = host_key_policy(options)  # a malformed file is refused here, before any connection
+    # Before any connection checks a key: a replaced node's new key must be pinned.
+    pinned = {node.name: pin_new_key(node, options, policy) for node in inv.nodes if node.name in options.replaced}
     nodes = []
     for node in inv.nodes:
-        conn = connect(node.address, inv.user, inv.ssh_key, options.known_hosts, options.connect_timeout)
+        conn = connect(node.address, inv.user, inv.ssh_key, options.connect_timeout, policy)
         remote = Remote(
-            conn, inv.user, dry_run=options.dry_run, timeout=options.timeout, open_timeout=options.connect_timeout
+            conn, inv.user, dry_run=options.dry_run, timeout=options.timeout, open_timeout=options.connect_timeout, name=node.name,
         )
         nodes.append(_Node(node, remote, NodeReport(node.name), pinned.get(node.name)))
     reports = [n.report for n in nodes]
@@ -136,6 +145,9 @@ def provision(
             live = [n for n in nodes if n.report.failure is None]
             if watch is not None:
                 watch.step_started(step, [n.node.name for n in live])
+            contexts = [n.ctx for n in live if n.ctx is not None]
+            if step in PREPARE and contexts:
+                PREPARE[step](contexts)
             fan_out(partial(_run_step, step=step, inv=inv, options=options, shared=shared, watch=watch), live,
                     name=lambda n: n.node.name, limit=options.fanout)
             if on_step is not None:
@@ -170,7 +182,7 @@ def _run_step(n: _Node, step: str, inv: Inventory, options: Options, shared: Sha
         n.report.unreachable = True
         n.report.failure = f"unreachable: {exc}"
         result.items.append(Item("error", Status.FAILED, n.report.failure))
-    except (AuthFailed, SudoPasswordRequired) as exc:
+    except (AuthFailed, SudoPasswordRequired, hostkeys.HostKeyRefused) as exc:
         n.report.failure = str(exc)
         result.items.append(Item("error", Status.FAILED, str(exc)))
     except ClusterError as exc:

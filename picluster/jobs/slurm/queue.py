@@ -12,10 +12,11 @@ from dataclasses import dataclass
 
 from picluster import nodeset
 from picluster.cluster.allocation import SINFO_NODES, not_serving, sinfo_states
+from picluster.cluster.hostkeys import HostKeyRefused
 from picluster.cluster.nodes import open_node
 from picluster.cluster.ssh import CommandFailed, Remote
 from picluster.errors import ClusterError, UsageError
-from picluster.fanout import fan_out
+from picluster.fanout import GroupError, fan_out
 from picluster.inventory import Inventory, Node
 from picluster.jobs.slurm.batch import OUTPUT, Request, script
 
@@ -73,6 +74,8 @@ def _open(inv: Inventory, then: str = "") -> Remote:
     node = controller(inv)
     try:
         return open_node(inv, node)
+    except HostKeyRefused as exc:  # not the user's input: whoever answers there is not trusted (exit 1)
+        raise ClusterError(f"Slurm's controller {node.name}: {exc}{then}") from None
     except ClusterError as exc:
         raise UsageError(f"Slurm's controller {node.name} cannot be reached ({exc}){then}") from None
 
@@ -204,6 +207,9 @@ def output(inv: Inventory, job: str) -> str:
         return done.stdout if done.exited == 0 else None
 
     found = fan_out(read, inv.nodes)
+    refused: dict[str, BaseException] = {node: exc for node, exc in found.failed.items() if isinstance(exc, HostKeyRefused)}
+    if refused:  # said in full, never folded into "not reached"
+        raise GroupError(f"logs of Slurm job {job}", refused)
     texts = [text for text in found.succeeded.values() if text is not None]
     if texts:
         return texts[0]

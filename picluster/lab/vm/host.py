@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from picluster.cluster import hostkeys
 from picluster.cluster.ssh import connect
 from picluster.errors import ClusterError
 from picluster.lab.vm.machine import VM
@@ -68,7 +69,7 @@ class VMHost(VM):
     def connect(self, timeout: float = 10.0):
         if self.login is None:
             raise ClusterError(f"VM {self.name} has no login: it belongs to no lab")
-        return connect(self.address, self.login.user, self.login.key, self.login.known_hosts, timeout)
+        return connect(self.address, self.login.user, self.login.key, timeout, hostkeys.strict(self.login.known_hosts))
 
     def run(
         self,

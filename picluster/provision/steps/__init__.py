@@ -39,7 +39,8 @@ class Options:
     nfsd_threads: int | None = None  # None: max(8, number of nodes)
     extra_packages: tuple[str, ...] = ()
     known_hosts: Path | None = None
-    replaced: tuple[str, ...] = ()  # nodes written afresh: their new host keys are pinned first (hostkeys.py)
+    replaced: tuple[str, ...] = ()  # nodes written afresh: their new host keys are pinned first (cluster/hostkeys.py)
+    rotate_munge_key: bool = False  # a new munge key for the whole cluster (steps/munge.py)
     fanout: int = 8
     timeout: float = 120.0  # one command (installs get longer)
     connect_timeout: float = 10.0
@@ -49,13 +50,14 @@ class Options:
 @dataclass
 class Shared:
     """What every node's steps share: the coordinator's public key, picluster's wheel built once,
-    the wheels downloaded once per kind of node (or why that failed)."""
+    the wheels downloaded once per kind of node (or why that failed), the cluster's munge key."""
 
     public_key: str | None
     lock: threading.Lock = field(default_factory=threading.Lock)
     facts: dict[str, Facts] = field(default_factory=dict)  # node -> its facts (slurm.conf lists every node's)
     wheel: Path | None = None
     bundles: dict[str, Any] = field(default_factory=dict)
+    munge: Any = None  # the cluster's munge key as steps/munge.py's prepare decided it
 
 
 @dataclass

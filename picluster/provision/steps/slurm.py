@@ -1,6 +1,6 @@
 """Steps 10 and 11, with a [slurm] table: Slurm as the cluster's queue, then read back from it.
 
-slurm (every node): munge's key (one, made on the coordinator, 0400 munge:munge), one slurm.conf
+slurm (every node): munge's key (one per cluster, kept by the controller: munge.py), one slurm.conf
 rendered from the inventory and every node's facts (Slurm refuses nodes whose files differ, and
 a node given its own file becomes a one-node cluster), cgroup.conf, then munged, slurmctld on the
 controller and slurmd, each restarted when a file it reads changed.
@@ -14,27 +14,22 @@ the same daemons are started directly and found again through their pid files in
 /run (a shared PID namespace makes `pgrep` see every host's processes).
 """
 
-import os
 import re
-import secrets
-import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-from picluster import nodeset, paths
+from picluster import nodeset
 from picluster.cluster.allocation import SINFO_NODES, scontrol_nodes, sinfo_states
+from picluster.errors import PiclusterError
 from picluster.provision import templates
 from picluster.provision.result import Item, Status
-from picluster.provision.steps import Context, action_item, file_item, q
+from picluster.provision.steps import Context, action_item, file_item, munge, q
 
-MUNGE_KEY = "/etc/munge/munge.key"
 SLURM_CONF = "/etc/slurm/slurm.conf"
 CGROUP_CONF = "/etc/slurm/cgroup.conf"
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818
 SRUN_PORTS = "60001-60100"  # 100 concurrent srun: far beyond a 64-node cluster's jobs
-KEY_BYTES = 96  # 128 characters once in base64, the size of the key Debian's munge makes
 REGISTER_WAIT = 60.0  # seconds for every slurmd to register as idle
 TESTED = "22.05"  # Debian 12's Slurm, and Raspberry Pi OS bookworm's: what slurm.conf is written for
 VERSION = re.compile(r"\b\d{2}\.\d{2}\.\d+\b")  # slurmd -V: "slurm-wlm 22.05.8"
@@ -85,27 +80,13 @@ def firewall_ports(inv) -> list[int | str]:
     return [f"{inv.tf_port + 2}-{inv.tf_port + 3}", SLURMCTLD_PORT, SLURMD_PORT, SRUN_PORTS]
 
 
-def key_path(inv) -> Path:
-    return paths.state_dir() / "slurm" / inv.name / "munge.key"
-
-
-_KEY_LOCK = threading.Lock()
-
-
-def coordinator_key(inv) -> Path:
-    """The cluster's munge key, made once on the coordinator (0400) and kept: every node gets this
-    one, so no node keeps the key its package made (different keys leave nodes DOWN).  Both
-    provisioning paths install it from here."""
-    path = key_path(inv)
-    with _KEY_LOCK:
-        if not path.exists():
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            part = path.with_name(path.name + ".part")
-            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o400)
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_urlsafe(KEY_BYTES) + "\n")
-            os.replace(part, path)
-    return path
+def prepare(contexts: list[Context]) -> None:
+    """Before the step runs on any node: which munge key is the cluster's (munge.py)."""
+    try:
+        decision = munge.prepare(contexts)
+    except PiclusterError as exc:  # the keeper stopped answering, this machine's copy cannot be written
+        decision = munge.ClusterKey(error=f"the cluster's munge key: {exc}")
+    contexts[0].shared.munge = decision
 
 
 def template_vars(inv) -> dict[str, object]:
@@ -156,29 +137,19 @@ def run(ctx: Context):
         yield Item("cgroups", Status.FAILED, "no cgroup file system on /sys/fs/cgroup: slurmd cannot start without one")
         return
     yield _version(ctx)
-    key = _munge_key(ctx)
-    yield key
+    items, key_changed = munge.install(ctx)
+    yield from items
+    if any(i.status is Status.FAILED for i in items):
+        return  # munged would refuse every other node's credentials
     conf = file_item(ctx, "slurm_conf", SLURM_CONF, conf_text(ctx))
     yield conf
     cgroup = file_item(ctx, "cgroup_conf", CGROUP_CONF, templates.render("cgroup.conf.j2", cgroup_plugin=cgroup_plugin(ctx)))
     yield cgroup
     slurm_changed = Status.CHANGED in (conf.status, cgroup.status)
-    yield from _daemon(ctx, MUNGED, key.status is Status.CHANGED)
+    yield from _daemon(ctx, MUNGED, key_changed)
     if ctx.node.name == inv.slurm.controller:
-        yield from _daemon(ctx, SLURMCTLD, slurm_changed or key.status is Status.CHANGED)
-    yield from _daemon(ctx, SLURMD, slurm_changed or key.status is Status.CHANGED)
-
-
-def _munge_key(ctx: Context) -> Item:
-    key = coordinator_key(ctx.inv).read_text()
-    item = file_item(ctx, "munge_key", MUNGE_KEY, key, mode="0400", owner="munge", group="munge")
-    # A file that existed keeps its mode through a write: the package's own key, or one set by hand.
-    have = ctx.remote.out(f"stat -c '%U:%G %a' {MUNGE_KEY} 2>/dev/null || true", sudo=True)
-    if have == "munge:munge 400" or (ctx.dry_run and item.status is Status.CHANGED and not have):
-        return Item("munge_key", item.status, f"{item.detail} (the coordinator's key, munge:munge 0400)")
-    fix = action_item(ctx, "munge_key", f"chown munge:munge {MUNGE_KEY} && chmod 0400 {MUNGE_KEY}",
-                      f"make {MUNGE_KEY} munge:munge 0400 (was {have or 'missing'})")
-    return fix
+        yield from _daemon(ctx, SLURMCTLD, slurm_changed or key_changed)
+    yield from _daemon(ctx, SLURMD, slurm_changed or key_changed)
 
 
 def _daemon(ctx: Context, daemon: Daemon, config_changed: bool):
