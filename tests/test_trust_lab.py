@@ -226,25 +226,39 @@ def held(host) -> tuple[str, str, str]:
 
 
 _OBSERVER = r"""
-import hashlib, os, sys, time
+import hashlib, json, os, sys
 stop, seen = sys.argv[1], {}
+
+def files(top, depth=0):
+    # What a program stages in /tmp: files there and a few levels down.  Not the trees bound in
+    # from this machine (a checkout and its venv under /tmp, as in CI), which are not staging.
+    try:
+        entries = list(os.scandir(top))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            if depth < 3 and not os.path.ismount(entry.path):
+                yield from files(entry.path, depth + 1)
+        elif entry.is_file(follow_symlinks=False):
+            yield entry.path
+
 while not os.path.exists(stop):
     for top in ("/tmp", "/var/tmp"):
-        for root, dirs, files in os.walk(top):
-            for name in files:
-                try:
-                    fd = os.open(os.path.join(root, name), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-                except OSError:
-                    continue
-                try:
-                    data = os.read(fd, 1 << 16)
-                except OSError:
-                    data = b""
-                finally:
-                    os.close(fd)
-                if data:
-                    seen[os.path.join(root, name) + " " + hashlib.sha256(data).hexdigest()] = data.hex()
-print(__import__("json").dumps(seen))
+        for path in files(top):
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+            except OSError:
+                continue
+            try:
+                data = os.read(fd, 1 << 16)
+            except OSError:
+                data = b""
+            finally:
+                os.close(fd)
+            if data:
+                seen[path + " " + hashlib.sha256(data).hexdigest()] = data.hex()
+print(json.dumps(seen))
 """
 
 
