@@ -33,7 +33,9 @@ from picluster.provision.steps import Options
 from conftest import one_line, picluster
 from vm_checks import REMOVED, RUNTIME, apt_repository, as_a_fresh_card, build_deb, check_nfs_and_firewall, check_runtime, index_repository, inventory, served, sh
 
-pytestmark = [pytest.mark.vm, pytest.mark.timeout(3600)]
+# Long: about 23 minutes of TCG on 2 cores; CI runs tests/test_vm.py (the VM hosts themselves) and
+# leaves this to a run on purpose (./dev test --long tests/test_provision_vm.py; docs/test-hosts.md).
+pytestmark = [pytest.mark.long, pytest.mark.timeout(3600)]
 STEP_NAMES = run_order(None, slurm=False)  # the inventory has no [slurm]
 
 THREADS = 13  # not nfsd's default 8: reading 13 back proves the setting took

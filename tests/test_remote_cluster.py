@@ -168,9 +168,16 @@ def test_the_start_script_brings_back_what_a_reboot_took_and_down_removes_it(lab
         assert host.run(["test", "-e", f"{run_dir}/start.sh"], check=False).returncode == 1  # nothing starts at the next boot
 
 
+def _running(pid: int) -> bool:
+    """True while the process exists and is not a zombie (the lab's hosts share this machine's PIDs)."""
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+
+
 def test_a_node_with_a_new_host_key_is_refused_until_replaced_then_rejoins_the_running_cluster(lab_cluster, tmp_path):
-    """The host-key half of a replaced card, on namespace hosts (the whole card, share and
-    runtime included, on VMs: tests/test_replaced_card_vm.py).  node03's sshd gets a new key and
+    """The host-key half of a replaced card, on namespace hosts.  node03's sshd gets a new key and
     loses its tasks and run dir; the rest of the cluster keeps running."""
     lab, inventory = lab_cluster
     node03 = lab.host("node03")
@@ -178,8 +185,12 @@ def test_a_node_with_a_new_host_key_is_refused_until_replaced_then_rejoins_the_r
     known.write_text(lab.known_hosts_path.read_text())
     assert picluster("cluster", "up", "-i", inventory).returncode == 0
     run_dir = f"/home/pi/{RUN_DIR}"
-    for name in ("worker-1", "agent"):
-        node03.run(["sh", "-c", f"kill -KILL $(cat {run_dir}/{name}.pid)"])
+    pids = [node03.run(["cat", f"{run_dir}/{name}.pid"]).stdout.strip() for name in ("worker-1", "agent")]
+    node03.run(["kill", "-KILL", *pids])
+    # SIGKILL is delivered, not yet done: a dying process may still write its log while rm walks the folder.
+    deadline = time.monotonic() + 30
+    while any(_running(int(pid)) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
     node03.run(["rm", "-rf", run_dir])
     new = keys.make_keypair(node03.sshd_dir / "ssh_host_ed25519_key", "root@node03-afresh")
     os.kill(node03.pid, signal.SIGHUP)  # sshd re-executes itself and reads its host key again

@@ -210,6 +210,7 @@ def test_a_stopped_slurmctld_is_one_line_and_the_next_run_starts_it(slurm_lab, t
     assert {names[job] for job in names.keys() - before.keys()} == {"picluster-check"}, names
 
 
+@pytest.mark.long  # about 7 minutes; the twin's provisioning roles converge on namespace hosts in every run (test_provision_lab.py)
 def test_the_ansible_twin_brings_up_the_same_slurm(lab_support, tmp_path):
     lab = Lab(nodes=3, limits=Limits(cpu=0.3, memory=2**30))
     lab.up()

@@ -18,7 +18,8 @@ from picluster.provision.steps import Options
 
 from vm_checks import inventory
 
-pytestmark = [pytest.mark.vm, pytest.mark.timeout(1800)]
+# Long: about 8 minutes of TCG; the queue itself is tested on namespace hosts in every run.
+pytestmark = [pytest.mark.long, pytest.mark.timeout(1800)]
 NAMES = ["node01", "node02", "node03"]
 UNITS = {"node01": ["munge", "slurmctld", "slurmd"], "node02": ["munge", "slurmd"], "node03": ["munge", "slurmd"]}
 

@@ -6,6 +6,7 @@ copy of a tiny data set written into each worker host's /mnt/picluster/har.
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -28,9 +29,12 @@ pytestmark = pytest.mark.lab
 HAR = "/mnt/picluster/har"
 
 
+CLIENTS = ("picluster.jobs.har.process", "picluster.cluster.door")  # a client process, or a knocker at the server's door
+
+
 def _clients(host) -> list[str]:
     """The training clients on ``host`` (not the tethers they run under, whose command lines hold theirs)."""
-    return [cmd for cmd in picluster_processes(host) if "picluster.jobs.har.replica" in cmd and "picluster.cluster.tether" not in cmd]
+    return [cmd for cmd in picluster_processes(host) if any(c in cmd for c in CLIENTS) and "picluster.cluster.tether" not in cmd]
 
 
 def _tethers(host) -> list[str]:
@@ -41,17 +45,17 @@ def _client_pid(host) -> int:
     for pid in subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout.split():
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if b"picluster.jobs.har.replica" in cmdline and b"picluster.cluster.tether" not in cmdline:  # not its tether
+            if any(c.encode() in cmdline for c in CLIENTS) and b"picluster.cluster.tether" not in cmdline:  # not its tether
                 return int(pid)
         except OSError:
             continue
     raise AssertionError(f"no training client in {host.name}")
 
 
-def _start_training(inventory, run) -> subprocess.Popen:
+def _start_training(inventory, run, *extra) -> subprocess.Popen:
     return subprocess.Popen(
         [*cli(), "train", "har", "-i", str(inventory), "--epochs", "50", *TINY_MODEL,
-         "--run-dir", str(run), "--no-live"],
+         "--run-dir", str(run), "--no-live", *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
 
@@ -92,6 +96,7 @@ def test_montecarlo_train_and_top_across_four_hosts(lab_inventory, tmp_path, sta
     assert json.loads(mc.stdout)["nodes"] == 3
 
     run = tmp_path / "run"
+    server_pid = {host.name: host.read_file(f"{lab.user.home}/{RUN_DIR}/worker-{task}.pid").strip() for task, host in enumerate(lab.hosts[1:])}
     result = picluster("train", "har", "-i", inventory, "--epochs", "1", *TINY_MODEL, "--run-dir", run, "--json",
                        timeout=300)
     assert result.returncode == 0, result.stderr
@@ -102,13 +107,23 @@ def test_montecarlo_train_and_top_across_four_hosts(lab_inventory, tmp_path, sta
     # The chief's records came back from node02; each client's log from its node.
     assert len((run / "metrics.csv").read_text().splitlines()) == 2
     assert list((run / "checkpoints").glob("*.index")) and list((run / "tensorboard").iterdir())
-    for task in range(len(lab.hosts) - 1):
+    servers = {}
+    for task, host in enumerate(lab.hosts[1:]):
         log = (run / f"worker-{task}.log").read_text()
-        # On inventory nodes each client serves its worker task itself: one TensorFlow runtime per node.
-        assert f"replica {task}:" in log and f"serving worker {task} in this process" in log, log
+        # On inventory nodes each client runs inside its node's worker server (its door): one
+        # TensorFlow runtime per node, none imported for the run, no server stopped or started.
+        assert re.search(rf"replica {task}: start-up: process \d+\.\d s, data \d+\.\d s, graph \d+\.\d s, session", log), log
+        assert "serving worker" not in log, log
+        server_log = host.read_file(f"{lab.user.home}/{RUN_DIR}/worker-{task}.log")
+        assert re.search(r"worker:\d: job picluster\.jobs\.har\.replica:door_job ended, status 0\n", server_log), server_log
+        # The same server process cluster up started serves on (its pid file, and alive).
+        assert host.read_file(f"{lab.user.home}/{RUN_DIR}/worker-{task}.pid").strip() == server_pid[host.name]
+        assert host.run(["kill", "-0", server_pid[host.name]], check=False).returncode == 0
+        servers[host.name] = [c for c in picluster_processes(host) if c.startswith(f"{sys.prefix}/bin/python -m picluster.cluster.server")]
+        assert len(servers[host.name]) == 1, servers  # and no other started for the run
     placed = json.loads((run / "layout.json").read_text())
     assert {r["node"] for r in placed["layout"] if r["job"] == "worker"} == {"node02", "node03", "node04"}
-    assert placed["worker_runtime"] == "shared"
+    assert placed["worker_runtime"] == "resident"
     for host in lab.hosts:
         assert _clients(host) == []
     # The nodes' own worker servers are back: the cluster is as the run found it.
@@ -167,22 +182,71 @@ def test_sync_run_stops_when_a_node_client_dies_and_resumes_on_the_nodes(lab_inv
     assert out["resumes"][0]["global_step"] == checkpointed and out["epochs_run"] == epochs
 
 
-def test_clients_on_nodes_stop_when_the_coordinator_is_killed(lab_inventory, tmp_path, state):
+def _server_pids(host) -> list[int]:
+    out = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout.split()
+    found = []
+    for pid in out:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if cmdline.split(b"\0")[1:3] == [b"-m", b"picluster.cluster.server"]:  # not its watcher shell (nodes._detached)
+            found.append(int(pid))
+    return found
+
+
+def test_clients_inside_the_servers_stop_when_the_coordinator_is_killed_and_the_servers_serve_on(lab_inventory, tmp_path, state):
     lab, inventory = lab_inventory
+    before = {h.name: _server_pids(h) for h in lab.hosts}
     run = tmp_path / "run"
     coordinator = _start_training(inventory, run)
     try:
         _wait_for_rows(run, coordinator, 1)
-        assert all(len(_clients(h)) == 1 for h in lab.hosts[1:])
-        # Each client stands in for its node's worker server: no second TensorFlow runtime there.
-        assert [c for h in lab.hosts[1:] for c in picluster_processes(h) if "picluster.cluster.server" in c] == []
+        assert all(len(_clients(h)) == 1 for h in lab.hosts[1:])  # each a knocker at its server's door
         coordinator.send_signal(signal.SIGKILL)
         coordinator.wait(10)
-        # SIGKILL leaves no time to stop anything: the SSH channels close and each client stops itself.
+        # SIGKILL leaves no time to stop anything: the SSH channels close, each tether stops its
+        # knocker, and each server cancels the run inside it.
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and any(_clients(h) or _tethers(h) for h in lab.hosts):
             time.sleep(0.5)
         assert [c for h in lab.hosts for c in _clients(h) + _tethers(h)] == []
+        for task, host in enumerate(lab.hosts[1:]):
+            log = host.path(f"{lab.user.home}/{RUN_DIR}/worker-{task}.log")
+            while time.monotonic() < deadline and "(cancelled)" not in log.read_text():
+                time.sleep(0.5)
+            assert re.search(r"job picluster\.jobs\.har\.replica:door_job ended, status \d+ \(cancelled\)\n$", log.read_text()), log.read_text()
+        assert {h.name: _server_pids(h) for h in lab.hosts} == before  # the same servers, serving on
+        status = picluster("cluster", "status", "-i", inventory)
+        assert status.returncode == 0, status.stdout
     finally:
         if coordinator.poll() is None:
             coordinator.kill()
+
+
+def test_shared_clients_stand_in_for_the_servers_and_put_them_back(lab_inventory, tmp_path, state):
+    """--worker-runtime shared, and a node whose server has no door (one an older picluster
+    started) falls back to it: the client process serves the task, the server is started again."""
+    lab, inventory = lab_inventory
+    node04 = lab.host("node04")
+    node04.path(f"{lab.user.home}/{RUN_DIR}/worker-2.door").unlink()
+    run = tmp_path / "run"
+    coordinator = _start_training(inventory, run)
+    try:
+        _wait_for_rows(run, coordinator, 1)
+        # node04's client stands in for its worker server (the bind shim in place before the one TensorFlow import)...
+        assert [c for c in picluster_processes(node04) if "picluster.cluster.server" in c] == []
+        assert any("picluster.jobs.har.process" in c for c in _clients(node04))
+        # ...the others run inside theirs.
+        assert all(any("picluster.cluster.door" in c for c in _clients(h)) for h in lab.hosts[1:3])
+        coordinator.send_signal(signal.SIGINT)
+        coordinator.communicate(timeout=120)
+    finally:
+        if coordinator.poll() is None:
+            coordinator.kill()
+    log = (run / "worker-2.log").read_text()
+    assert "serving worker 2 in this process" in log and re.search(r"replica 2: start-up: process \d+\.\d s", log), log
+    # The run's end started node04's worker server again, with its door.
+    assert len(_server_pids(node04)) == 1 and node04.path(f"{lab.user.home}/{RUN_DIR}/worker-2.door").is_socket()
+    status = picluster("cluster", "status", "-i", inventory)
+    assert status.returncode == 0, status.stdout

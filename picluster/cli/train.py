@@ -74,9 +74,10 @@ def train() -> None:
 @click.option("--resume", type=click.Path(file_okay=False, path_type=Path), default=None, help="continue the run in this directory from its last checkpoint")
 @click.option("--json", "as_json", is_flag=True, help="print result.json at the end instead of a summary")
 @click.option("--live/--no-live", default=True, show_default=True, help="live node panel and progress (on a terminal; else log lines)")
-@click.option("--worker-runtime", type=click.Choice(["auto", "shared", "separate"]), default="auto", show_default=True,
-              help="shared: each worker node's client hosts its server (one TensorFlow runtime per node, fits a 1 GB Pi); "
-                   "separate: the client beside the node's server; auto: shared on inventory nodes")
+@click.option("--worker-runtime", type=click.Choice(["auto", "resident", "shared", "separate"]), default="auto", show_default=True,
+              help="resident: each worker node's client runs inside the node's running server (no TensorFlow import, one "
+                   "runtime per node, fits a 1 GB Pi); shared: a client process serves the task in place of the node's server; "
+                   "separate: a client process beside it; auto: resident on inventory nodes")
 def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **options) -> None:
     """Train a HAR classifier on UCI HAR windows, between-graph replicated.
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from picluster import nodeset
 from picluster.cluster.base import Agent, Cluster, TaskState
+from picluster.cluster.door import door_path
 from picluster.cluster.exits import TAIL_LINES, Exit, Exited
 from picluster.cluster.probe import answers, unanswered
 from picluster.clusterspec import Layout, Task, from_inventory
@@ -102,8 +103,10 @@ def start_script(inv: Inventory, node: Node, tasks: list[Task]) -> str:
              f"cd {run} || exit 1"]
     for task in tasks:
         name = _name(task)
+        # A worker's server opens a door: a job's client then runs inside it (door.py).
+        door = f" --door {door_path(run, task.job, task.index)}" if task.job == "worker" else ""
         server = (f"{py} -m picluster.cluster.server --cluster-file {run}/cluster.json "
-                  f"--job {task.job} --task {task.index} --ready-file {run}/{name}.ready")
+                  f"--job {task.job} --task {task.index} --ready-file {run}/{name}.ready{door}")
         lines.append(_unless_running(name, "picluster.cluster.server", server, task.label))
     agent = (f"{py} -m picluster.monitor.agent --addr {node.address} --port {inv.agent_port} --node {shlex.quote(node.name)} "
              f"--cluster-file {run}/cluster.json --ready-file {run}/agent.ready")

@@ -1,6 +1,7 @@
 """TensorFlow tasks: ``python -m picluster.cluster.server --cluster-file F --job worker --task 0``
 serves one task; ``--all`` serves every task of the layout from this one process (a temporary
-local cluster: TensorFlow is imported once, not once per task).
+local cluster: TensorFlow is imported once, not once per task).  ``--door PATH`` also runs jobs'
+clients inside the process (door.py): a node's worker needs no second TensorFlow runtime.
 
 The process re-executes itself once with the bind shim preloaded, starts a
 ``tf.distribute.Server`` per task, checks that each listens only on its own address,
@@ -37,10 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-file", type=Path, help="written once the task serves (one task)")
     parser.add_argument("--ready-dir", type=Path, help="where each task's ready file goes once it serves (--all)")
     parser.add_argument("--parent", type=int, help="exit when this pid (the coordinator) exits")
+    parser.add_argument("--door", type=Path, help="open a door here: jobs' clients run inside this process (one task; door.py)")
     args = parser.parse_args(argv)
     whole = args.all or args.slurm_node
     if (args.all and args.slurm_node) or (whole and (args.job, args.task) != (None, None)) or (not whole and None in (args.job, args.task)):
         parser.error("give --job and --task, or --all, or --slurm-node")
+    if args.door and whole:
+        parser.error("--door serves the clients of one task: give --job and --task")
 
     if args.parent:
         die_with_parent(args.parent)
@@ -75,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         inter_op_parallelism_threads=args.threads + 1 if args.threads else 0,
     )
     spec = tf.train.ClusterSpec(layout.cluster_dict())
+    if args.door:  # open before the ready file: a client may knock as soon as the task is ready
+        from picluster.cluster.door import Door
+
+        Door(args.door, mine[0].label).open()
     servers = []
     for me in mine:
         try:

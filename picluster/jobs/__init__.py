@@ -6,3 +6,7 @@ launch/      the user's own TensorFlow script (``picluster launch``), in coordin
 records.py   the record of every job of the three kinds (SQLite in the state directory)
 record_schema.py  its schema, checked on open, and each row read back checked value by value
 """
+
+# The modules whose clients run inside a node's server, through its door (cluster/door.py): the
+# door imports them while it waits for its first knock, so no run pays for their imports.
+DOOR_JOBS = ("picluster.jobs.har.replica",)

@@ -11,6 +11,7 @@ checkpoint is the newest intact one, checkpoints.prepare; a run without one is r
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,8 +34,8 @@ class Chief:
     """Evaluation, selection on validation, checkpoints and summaries: worker 0's extra duties."""
 
     def __init__(self, run: RunDir, cfg: TrainConfig, g: Graph, data, with_raw, start_epoch: int, start_step: int,
-                 restore: Restore | None = None) -> None:
-        self.run, self.cfg, self.g, self.data, self.with_raw = run, cfg, g, data, with_raw
+                 restore: Restore | None = None, say: Callable[[str], None] = print) -> None:
+        self.run, self.cfg, self.g, self.data, self.with_raw, self.say = run, cfg, g, data, with_raw, say
         self.raw = lambda fetches, feed=None: with_raw(lambda s: s.run(fetches, feed))
         self.csv = run.metrics
         self.columns = metrics.columns(cfg.eval_test_every_epoch)  # an existing file keeps its own (metrics._header)
@@ -152,8 +153,8 @@ class Chief:
         self.state.setdefault("test_scored", []).append(scored)
         atomic.write_json(self.state_path, self.state)
         times = len(self.state["test_scored"])
-        print(f"chief: test: scored {'once' if times == 1 else f'{times} times in this run'}, "
-              f"checkpoint of epoch {best['epoch']} ({scored['checkpoint']})", flush=True)
+        self.say(f"chief: test: scored {'once' if times == 1 else f'{times} times in this run'}, "
+                 f"checkpoint of epoch {best['epoch']} ({scored['checkpoint']})")
         return test | {"scored": scored, "times": times}
 
     def finish(self) -> None:

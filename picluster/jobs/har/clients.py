@@ -31,24 +31,29 @@ if TYPE_CHECKING:
 
 __all__ = ["LOST", "UNKNOWN", "Client", "Heartbeat", "describe", "start", "stop"]
 
-MODULE = "picluster.jobs.har.replica"
+MODULE = "picluster.jobs.har.process"
+DOOR_JOB = "picluster.jobs.har.replica:door_job"
 GRACE_S = 5.0  # between the tether's SIGTERM and its SIGKILL: a replica saves nothing on the way out
 
 
 class Client:
     """A worker task's training client; its output lines go to the run's ``worker-N.log``."""
 
-    def __init__(self, run: RunDir, task: int, tf_config: str | None, launch: str, serve: bool = False,
+    def __init__(self, run: RunDir, task: int, tf_config: str | None, launch: str, runtime: str = "separate",
                  inv=None, node=None, resume: bool = False, launched: tuple[str, tuple[str, ...]] | None = None) -> None:
         """node: an inventory node, reached over SSH; launched: (node, launcher), a process started
-        here that runs on that node (srun in a Slurm job, the run directory on a shared file system)."""
+        here that runs on that node (srun in a Slurm job, the run directory on a shared file system).
+        runtime (inventory nodes): "resident", inside the node's server through its door (a node
+        whose server has none falls back to "shared"); "shared", a process that serves the task in
+        place of the node's server; "separate", a process beside it."""
         self.task = task
+        self.runtime = runtime
         self.node = node.name if node is not None else launched[0] if launched else "localhost"
         self.label = f"worker {task}" + (f" on {self.node}" if self.node != "localhost" else "")
         self.log = run.worker_log(task)
         self.remote: Remote | None = None
         self.mirror: Mirror | None = None
-        argv = ["-m", MODULE, "--launch", launch] + (["--serve"] if serve else [])
+        argv = ["-m", MODULE, "--launch", launch]
         env = {"TF_CONFIG": tf_config} if tf_config is not None else {}
         self._out = open(self.log, "a", encoding="utf-8")  # noqa: SIM115  (open while the client runs; close() closes it)
         self._lock = threading.Lock()
@@ -59,25 +64,35 @@ class Client:
                                 launcher=launched[1] if launched else ())
                 self.proc = supervisor.start(spec, GRACE_S, self._line)
             else:
-                self.proc = self._start_on_node(inv, node, run, task, resume, argv, env, serve)
+                self.proc = self._start_on_node(inv, node, run, task, resume, argv, env)
         except BaseException:
             self._out.close()
             raise
 
-    def _start_on_node(self, inv, node, run: RunDir, task: int, resume: bool, argv: list[str], env: dict, serve: bool):
+    def _start_on_node(self, inv, node, run: RunDir, task: int, resume: bool, argv: list[str], env: dict):
+        from picluster.cluster.door import door_path
         from picluster.cluster.nodes import RUN_DIR, node_python, open_node, stop_task_command
 
         remote_dir = PurePosixPath(RUN_DIR) / "runs" / node_run_name(run.path)  # relative to the user's home
         self.remote = remote = open_node(inv, node)
         try:
             home = f"\"$HOME\"/{shlex.quote(str(remote_dir))}"
-            remote.run(f"umask 077 && mkdir -p {home} && cd {home} && rm -f result.json progress.json live.json")
+            door = door_path(f"$HOME/{RUN_DIR}", "worker", task)
+            found = remote.out(f"umask 077 && mkdir -p {home} && cd {home} && rm -f result.json progress.json live.json && "
+                               f"if [ -S \"{door}\" ]; then echo \"{door}\"; fi")
+            if self.runtime == "resident" and not found:
+                self.runtime = "shared"  # a server started by an older picluster, without a door
             self.mirror = mirror = Mirror(remote.conn.sftp(), remote_dir, run.path)
             mirror.push_for_start(chief=task == 0, resume=resume)
-            # serve: the client hosts its worker task's server in place of the node's own (stopped
-            # first, on its address): one TensorFlow runtime on the node instead of two.
-            spec = TaskSpec(f"worker:{task}", node.name, self.label, [*argv, "--run-dir", "."], home, env,
-                            prelude=stop_task_command("worker", task) if serve else "")
+            prelude = ""
+            if self.runtime == "resident":
+                # Inside the node's server: no TensorFlow import, nothing to stop or start again.
+                argv = ["-m", "picluster.cluster.door", "--door", found, "--", DOOR_JOB, *argv[2:]]
+            elif self.runtime == "shared":
+                # The client hosts its worker task's server in place of the node's own (stopped first,
+                # on its address): one TensorFlow runtime on the node instead of two.
+                argv, prelude = [*argv, "--serve"], stop_task_command("worker", task)
+            spec = TaskSpec(f"worker:{task}", node.name, self.label, [*argv, "--run-dir", "."], home, env, prelude=prelude)
             return supervisor.start(spec, GRACE_S, self._line, remote, node_python(inv))
         except (*COPY_ERRORS, ClusterError) as exc:
             remote.close()
@@ -151,11 +166,10 @@ def node_run_name(run_dir: Path) -> str:
 
 
 def start(run: RunDir, layout: Layout | None, inventory=None, resume: bool = False, launch: str = "",
-          serve: bool = False, launcher=None) -> list:
+          runtime: str = "separate", launcher=None) -> list:
     """One client per worker task of ``layout`` (None: one client, alone): over SSH on inventory
     nodes, else started here (``launcher(node)``: on the task's node, as a Slurm job's srun does).
-    ``layout`` holds only the tasks this run uses.  serve (inventory nodes only): each client
-    hosts its worker's server in place of the node's own."""
+    ``layout`` holds only the tasks this run uses.  runtime (inventory nodes only): see Client."""
     if layout is None:
         return [Client(run, 0, None, launch)]
     workers = layout.workers
@@ -172,7 +186,7 @@ def start(run: RunDir, layout: Layout | None, inventory=None, resume: bool = Fal
         return clients
     nodes = {n.name: n for n in inventory.nodes}
     started = fan_out(
-        lambda t: Client(run, t.index, layout.tf_config("worker", t.index), launch, serve, inventory, nodes[t.node], resume),
+        lambda t: Client(run, t.index, layout.tf_config("worker", t.index), launch, runtime, inventory, nodes[t.node], resume),
         workers,
         name=lambda t: t.node,  # one worker task per node
     )

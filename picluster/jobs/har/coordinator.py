@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from picluster import atomic
+from picluster.cluster import door
 from picluster.cluster.exits import Exit, Exited, file_tail
 from picluster.cluster.lifetime import last_line
 from picluster.cluster.probe import unanswered
@@ -40,7 +41,9 @@ class Events(Protocol):
     def live(self, progress: dict) -> None: ...  # live.json: where the chief is within its epoch
     def stopped(self, clients: list) -> None: ...  # the clients, once stopped (poll(): each one's exit status)
 
-RUNTIMES = ("auto", "shared", "separate")
+RUNTIMES = ("auto", "resident", "shared", "separate")
+_RUNTIME_NOTE = {"resident": ", each worker's client inside its node's server",
+                 "shared": ", each worker's client serving its task (one TensorFlow runtime per node)"}
 POLL_S = 0.2
 REMOTE_POLL_S = 1.0  # each poll of a node's chief is an SSH round trip
 CHECK_S = 5.0  # seconds between checks that the cluster's servers still answer
@@ -61,15 +64,17 @@ def check_data(config: TrainConfig) -> None:
 
 
 def worker_runtime(choice: str, inventory: Inventory | None) -> str:
-    """"shared" (each worker node's client hosts its server: one TensorFlow runtime per node, what
-    a 1 GB Pi can hold) or "separate" (client beside the node's own server).  "auto": shared on
-    inventory nodes, separate on the local cluster, whose servers share this machine anyway."""
+    """Where a worker node's client runs.  "resident": inside the node's server process, through
+    its door (no TensorFlow import, one runtime per node, what a 1 GB Pi can hold); "shared": a
+    process that serves the task in place of the node's server (stopped, and started again at the
+    end); "separate": a process beside the node's own server.  "auto": resident on inventory
+    nodes, separate on the local cluster, whose servers share this machine anyway."""
     if choice not in RUNTIMES:
         raise UsageError(f"--worker-runtime {choice!r} must be one of {', '.join(RUNTIMES)}")
     if choice == "auto":
-        return "shared" if inventory is not None else "separate"
-    if choice == "shared" and inventory is None:
-        raise UsageError("--worker-runtime shared needs an inventory cluster (-i): local workers are this machine's own servers")
+        return "resident" if inventory is not None else "separate"
+    if choice in ("resident", "shared") and inventory is None:
+        raise UsageError(f"--worker-runtime {choice} needs an inventory cluster (-i): local workers are this machine's own servers")
     return choice
 
 
@@ -80,8 +85,9 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", events: E
     On an inventory's nodes the clients run there over SSH and read the data set from the nodes'
     share (``config.data_dir``); otherwise they are local processes and the caller has checked the
     data set first (``check_data``: before any run directory exists).  runtime (worker_runtime):
-    "shared" stops each used worker's server on its node, lets the node's client serve that task
-    itself, and starts the node's servers again at the end.
+    "resident" runs each client inside its node's server; "shared" stops each used worker's
+    server on its node, lets the node's client serve that task itself, and starts the node's
+    servers again at the end.
     """
     inventory = cluster.inventory if cluster is not None else None
     runtime = worker_runtime(runtime, inventory)
@@ -104,30 +110,38 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", events: E
     # Only the tasks we use go in the replicas' ClusterSpec: spare ones must not be waited for.
     used = Layout(tuple(t for t in cluster.layout.tasks if t.index < (config.ps if t.job == "ps" else config.workers)))
     launch = secrets.token_hex(4)
-    shared = runtime == "shared"
     atomic.write_json(run.layout, {"layout": used.to_json(), "cluster": cluster.kind, "launch": launch,
                                    "inventory": str(inventory.source.resolve()) if inventory is not None and inventory.source else None,
                                    "worker_runtime": runtime})
     events.note(f"cluster: {cluster.kind}, {config.ps} ps + {config.workers} workers"
                 + (f" (started in {cluster.start_s:.1f} s)" if cluster.start_s else "")
-                + (", each worker's client serving its task (one TensorFlow runtime per node)" if shared else ""))
+                + _RUNTIME_NOTE.get(runtime, ""))
     running = []
     try:
         with Recorder(Monitor.of(cluster), run.nodes), clients.Heartbeat(lambda: running):  # Recorder: each node's CPU and memory, for `picluster plot RUN_DIR`
             if inventory is None:  # processes on other nodes (a Slurm job's) read the run and the data here
                 cluster.check_shared({"the run directory": run.path.resolve(), "the data set": Path(config.data_dir).resolve()})
-            running = clients.start(run, used, inventory, resume, launch, serve=shared, launcher=cluster.launcher)
+            running = clients.start(run, used, inventory, resume, launch, runtime=runtime, launcher=cluster.launcher)
             # A shared worker's server lives and dies with its client, whose exit is watched anyway.
-            servers = tuple(t for t in used.tasks if t.job == "ps") if shared else used.tasks
+            standing_in = {c.task for c in running if c.runtime == "shared"}
+            servers = tuple(t for t in used.tasks if t.job == "ps" or t.index not in standing_in)
             return _follow(run, config, running, events, servers, launch)
     finally:
         clients.stop(running)
         events.stopped(running)  # each client's exit status, for the job record
-        if shared:
-            try:  # the worker servers the clients stood in for: the cluster as it was found
+        if _servers_to_restart(running, runtime):
+            try:  # the worker servers the clients stood in for (or took down): the cluster as it was found
                 cluster.repair()
             except ClusterError as exc:
                 events.note(f"could not start the worker servers again ({exc}); 'picluster cluster up' starts them")
+
+
+def _servers_to_restart(running: list, runtime: str) -> bool:
+    """Whether a node's worker server may be down after the run: a client stood in for it
+    (shared), or a resident client's server went with it (its door gave up a cancelled job)."""
+    if runtime == "shared" or any(c.runtime == "shared" for c in running):
+        return True
+    return runtime == "resident" and any(c.poll() in (door.BUSY, door.LOST, clients.LOST) for c in running)
 
 
 def _follow(run: RunDir, config: TrainConfig, running: list, events: Events, tasks=(), launch: str = "") -> dict:

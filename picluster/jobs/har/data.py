@@ -12,6 +12,10 @@ from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.folds import parse as volunteers
 from picluster.jobs.har.folds import revalidate
 
+# The last data set this process loaded, by its file's identity: a node's resident server runs one
+# job after another through its door, and each would otherwise decompress and hash it again.
+_LAST: dict[tuple, HarData] = {}
+
 
 def load_data(config: TrainConfig) -> HarData:
     """What `picluster data har` prepared, checked for the shapes training needs.
@@ -20,7 +24,21 @@ def load_data(config: TrainConfig) -> HarData:
     before any server starts, so a bad data set is one line, not a failed worker.
     """
     folder = Path(config.data_dir) if config.data_dir else har_dir()
-    data = revalidate(load(cache_path(folder)), volunteers(config.val_volunteers), str(folder))
+    path = cache_path(folder)
+    try:
+        st = path.stat()
+        key: tuple | None = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, config.val_volunteers)
+    except OSError:
+        key = None  # load() says why
+    cached = _LAST.get(key) if key is not None else None
+    data = cached if cached is not None else revalidate(load(path), volunteers(config.val_volunteers), str(folder))
+    if key is not None and cached is None:
+        for name in vars(data):  # shared by the jobs that follow: none may change it
+            array = getattr(data, name)
+            if isinstance(array, np.ndarray):
+                array.setflags(write=False)
+        _LAST.clear()
+        _LAST[key] = data
     for split in ("train", "val", "test"):
         x, y = getattr(data, f"x_{split}"), getattr(data, f"y_{split}")
         if x.ndim != 3 or x.shape[1:] != (WINDOW, len(CHANNELS)) or y.shape != (len(x),):

@@ -62,6 +62,14 @@ class Graph:
                 self.joined = tf.compat.v1.get_variable("workers_joined", [], tf.int64, trainable=False,
                                                         initializer=tf.compat.v1.zeros_initializer())
                 self.join = self.joined.assign_add(1)
+                # The chief's "every variable is initialised", for the other workers: one scalar to
+                # look at.  Kept out of the global collection: the chief initialises it after all the
+                # others (init_op would not wait), and checkpoints do not carry it.
+                self.ready = None
+                if cluster is not None:
+                    self.ready = tf.compat.v1.get_variable("chief_ready", [], tf.bool, trainable=False, collections=["picluster_ready"],
+                                                           initializer=tf.compat.v1.constant_initializer(True))
+                    self.ready_now = tf.compat.v1.is_variable_initialized(self.ready)
                 self.x = tf.compat.v1.placeholder(tf.float32, [None, STEPS, self.shape.inputs], name="x")
                 self.y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
                 self.keep = tf.compat.v1.placeholder_with_default(1.0, [], name="keep_prob")
@@ -110,8 +118,6 @@ class Graph:
                 self.xent_sum = tf.reduce_sum(xent)
                 with tf.control_dependencies([self.train]):
                     self.step_after = self.global_step.read_value()
-            self.uninitialised = tf.compat.v1.report_uninitialized_variables()
-            self.uninitialised.mark_used()  # only non-chief workers run it; unused, TF warns at exit
             self.variables = tf.compat.v1.trainable_variables()
             if cluster is not None:
                 _check_shards(tf.train.ClusterSpec(cluster).num_tasks("ps"), tf.compat.v1.global_variables())

@@ -1,4 +1,6 @@
-"""One worker's client: ``python -m picluster.jobs.har.replica --run-dir D [--launch ID]``.
+"""One worker's client: in a process of its own (``python -m picluster.jobs.har.process --run-dir D
+[--launch ID] [--serve]``), or inside the node's resident server process through its door
+(``door_job``, picluster/cluster/door.py: no TensorFlow import, no server restart).
 
 Between-graph replication: every worker task runs this module beside its server, builds its
 own copy of the graph with the variables on the ps tasks, and trains on its own shard of the
@@ -18,6 +20,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +32,7 @@ import tensorflow as tf
 
 from picluster import atomic
 from picluster.atomic import STORAGE_ERRNOS
+from picluster.cluster.door import JobContext
 from picluster.errors import STORAGE_EXIT, ClusterError, PiclusterError, StorageError, UsageError
 from picluster.jobs.har import augment, checkpoints, metrics
 from picluster.jobs.har.chief import Chief
@@ -40,18 +44,35 @@ from picluster.jobs.har.straggler import Arrivals
 
 PROBE_REPEATS = 3
 LIVE_EVERY_S = 1.0  # the chief's live.json: where in the epoch it is
+READY_POLL_S = 0.2  # a worker's look at the chief's one readiness flag
+CANCELLED = 143  # the exit status of a client stopped on the coordinator's word (as SIGTERM's)
 
 
-def train(run: RunDir, launch: str = "", serve: bool = False) -> None:
+class Cancelled(Exception):
+    """The coordinator stopped this client (its door's knocker went)."""
+
+
+def say_line(text: str) -> None:
+    print(text, flush=True)
+
+
+def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | None = None,
+          say: Callable[[str], None] = say_line, job: JobContext | None = None) -> None:
+    """tf_config: the cluster and this task (TF_CONFIG's text; None: alone); job: run through a
+    door, in the node's server process (its cancel ends the loop and closes the session)."""
     cfg = TrainConfig.load(run.config)
-    cluster, task = cluster_and_task(cfg)
+    cluster, task = cluster_and_task(cfg, tf_config)
     workers = len(cluster["worker"]) if cluster else 1
     chief = task == 0
+    # Start-up, part by part, in the log (it counts in the wall time to an accuracy): the process
+    # (interpreter and imports; a door's client runs in a process that has them already), ...
     t0 = time.perf_counter()
+    process_s = time.time() - (job.started if job is not None else _process_started())
 
     if cfg.deterministic:
         tf.config.experimental.enable_op_determinism()
     data = load_data(cfg)
+    t_data = time.perf_counter()
     tf.compat.v1.disable_eager_execution()
     server = serve_task(cluster, task) if serve and cluster else None  # noqa: F841  (serves while it lives)
     g = Graph(cfg, task, data, cluster, launch)  # it seeds its own graph: seed + TASK_SEED_STRIDE * task
@@ -63,23 +84,26 @@ def train(run: RunDir, launch: str = "", serve: bool = False) -> None:
     if chief:  # the newest intact checkpoint, or a refusal when the run has records but none is intact
         restore = checkpoints.prepare(run.checkpoints, has_records=bool(metrics.read_rows(run.metrics)))
     with g.graph.as_default():
-        session = open_session(g, cfg, cluster, task, run.checkpoints)
+        t_graph = time.perf_counter()
+        session = open_session(g, cfg, cluster, task, run.checkpoints, job)
         with_raw = session_fn(session)
 
         def raw(fetches, feed=None):
             return with_raw(lambda s: s.run(fetches, feed))
 
+        if chief and g.ready is not None:
+            raw(g.ready.initializer)  # after every variable: the workers' one flag to look at
         t1 = time.perf_counter()
-        barrier(raw, g, workers)
-        # Start-up cost, in the log: it counts in the wall time to an accuracy.
-        print(f"replica {task}: data+graph+session {t1 - t0:.1f} s, barrier {time.perf_counter() - t1:.1f} s", flush=True)
+        barrier(raw, g, workers, job)
+        say(f"replica {task}: start-up: process {process_s:.1f} s, data {t_data - t0:.1f} s, graph {t_graph - t_data:.1f} s, "
+            f"session {t1 - t_graph:.1f} s, barrier {time.perf_counter() - t1:.1f} s")
 
         start_step = int(raw(g.global_step))
         start_epoch = start_step // global_per_epoch
         if restore is not None and (restore.checkpoint or restore.damaged):
             checkpoints.write_note(run.resume_note, restore, launch, start_epoch, start_step)
-            print(f"replica {task}: {restore.describe()}", flush=True)
-        duties = Chief(run, cfg, g, data, with_raw, start_epoch, start_step, restore) if chief else None
+            say(f"replica {task}: {restore.describe()}")
+        duties = Chief(run, cfg, g, data, with_raw, start_epoch, start_step, restore, say) if chief else None
         status_file, started = run.worker_status(task), time.time()
         for epoch in range(start_epoch + 1, cfg.epochs + 1):
             if session.should_stop():
@@ -88,7 +112,7 @@ def train(run: RunDir, launch: str = "", serve: bool = False) -> None:
             order = mine[np.random.default_rng([cfg.seed, epoch, task]).permutation(len(mine))]
             jitter = np.random.default_rng([cfg.seed, epoch, task, 1])
             live = run.live if chief else None
-            stats = train_epoch(session, g, data, order, jitter, steps, batch, cfg, epoch, cluster is not None, live)
+            stats = train_epoch(session, g, data, order, jitter, steps, batch, cfg, epoch, cluster is not None, live, job)
             stats["exchange_s"] = min(stats["compute_s"], steps * exchange_seconds(raw, g))
             stats["compute_s"] -= stats["exchange_s"]
             # What this worker did last, for the coordinator.
@@ -100,12 +124,21 @@ def train(run: RunDir, launch: str = "", serve: bool = False) -> None:
         session.close()
 
 
-def cluster_and_task(cfg: TrainConfig) -> tuple[dict | None, int]:
-    """The ClusterSpec (as a dict) and this worker's index, from TF_CONFIG; (None, 0) alone."""
+def _process_started() -> float:
+    """When this process started (seconds since the epoch, as time.time())."""
+    import psutil
+
+    return psutil.Process().create_time()
+
+
+def cluster_and_task(cfg: TrainConfig, tf_config: str | None) -> tuple[dict | None, int]:
+    """The ClusterSpec (as a dict) and this worker's index, from TF_CONFIG's text; (None, 0) alone."""
     if cfg.standalone:
         return None, 0
     try:
-        spec = json.loads(os.environ["TF_CONFIG"])
+        if tf_config is None:
+            raise KeyError("TF_CONFIG")
+        spec = json.loads(tf_config)
         cluster, task = spec["cluster"], spec["task"]
         if task["type"] != "worker" or not 0 <= int(task["index"]) < len(cluster["worker"]):
             raise ValueError(f"task {task} is not one of the cluster's workers")
@@ -126,25 +159,31 @@ def serve_task(cluster: dict, task: int):
     wrong = only_on(host, int(port))
     if wrong:
         raise ClusterError(f"worker {task} refuses to serve: {wrong}")
-    print(f"replica {task}: serving worker {task} in this process at {host}:{port}", flush=True)
+    say_line(f"replica {task}: serving worker {task} in this process at {host}:{port}")
     return server
 
 
-def shim_for_serving() -> None:
-    """Before anything else: re-execute with the bind shim for this worker's address (TF_CONFIG)."""
-    from picluster.cluster.shim import reexec_with_shim
+class _Kept:
+    """A session creator that hands each session it makes to ``keep`` (the door's cancel closes it,
+    so a step blocked on the ps returns) and makes none once the job is cancelled."""
 
-    try:
-        spec = json.loads(os.environ["TF_CONFIG"])
-        host, port = spec["cluster"]["worker"][int(spec["task"]["index"])].rsplit(":", 1)
-    except (KeyError, ValueError, TypeError, IndexError):
-        return  # train() names what is wrong with TF_CONFIG
-    reexec_with_shim(host, [int(port)], "picluster.jobs.har.replica")
+    def __init__(self, creator, job: JobContext | None) -> None:
+        self.creator, self.job = creator, job
+
+    def create_session(self):
+        if self.job is not None and self.job.cancelled.is_set():
+            raise Cancelled()
+        session = self.creator.create_session()
+        if self.job is not None:
+            self.job.on_cancel(session.close)
+        return session
 
 
-def open_session(g: Graph, cfg: TrainConfig, cluster: dict | None, task: int, checkpoint_dir: Path):
-    """A MonitoredTrainingSession: the chief restores the checkpoint the state file names
-    (checkpoints.prepare made it the newest intact one) or initialises."""
+def open_session(g: Graph, cfg: TrainConfig, cluster: dict | None, task: int, checkpoint_dir: Path, job: JobContext | None = None):
+    """A MonitoredSession: the chief restores the checkpoint the state file names
+    (checkpoints.prepare made it the newest intact one) or initialises; the other workers wait
+    for the chief's one readiness flag (a single scalar, where a report of every uninitialised
+    variable asked the ps about each of them five times a second)."""
     if cluster is None:
         target = ""
         # A fixed thread count: a different one is a different (still reproducible) run.
@@ -154,25 +193,23 @@ def open_session(g: Graph, cfg: TrainConfig, cluster: dict | None, task: int, ch
         target = f"grpc://{cluster['worker'][task]}"
         # A dead spare worker must not block us: only the ps and our own task must answer.
         config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{task}"])
-    if task != 0:
-        # MonitoredTrainingSession re-checks the chief's initialisation only every 30 s.
+    if task != 0 and g.ready is not None:
+        # A MonitoredSession re-checks the chief's initialisation only every 30 s: look first.
         with tf.compat.v1.Session(target, config=config) as probe:
-            while len(probe.run(g.uninitialised)):
-                time.sleep(0.2)
-    session = tf.compat.v1.train.MonitoredTrainingSession(
-        master=target,
-        is_chief=task == 0,
-        checkpoint_dir=str(checkpoint_dir) if task == 0 else None,
-        scaffold=tf.compat.v1.train.Scaffold(saver=g.saver),
-        config=config,
-        save_checkpoint_secs=None,
-        save_checkpoint_steps=None,
-        save_summaries_steps=None,
-        save_summaries_secs=None,
-        log_step_count_steps=None,
-        stop_grace_period_secs=2,
-    )
-    return session
+            if job is not None:
+                job.on_cancel(probe.close)
+            while not probe.run(g.ready_now):
+                if job is not None and job.cancelled.is_set():
+                    raise Cancelled()
+                time.sleep(READY_POLL_S)
+    scaffold = tf.compat.v1.train.Scaffold(saver=g.saver)
+    if task == 0:
+        creator = tf.compat.v1.train.ChiefSessionCreator(scaffold=scaffold, master=target, config=config,
+                                                         checkpoint_dir=str(checkpoint_dir))
+    else:
+        creator = tf.compat.v1.train.WorkerSessionCreator(scaffold=scaffold, master=target, config=config)
+    # MonitoredTrainingSession's, with its saving and logging hooks off (the chief saves by epoch).
+    return tf.compat.v1.train.MonitoredSession(session_creator=_Kept(creator, job), hooks=[], stop_grace_period_secs=2)
 
 
 def session_fn(session):
@@ -180,7 +217,7 @@ def session_fn(session):
     return lambda fn: session.run_step_fn(lambda step_context: fn(step_context.session))
 
 
-def barrier(raw, g: Graph, workers: int) -> None:
+def barrier(raw, g: Graph, workers: int, job: JobContext | None = None) -> None:
     """Wait until every worker of this launch has its session: sync steps then take all of them."""
     if workers == 1:
         return
@@ -190,12 +227,14 @@ def barrier(raw, g: Graph, workers: int) -> None:
     want = (mine - 1) // workers * workers + workers
     joined = mine
     while joined < want:
+        if job is not None and job.cancelled.is_set():
+            raise Cancelled()
         time.sleep(0.05)
         joined = int(raw(g.joined))
 
 
 def train_epoch(session, g: Graph, data, order, jitter: np.random.Generator, steps: int, batch: int, cfg: TrainConfig,
-                epoch: int, distributed: bool, live: Path | None) -> dict:
+                epoch: int, distributed: bool, live: Path | None, job: JobContext | None = None) -> dict:
     """One pass over this worker's shard, in ``order``, each batch augmented with ``jitter``'s
     draws (--augment); the epoch's timings and training scores."""
     spec = augment.parse(cfg.augment)
@@ -210,6 +249,8 @@ def train_epoch(session, g: Graph, data, order, jitter: np.random.Generator, ste
     after = 0
     begin = live_at = time.perf_counter()
     for s in range(steps):
+        if job is not None and job.cancelled.is_set():
+            raise Cancelled()
         t0 = time.perf_counter()
         idx = np.sort(order[s * batch:(s + 1) * batch])
         feed = {g.x: augment.augment(data.x_train[idx], jitter, spec), g.y: data.y_train[idx], g.keep: cfg.keep_prob}
@@ -265,27 +306,60 @@ def exchange_seconds(raw, g: Graph) -> float:
     return max(0.0, float(np.median(times)) - float(np.median(idle)))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m picluster.jobs.har.replica")
+def arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m picluster.jobs.har.process")
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--launch", default="", help="this launch's id: its variables and queues are its own on the ps")
     parser.add_argument("--serve", action="store_true", help="host this worker's TensorFlow server in this process (one runtime per node)")
-    args = parser.parse_args(argv)
-    if args.serve:
-        shim_for_serving()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """A replica in a process of its own (picluster.jobs.har.process put the bind shim in place)."""
+    args = arguments(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(CANCELLED))
+    run = RunDir(args.run_dir.resolve())  # on a node: '.', its run directory
+    return _exit_code(lambda: train(run, args.launch, args.serve, os.environ.get("TF_CONFIG")), run.path, _error)
+
+
+def door_job(argv: list[str], job: JobContext) -> int:
+    """A replica inside the node's resident server process, run by its door: the server serves
+    this worker's task already, so the replica only connects to it."""
+    args = arguments(argv)
+    run = RunDir((job.cwd / args.run_dir).resolve())
+
+    def said(exc: Exception) -> None:
+        job.say(f"picluster.jobs.har.replica: error: {exc}")
+
+    def work() -> None:
+        try:
+            train(run, args.launch, False, job.env.get("TF_CONFIG"), job.say, job)
+        except (Cancelled, tf.errors.CancelledError, tf.errors.AbortedError):
+            if not job.cancelled.is_set():
+                raise
+            raise SystemExit(CANCELLED) from None
+        except (RuntimeError, tf.errors.OpError):
+            if job.cancelled.is_set():  # the session closed under a step: the cancel's doing
+                raise SystemExit(CANCELLED) from None
+            raise
+
+    return _exit_code(work, run.path, said)
+
+
+def _exit_code(work: Callable[[], None], run_dir: Path, said: Callable[[Exception], None]) -> int:
+    """0, or the exit status of what went wrong, said in one line (a full disk: STORAGE_EXIT)."""
     try:
-        train(RunDir(args.run_dir.resolve()), args.launch, args.serve)  # on a node: '.', its run directory
+        work()
     except StorageError as exc:
-        _error(exc)
+        said(exc)
         return STORAGE_EXIT
     except PiclusterError as exc:
-        _error(exc)
+        said(exc)
         return exc.exit_code
     except OSError as exc:
         if exc.errno not in STORAGE_ERRNOS:
             raise
-        _error(StorageError(exc.filename or args.run_dir, exc))
+        said(StorageError(exc.filename or run_dir, exc))
         return STORAGE_EXIT
     return 0
 

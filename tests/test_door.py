@@ -1,0 +1,142 @@
+"""The door of a resident server process (picluster/cluster/door.py), without TensorFlow: a door
+served by a process of its own, real Unix sockets, and the knocker as a client would run it
+(``python -m picluster.cluster.door``).  The HAR replica through real doors on test hosts:
+tests/test_train_lab.py."""
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import ROOT
+
+JOBS = '''
+import os, sys, threading, time
+
+def echo(argv, job):
+    job.say("argv " + " ".join(argv))
+    job.say("env " + job.env.get("TF_CONFIG", "-"))
+    job.say("cwd " + str(job.cwd))
+    return int(argv[0]) if argv and argv[0].isdigit() else 0
+
+def wait(argv, job):
+    closed = []
+    job.on_cancel(lambda: closed.append("session closed"))
+    job.say("waiting")
+    while not job.cancelled.is_set():
+        time.sleep(0.01)
+    open(argv[0], "w").write(" ".join(closed) or "cancelled")
+    return 143
+
+def stubborn(argv, job):
+    job.say("waiting, deaf to cancels")
+    time.sleep(600)
+
+def broken(argv, job):
+    raise ValueError("a bug in the job")
+'''
+
+SERVER = '''
+import sys, time
+from pathlib import Path
+from picluster.cluster.door import Door
+Door(Path(sys.argv[1]), "worker:0", allowed="doorjobs", cancel_s=1.0).open()
+print("open", flush=True)
+time.sleep(600)
+'''
+
+
+@pytest.fixture
+def door(tmp_path):
+    """A process with a door open at tmp_path/worker-0.door, and jobs in module doorjobs."""
+    (tmp_path / "doorjobs.py").write_text(textwrap.dedent(JOBS))
+    path = tmp_path / "worker-0.door"
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")
+    server = subprocess.Popen([sys.executable, "-c", SERVER, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env)
+    assert server.stdout.readline() == "open\n", server.stderr.read()
+    yield path, server
+    server.kill()
+    server.wait()
+
+
+def knocker(path, *job, cwd=None, env=None):
+    return [sys.executable, "-m", "picluster.cluster.door", "--door", str(path), "--", *job]
+
+
+def knock(path, *job, cwd=None, env=None, timeout=30):
+    return subprocess.run(knocker(path, *job), capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT,
+                          env=dict(os.environ, **(env or {})))
+
+
+def test_a_job_runs_in_the_server_with_its_arguments_environment_and_folder(door, tmp_path):
+    path, _ = door
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600  # only the node's user knocks
+    done = knock(path, "doorjobs:echo", "7", "--run-dir", ".", cwd=tmp_path, env={"TF_CONFIG": '{"task": 1}', "OTHER": "x"})
+    assert done.returncode == 7, done.stderr
+    assert done.stdout.splitlines() == ["argv 7 --run-dir .", 'env {"task": 1}', f"cwd {tmp_path}"]
+
+
+def test_a_job_that_raises_says_why_and_the_door_serves_the_next(door):
+    path, server = door
+    broken = knock(path, "doorjobs:broken")
+    assert broken.returncode == 1 and "ValueError: a bug in the job" in broken.stdout
+    assert knock(path, "doorjobs:echo", "0").returncode == 0 and server.poll() is None
+
+
+def test_only_jobs_of_the_allowed_modules_and_nothing_without_a_door(door, tmp_path):
+    path, _ = door
+    refused = knock(path, "os:system", "touch x")
+    assert refused.returncode == 2 and "'os:system' is not a picluster job (module:function under doorjobs)" in refused.stdout
+    assert knock(path, "doorjobsevil:echo").returncode == 2  # a name that only starts like the allowed one
+    missing = knock(tmp_path / "nope.door", "doorjobs:echo")
+    assert missing.returncode == 69 and missing.stderr.startswith("picluster.cluster.door: no door at ")
+
+
+def test_one_job_at_a_time(door, tmp_path):
+    path, _ = door
+    first = subprocess.Popen(knocker(path, "doorjobs:wait", str(tmp_path / "first")), stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert first.stdout.readline() == "waiting\n"
+    second = knock(path, "doorjobs:echo")
+    assert second.returncode == 75 and "worker:0: busy with another job" in second.stdout
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(10) == 143
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_the_knockers_end_cancels_the_job_and_closes_what_it_registered(door, tmp_path, how):
+    """SIGTERM: the tether's stop (the knocker asks, and reports the job's status); SIGKILL: the
+    knocker dies, its socket closes, and the server cancels the job anyway."""
+    path, server = door
+    mark = tmp_path / "cancelled"
+    proc = subprocess.Popen(knocker(path, "doorjobs:wait", str(mark)), stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout.readline() == "waiting\n"
+    proc.send_signal(how)
+    code = proc.wait(10)
+    assert code == (143 if how == signal.SIGTERM else -9)
+    deadline = time.monotonic() + 10
+    while not mark.exists():
+        assert time.monotonic() < deadline, "the job was not cancelled"
+        time.sleep(0.05)
+    assert mark.read_text() == "session closed"
+    assert knock(path, "doorjobs:echo").returncode == 0 and server.poll() is None  # the door serves on
+    server.kill()
+    assert "worker:0: job doorjobs:wait ended, status 143 (cancelled)" in server.communicate()[1]
+
+
+def test_a_cancelled_job_that_does_not_end_takes_the_process_with_it(door):
+    path, server = door
+    proc = subprocess.Popen(knocker(path, "doorjobs:stubborn"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout.readline() == "waiting, deaf to cancels\n"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(10) == 70  # the server ended without the job's status
+    assert "ended without the job's status" in proc.stderr.read()
+    assert server.wait(10) == 75
+    log = server.stderr.read()
+    assert "worker:0: job doorjobs:stubborn started in " in log
+    assert "worker:0: a cancelled job did not end within 1 s; exiting so that the task is started afresh" in log
