@@ -158,9 +158,9 @@ def scenario(rt: Runtime, mode: str, har_file: Path, timeout: float, train_secon
         server("ps")
         if mode == "separate":
             server("worker")
-            client = start("client", ["picluster.jobs.har.replica", "--run-dir", f"{inside}/run"], {"TF_CONFIG": tf_config})
+            client = start("client", ["picluster.jobs.har.process", "--run-dir", f"{inside}/run"], {"TF_CONFIG": tf_config})
         else:
-            client = start("client serving its task", ["picluster.jobs.har.replica", "--run-dir", f"{inside}/run", "--serve"],
+            client = start("client serving its task", ["picluster.jobs.har.process", "--run-dir", f"{inside}/run", "--serve"],
                            {"TF_CONFIG": tf_config})
         if train_seconds is None:
             code = client.wait(timeout)

@@ -51,7 +51,7 @@ def role(proc: psutil.Process, top: int) -> str | None:
         cmd = proc.cmdline()
     except psutil.Error:
         return None
-    if "picluster.jobs.har.replica" in cmd:
+    if "picluster.jobs.har.process" in cmd:
         return "replica"
     if "picluster.cluster.server" in cmd and "--job" in cmd:
         return f"{cmd[cmd.index('--job') + 1]} server"

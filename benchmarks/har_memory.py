@@ -41,7 +41,7 @@ from picluster.monitor.footprint import node_resident, process_memory
 
 MiB = 2**20
 RESULTS = Path(__file__).resolve().parent / "results"
-ROLES = (("picluster.cluster.server", "worker server"), ("picluster.jobs.har.replica", "training client"),
+ROLES = (("picluster.cluster.server", "worker server"), ("picluster.jobs.har.process", "training client"),
          ("picluster.monitor.agent", "agent"))
 
 
@@ -50,7 +50,7 @@ def role(pid: int) -> str | None:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return None
-    if "picluster.jobs.har.replica" in cmd and "--serve" in cmd:
+    if "picluster.jobs.har.process" in cmd and "--serve" in cmd:
         return "training client serving its task"
     return next((name for module, name in ROLES if module in cmd), None)
 

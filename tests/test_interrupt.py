@@ -93,4 +93,4 @@ def test_ctrl_c_during_training_stops_clients_and_servers(state, tmp_path):
     assert_interrupted(code, err)
     time.sleep(1.0)
     assert not server_processes(state) and not server_processes(state, "picluster.monitor.agent")
-    assert not server_processes(run, "picluster.jobs.har.replica")
+    assert not server_processes(run, "picluster.jobs.har.process")

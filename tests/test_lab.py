@@ -491,9 +491,13 @@ def test_cli_up_status_and_down_from_another_process(lab_support, tmp_path):
     lab_id = "c" + os.urandom(2).hex()
     inventory = tmp_path / "inv" / "picluster.toml"
     try:
-        up = cli("lab", "up", "--nodes", "2", "--name", lab_id, "--inventory-out", str(inventory))
+        up = cli("lab", "up", "--nodes", "2", "--name", lab_id, "--inventory-out", str(inventory), "--link", "300mbit")
         assert up.returncode == 0, up.stderr
         lab = Lab.load(lab_id)
+        # Both ends of every link are shaped to a Pi 3B+'s Ethernet.
+        assert "each host's link shaped to 300mbit both ways (tc tbf)" in up.stdout, up.stdout
+        for host in lab.hosts:
+            assert "tbf" in links.qdisc(host.veth) and "rate 300Mbit" in links.qdisc(host.veth), links.qdisc(host.veth)
         # Each stage as it ends, with the time so far: a VM lab is minutes of waiting otherwise.
         stages = up.stdout.splitlines()
         assert re.fullmatch(rf"lab {lab_id}: network {lab.subnet} made \(\d+ s\)", stages[0]), up.stdout

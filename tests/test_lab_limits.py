@@ -76,6 +76,9 @@ def test_short_quotas_get_a_longer_period_so_the_kernel_takes_them():
     ["--cpu", "64"],
     ["--nodes", "8", "--cpu", "1"],
     ["--memory", "lots"],
+    ["--link", "fast"],
+    ["--link", "1kbit"],
+    ["--vm", "--link", "300mbit"],
 ])
 def test_cli_bad_limits_are_one_line_exit_2_and_nothing_is_made(args, tmp_path):
     env = dict(os.environ, PICLUSTER_STATE_DIR=str(tmp_path / "state"))
@@ -85,6 +88,14 @@ def test_cli_bad_limits_are_one_line_exit_2_and_nothing_is_made(args, tmp_path):
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
     assert not (tmp_path / "state" / "lab").exists()
     assert known_ids(tmp_path / "state" / "lab") == before_ids and cgroups.lab_groups() == before_groups
+
+
+def test_the_pi3b_profile_names_its_link_rate():
+    from picluster.lab.limits import profile_link
+
+    assert profile_link("pi3b") == "300mbit" and profile_link(None) is None
+    with pytest.raises(UsageError, match="unknown profile 'nope'"):
+        profile_link("nope")
 
 
 def test_lab_refuses_limits_it_cannot_give_before_touching_anything():

@@ -100,7 +100,7 @@ def _client(run_dir, task):
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
         # The client itself, not the tether it runs under (whose command line holds the client's).
-        if "picluster.jobs.har.replica" in cmd and "picluster.cluster.tether" not in cmd and str(run_dir) in cmd:
+        if "picluster.jobs.har.process" in cmd and "picluster.cluster.tether" not in cmd and str(run_dir) in cmd:
             try:
                 spec = json.loads(proc.environ().get("TF_CONFIG", "{}"))
             except psutil.Error:

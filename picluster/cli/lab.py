@@ -39,25 +39,41 @@ def lab() -> None:
               help="With --vm: the VMs' Debian architecture; arm64 is the Pi's, emulated (slow; its image builds once in tens of minutes).")
 @click.option("--cpu", type=float, default=None, help="Cores of CPU time each host may use, e.g. 0.5 (a cgroup CFS quota).")
 @click.option("--memory", default=None, help="Memory each host may use, swap included, e.g. 1G or 512M (a cgroup limit).")
-@click.option("--profile", default=None, help="Limits of a board: pi3b (1 GB, CPU calibrated to the thesis's Pi); --cpu/--memory override it.")
+@click.option("--profile", default=None, help="Limits of a board: pi3b (1 GB, CPU calibrated to the thesis's Pi, 300 Mbit/s link); --cpu/--memory/--link override it.")
+@click.option("--link", default=None, metavar="RATE",
+              help="Each host's link rate, both ways, as tc writes it: 300mbit (a Pi 3B+'s Ethernet), 1gbit (a Pi 4's) [the profile's; else unlimited].")
 def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: float | None, vm: bool, arch: str,
-       cpu: float | None, memory: str | None, profile: str | None) -> None:
+       cpu: float | None, memory: str | None, profile: str | None, link: str | None) -> None:
     """Create the hosts and wait until each answers SSH with the run's key."""
     from rich.console import Console
     from rich.table import Table
 
     from picluster.lab.lab import Lab
-    from picluster.lab.limits import resolve
+    from picluster.lab.limits import profile_link, resolve
+    from picluster.lab.links import parse_rate
 
     console = Console()
     started = time.perf_counter()
     limits = resolve(nodes, cpu, memory, profile) if (cpu, memory, profile) != (None, None, None) else None
+    if link is None and not vm:  # a VM's end of the link is in its own kernel: the profile's rate is left out
+        link = profile_link(profile)
+    if link is not None:  # refused before anything is made
+        parse_rate(link)
+        if vm:
+            raise UsageError("--link shapes namespace hosts only (a VM's end of the link is in its own kernel); leave out --link or --vm")
     lab_ = Lab(nodes, lab_id=lab_id, owned=False, limits=limits, vm=vm, arch=arch)
     def said(line: str) -> None:  # a VM lab takes minutes: each stage as it ends, with the time so far
         console.print(f"{line} ({time.perf_counter() - started:.0f} s)", soft_wrap=True, highlight=False, markup=False)
 
     with console.status(f"starting {nodes} test {(f'{arch} VMs' if arch != 'amd64' else 'VMs') if vm else 'hosts'}…"):
         lab_.up(timeout=timeout, on_progress=said)
+        if link is not None:
+            try:
+                for host in lab_.hosts:
+                    lab_.shape(host, rate=link)
+            except BaseException:
+                lab_.down()  # a lab without the links asked for is not left behind
+                raise
     elapsed = time.perf_counter() - started
     written = [lab_.inventory_path]
     if inventory_out is not None:
@@ -73,6 +89,8 @@ def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: floa
     out = [f"up in {elapsed:.1f} s", *(f"inventory: {path}" for path in written)]
     if limits:
         out.insert(1, f"each host limited to {limits.describe()} (cgroup v{_cgroup_version()})")
+    if link is not None:
+        out.insert(1, f"each host's link shaped to {link} both ways (tc tbf)")
     out.append(f"tear down: picluster lab down --name {lab_.id}")
     for line in out:
         console.print(line, soft_wrap=True, highlight=False)

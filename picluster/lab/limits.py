@@ -85,6 +85,16 @@ def profiles() -> dict[str, dict]:
     return tomllib.loads(text)
 
 
+def profile_link(profile: str | None) -> str | None:
+    """The link rate a profile names (None: no profile, or one without a link)."""
+    if profile is None:
+        return None
+    known = profiles()
+    if profile not in known:
+        raise UsageError(f"unknown profile {profile!r}: known profiles are {', '.join(sorted(known))}")
+    return known[profile].get("link")
+
+
 def machine() -> tuple[float, int]:
     """(cores this process may run on, bytes of physical memory)."""
     cores = len(os.sched_getaffinity(0))

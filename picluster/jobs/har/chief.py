@@ -75,9 +75,10 @@ class Chief:
 
     def end_epoch(self, epoch: int, stats: dict) -> bool:
         """Record the epoch; True when training should stop."""
+        began = time.perf_counter()
         val = self.evaluate("val")
         step = int(self.raw(self.g.global_step))
-        row = {"epoch": epoch, **stats, "global_step": step,
+        row = {"epoch": epoch, **stats, "global_step": step, "eval_s": time.perf_counter() - began,
                "val_loss": val["loss"], "val_acc": val["acc"], "val_f1": val["f1"],
                "wall_s": time.time() - self.state["started"], "time": time.time()}
         if self.cfg.eval_test_every_epoch:  # for study only: recorded, never used to choose

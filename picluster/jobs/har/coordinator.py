@@ -1,6 +1,6 @@
 """The coordinator: on the cluster it is given, start one client per worker task, follow the chief, clean up.
 
-The clients (``python -m picluster.jobs.har.replica``) are driven only by files in the run
+The clients (``python -m picluster.jobs.har.process``, or inside the nodes' servers) are driven only by files in the run
 directory: local processes, or processes on the worker nodes over SSH whose chief's files are
 mirrored back (picluster.jobs.har.clients).  Progress comes from the files the chief writes.  A
 failed client, Ctrl-C or SIGTERM stops every client (and the job controller any temporary

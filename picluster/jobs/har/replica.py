@@ -113,8 +113,10 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
             jitter = np.random.default_rng([cfg.seed, epoch, task, 1])
             live = run.live if chief else None
             stats = train_epoch(session, g, data, order, jitter, steps, batch, cfg, epoch, cluster is not None, live, job)
+            probed = time.perf_counter()
             stats["exchange_s"] = min(stats["compute_s"], steps * exchange_seconds(raw, g))
             stats["compute_s"] -= stats["exchange_s"]
+            stats["probe_s"] = time.perf_counter() - probed
             # What this worker did last, for the coordinator.
             atomic.write_json(status_file, {"epoch": epoch, "time": time.time(), "elapsed_s": time.time() - started, **stats})
             if duties is not None and duties.end_epoch(epoch, stats):
@@ -371,5 +373,7 @@ def _error(exc: Exception) -> None:
         pass
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # the process entry is picluster.jobs.har.process (the bind shim before TensorFlow)
+    from picluster.jobs.har import process
+
+    sys.exit(process.main())

@@ -1,0 +1,213 @@
+"""HAR end to end on Pi-shaped test hosts: what a user waits for, from `picluster train har`'s start
+to validation >= a target (96 %), against the best one-Pi run, and where that time goes.
+
+Run as root, on a quiet machine (a run of every configuration over 3 seeds takes about half an hour):
+    .venv/bin/python benchmarks/har_wall.py --workers 1,2,4,8 --seeds 1,2,3
+    .venv/bin/python benchmarks/har_wall.py --workers 8 --runtimes resident,shared --seeds 1,2,3
+    .venv/bin/python benchmarks/har_wall.py --report       # the tables, from the rows kept
+
+The lab: 1 + max(--workers) hosts (node01 the ps, the others a worker each), each limited to an
+equal share of this machine's cores (2/9 of a core for 9 hosts: the hosts compute side by side)
+and the pi3b profile's 1 GiB, every link shaped to --link (a Pi 3B+'s Ethernet carries about
+300 Mbit/s, a Pi 4's 1 Gbit/s).  `cluster up` once, as a cluster's owner does before the jobs.
+Then, seed by seed, configurations back to back (a drift of the machine hits them alike):
+
+- ``pi``: the best a user with one Pi could do, `picluster train har --standalone --threads 1`
+  run on node02 itself, inside its limits, reading the data set from its disk;
+- ``RUNTIME`` x N: `picluster train har -i INV --workers N` from this machine (the coordinator,
+  not limited), with ``--worker-runtime RUNTIME`` (resident: each client inside its node's server,
+  the default; shared: a client process per node that imports TensorFlow and serves the task).
+
+Every run: ``--target-val-accuracy`` (0.96) and the recipe's defaults otherwise.  Each row says
+where the time to the target went: start-up (the command's start to the first training step:
+state.json's start, written by the chief as its first step begins), the training steps (the sum
+of epoch_s), the between-epoch exchange probe and validation pass (metrics.csv's probe_s and
+eval_s), and the rest (checkpoints, records, the coordinator's polls).  The chief's own start-up
+line splits its part (process, data, graph, session, barrier).
+
+Rows go to benchmarks/results/har_wall.csv (kept between runs; one row per configuration and
+seed); ``--keep FILE`` copies them to a file to commit, beside the docs table they make.
+"""
+
+import argparse
+import csv
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from labcluster import lab_cluster
+
+from picluster.data.har import har_dir
+from picluster.data.har.dataset import CACHE_NAME
+from picluster.lab.limits import Limits, fair_share, machine, resolve
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TABLE = RESULTS / "har_wall.csv"
+COLUMNS = ("config", "workers", "seed", "cpu_per_host", "link", "target", "wall_s", "to_target_s", "epochs", "startup_s",
+           "steps_s", "probe_s", "eval_s", "rest_s", "val_acc", "test_acc", "process_s", "data_s", "graph_s", "session_s",
+           "barrier_s", "ok")
+START_UP = re.compile(r"replica 0: start-up: process ([\d.]+) s, data ([\d.]+) s, graph ([\d.]+) s, session ([\d.]+) s, barrier ([\d.]+) s")
+
+
+def load() -> dict[tuple[str, int, int], dict]:
+    if not TABLE.exists():
+        return {}
+    with open(TABLE, newline="") as f:
+        return {(r["config"], int(r["workers"]), int(r["seed"])): r for r in csv.DictReader(f)}
+
+
+def save(rows: dict[tuple[str, int, int], dict], path: Path = TABLE) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for key in sorted(rows):
+            writer.writerow({c: rows[key].get(c, "") for c in COLUMNS})
+
+
+def measure(command: list[str], run_dir: Path, target: float, run) -> dict:
+    """Run ``command`` (through ``run``, which returns its exit status and last error line) and read
+    where its time went from the run directory."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    status, last = run(command)
+    wall = time.time() - started
+    row: dict = {"wall_s": f"{wall:.1f}", "ok": "yes" if status == 0 else f"exit {status}: {last}"[:200]}
+    rows = _rows(run_dir / "metrics.csv")
+    if not rows:
+        return row
+    first_step = json.loads((run_dir / "state.json").read_text())["started"]
+    reached = next((i for i, r in enumerate(rows) if float(r["val_acc"]) >= target), None)
+    upto = rows[: (reached if reached is not None else len(rows) - 1) + 1]
+    end = float(upto[-1]["time"])
+    total = lambda key: sum(float(r.get(key) or 0) for r in upto)
+    startup = first_step - started
+    row |= {"to_target_s": f"{end - started:.1f}" if reached is not None else "", "epochs": len(upto),
+            "startup_s": f"{startup:.1f}", "steps_s": f"{total('epoch_s'):.1f}", "probe_s": f"{total('probe_s'):.1f}",
+            "eval_s": f"{total('eval_s'):.1f}",
+            "rest_s": f"{end - first_step - total('epoch_s') - total('probe_s') - total('eval_s'):.1f}",
+            "val_acc": f"{float(upto[-1]['val_acc']):.4f}"}
+    result = run_dir / "result.json"
+    if result.exists():
+        test = json.loads(result.read_text()).get("test_accuracy")
+        row["test_acc"] = f"{test:.4f}" if isinstance(test, float) else ""
+    log = run_dir / "worker-0.log"
+    found = START_UP.search(log.read_text()) if log.exists() else None
+    if found:
+        row |= dict(zip(("process_s", "data_s", "graph_s", "session_s", "barrier_s"), found.groups(), strict=True))
+    return row
+
+
+def _rows(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _local(command: list[str]) -> tuple[int, str]:
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=3 * 3600)
+    return proc.returncode, (proc.stderr.strip().splitlines() or [""])[-1]
+
+
+def median_sd(values: list[float]) -> str:
+    if not values:
+        return "-"
+    spread = f" ± {statistics.stdev(values):.0f}" if len(values) > 1 else ""
+    return f"{statistics.median(values):.0f}{spread}"
+
+
+def report(rows: dict[tuple[str, int, int], dict]) -> None:
+    """Medians over seeds (± the sample standard deviation); speedup: the one Pi's time to the
+    target over this configuration's, paired by seed, median of the pairs."""
+    pi = {seed: float(r["to_target_s"]) for (config, _, seed), r in rows.items() if config == "pi" and r["to_target_s"]}
+    print("| configuration | seeds | wall to val >= target, s | speedup vs one Pi | epochs | start-up, s | steps, s |"
+          " probe, s | validation, s | rest, s | chief's start-up: process / data / graph / session / barrier, s | test acc |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    configs = sorted({(config, workers) for config, workers, _ in rows}, key=lambda c: (c[0] != "pi", c[0], c[1]))
+    for config, workers in configs:
+        mine = {seed: r for (c, w, seed), r in rows.items() if (c, w) == (config, workers)}
+        reached = {seed: float(r["to_target_s"]) for seed, r in mine.items() if r["to_target_s"]}
+        col = lambda key, mine=mine: [float(r[key]) for r in mine.values() if r.get(key)]
+        pairs = [pi[s] / reached[s] for s in reached if s in pi]
+        name = "one Pi, standalone" if config == "pi" else f"{config}, {workers} worker{'s' * (workers > 1)}"
+        parts = " / ".join(f"{statistics.median(col(k)):.1f}" if col(k) else "-" for k in ("process_s", "data_s", "graph_s", "session_s", "barrier_s"))
+        missed = len(mine) - len(reached)
+        speedup = f"{statistics.median(pairs):.2f}x" if pairs and config != "pi" else "-"
+        test = f"{statistics.median(col('test_acc')):.2%}" if col("test_acc") else "-"
+        print(f"| {name} | {len(mine)}{f' ({missed} short of the target)' if missed else ''} | {median_sd(list(reached.values()))} | "
+              f"{speedup} | {median_sd(col('epochs'))} | {median_sd(col('startup_s'))} | {median_sd(col('steps_s'))} | "
+              f"{median_sd(col('probe_s'))} | {median_sd(col('eval_s'))} | {median_sd(col('rest_s'))} | {parts} | {test} |")
+    failed = [f"{c} x{w} seed {s}: {r['ok']}" for (c, w, s), r in rows.items() if r["ok"] != "yes"]
+    shares = sorted({f"{r['cpu_per_host']} core, link {r['link']}" for r in rows.values()})
+    print(f"\nper host: {'; '.join(shares)}; failed runs: {'; '.join(failed) or 'none'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workers", default="1,2,4,8", help="worker counts, comma-separated (the lab has 1 + the largest hosts)")
+    parser.add_argument("--runtimes", default="resident", help="--worker-runtime values to compare, comma-separated [resident]")
+    parser.add_argument("--seeds", default="1,2,3")
+    parser.add_argument("--no-pi", action="store_true", help="leave out the one-Pi baseline")
+    parser.add_argument("--target", type=float, default=0.96, help="validation accuracy to reach [0.96]")
+    parser.add_argument("--epochs", type=int, default=40, help="at most this many epochs per run [40]")
+    parser.add_argument("--link", default="300mbit", help="each host's link rate, as tc writes it [300mbit: a Pi 3B+]")
+    parser.add_argument("--report", action="store_true", help="only print the table of the rows kept")
+    parser.add_argument("--keep", type=Path, help="also write the rows kept to this CSV (to commit beside the docs)")
+    args = parser.parse_args()
+    rows = load()
+    if args.report:
+        report(rows)
+        if args.keep:
+            save(rows, args.keep)
+        return
+    har = har_dir() / CACHE_NAME
+    if not har.exists():
+        raise SystemExit(f"no prepared HAR data at {har}: run 'picluster data har' first")
+    counts = [int(w) for w in args.workers.split(",")]
+    hosts = 1 + max(counts)
+    cpu = fair_share(machine()[0], hosts)
+    limits = Limits(cpu=cpu, memory=resolve(hosts, profile="pi3b").memory)
+    common = ["--target-val-accuracy", str(args.target), "--epochs", str(args.epochs), "--no-live", "--json"]
+    with lab_cluster(hosts, limits, rate=args.link) as (lab, inventory, inv):
+        for host in lab.hosts[1:]:
+            target = host.path(f"{inv.data_dir}/har")
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(har, target / CACHE_NAME)
+        pi_host = lab.hosts[1]
+
+        def on_pi(command: list[str]) -> tuple[int, str]:
+            proc = pi_host.run(command, check=False, timeout=3 * 3600)
+            return proc.returncode, (proc.stderr.strip().splitlines() or [""])[-1]
+
+        for seed in (int(s) for s in args.seeds.split(",")):
+            wanted = ([] if args.no_pi else [("pi", 1)]) + [(r, w) for w in counts for r in args.runtimes.split(",")]
+            for config, workers in wanted:
+                run_dir = RESULTS / "har_wall" / f"{config}-{workers}-{seed}"
+                base = [sys.executable, "-m", "picluster", "train", "har", "--seed", str(seed), "--run-dir", str(run_dir), *common]
+                t0 = time.perf_counter()
+                if config == "pi":
+                    row = measure([*base, "--standalone", "--threads", "1", "--data-dir", str(har.parent)], run_dir, args.target, on_pi)
+                else:
+                    row = measure([*base, "-i", str(inventory), "--workers", str(workers), "--worker-runtime", config],
+                                  run_dir, args.target, _local)
+                row |= {"config": config, "workers": workers, "seed": seed, "cpu_per_host": f"{cpu:g}", "link": args.link,
+                        "target": f"{args.target:g}"}
+                rows[(config, workers, seed)] = row
+                save(rows)
+                print(f"{config} x{workers} seed {seed}: {json.dumps(row)} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    report(rows)
+    if args.keep:
+        save(rows, args.keep)
+
+
+if __name__ == "__main__":
+    main()
