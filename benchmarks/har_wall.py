@@ -128,14 +128,14 @@ def median_sd(values: list[float]) -> str:
 def report(rows: dict[tuple[str, int, int], dict]) -> None:
     """Medians over seeds (± the sample standard deviation); speedup: the one Pi's time to the
     target over this configuration's, paired by seed, median of the pairs."""
-    pi = {seed: float(r["to_target_s"]) for (config, _, seed), r in rows.items() if config == "pi" and r["to_target_s"]}
+    pi = {seed: float(r["to_target_s"]) for (config, _, seed), r in rows.items() if config == "pi" and r.get("to_target_s")}
     print("| configuration | seeds | wall to val >= target, s | speedup vs one Pi | epochs | start-up, s | steps, s |"
           " probe, s | validation, s | rest, s | chief's start-up: process / data / graph / session / barrier, s | test acc |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     configs = sorted({(config, workers) for config, workers, _ in rows}, key=lambda c: (c[0] != "pi", c[0], c[1]))
     for config, workers in configs:
         mine = {seed: r for (c, w, seed), r in rows.items() if (c, w) == (config, workers)}
-        reached = {seed: float(r["to_target_s"]) for seed, r in mine.items() if r["to_target_s"]}
+        reached = {seed: float(r["to_target_s"]) for seed, r in mine.items() if r.get("to_target_s")}
         col = lambda key, mine=mine: [float(r[key]) for r in mine.values() if r.get(key)]
         pairs = [pi[s] / reached[s] for s in reached if s in pi]
         name = "one Pi, standalone" if config == "pi" else f"{config}, {workers} worker{'s' * (workers > 1)}"
@@ -155,6 +155,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", default="1,2,4,8", help="worker counts, comma-separated (the lab has 1 + the largest hosts)")
     parser.add_argument("--runtimes", default="resident", help="--worker-runtime values to compare, comma-separated [resident]")
+    parser.add_argument("--compare-seeds", default=None,
+                        help="run the runtimes after the first only for these seeds, comma-separated [every seed]")
+    parser.add_argument("--again", action="store_true", help="measure again what the rows kept already hold (ok runs are skipped otherwise)")
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--no-pi", action="store_true", help="leave out the one-Pi baseline")
     parser.add_argument("--target", type=float, default=0.96, help="validation accuracy to reach [0.96]")
@@ -176,6 +179,7 @@ def main() -> None:
     hosts = 1 + max(counts)
     cpu = fair_share(machine()[0], hosts)
     limits = Limits(cpu=cpu, memory=resolve(hosts, profile="pi3b").memory)
+    compare = {int(s) for s in args.compare_seeds.split(",")} if args.compare_seeds else None
     common = ["--target-val-accuracy", str(args.target), "--epochs", str(args.epochs), "--no-live", "--json"]
     with lab_cluster(hosts, limits, rate=args.link) as (lab, inventory, inv):
         for host in lab.hosts[1:]:
@@ -189,8 +193,12 @@ def main() -> None:
             return proc.returncode, (proc.stderr.strip().splitlines() or [""])[-1]
 
         for seed in (int(s) for s in args.seeds.split(",")):
-            wanted = ([] if args.no_pi else [("pi", 1)]) + [(r, w) for w in counts for r in args.runtimes.split(",")]
+            runtimes = args.runtimes.split(",")
+            compared = seed in compare if compare is not None else True
+            wanted = ([] if args.no_pi else [("pi", 1)]) + [(r, w) for w in counts for r in runtimes if r == runtimes[0] or compared]
             for config, workers in wanted:
+                if not args.again and rows.get((config, workers, seed), {}).get("ok") == "yes":
+                    continue
                 run_dir = RESULTS / "har_wall" / f"{config}-{workers}-{seed}"
                 base = [sys.executable, "-m", "picluster", "train", "har", "--seed", str(seed), "--run-dir", str(run_dir), *common]
                 t0 = time.perf_counter()
