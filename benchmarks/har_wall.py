@@ -13,7 +13,10 @@ and the pi3b profile's 1 GiB, every link shaped to --link (a Pi 3B+'s Ethernet c
 Then, seed by seed, configurations back to back (a drift of the machine hits them alike):
 
 - ``pi``: the best a user with one Pi could do, `picluster train har --standalone --threads 1`
-  run on node02 itself, inside its limits, reading the data set from its disk;
+  run on node02 itself, inside its limits, reading the data set from its disk.  node02 also
+  holds its idle resident worker server: in 1 GiB both may not fit (the kernel killed the server
+  once, and the next distributed run stopped at once naming it; run it again after `cluster up`,
+  which a row not "ok" gets by running this again);
 - ``RUNTIME`` x N: `picluster train har -i INV --workers N` from this machine (the coordinator,
   not limited), with ``--worker-runtime RUNTIME`` (resident: each client inside its node's server,
   the default; shared: a client process per node that imports TensorFlow and serves the task).
