@@ -373,7 +373,5 @@ def _error(exc: Exception) -> None:
         pass
 
 
-if __name__ == "__main__":  # the process entry is picluster.jobs.har.process (the bind shim before TensorFlow)
-    from picluster.jobs.har import process
-
-    sys.exit(process.main())
+if __name__ == "__main__":  # clients start picluster.jobs.har.process, which puts the bind shim in place first
+    sys.exit(main())
