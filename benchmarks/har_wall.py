@@ -49,6 +49,7 @@ from labcluster import lab_cluster
 
 from picluster.data.har import har_dir
 from picluster.data.har.dataset import CACHE_NAME
+from picluster.jobs.har.metrics import read_rows
 from picluster.lab.limits import Limits, fair_share, machine, resolve
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -84,7 +85,7 @@ def measure(command: list[str], run_dir: Path, target: float, run) -> dict:
     status, last = run(command)
     wall = time.time() - started
     row: dict = {"wall_s": f"{wall:.1f}", "ok": "yes" if status == 0 else f"exit {status}: {last}"[:200]}
-    rows = _rows(run_dir / "metrics.csv")
+    rows = read_rows(run_dir / "metrics.csv")  # complete rows only; [] when the run wrote none
     if not rows:
         return row
     first_step = json.loads((run_dir / "state.json").read_text())["started"]
@@ -107,13 +108,6 @@ def measure(command: list[str], run_dir: Path, target: float, run) -> dict:
     if found:
         row |= dict(zip(("process_s", "data_s", "graph_s", "session_s", "barrier_s"), found.groups(), strict=True))
     return row
-
-
-def _rows(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def _local(command: list[str]) -> tuple[int, str]:
