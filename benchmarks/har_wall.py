@@ -19,13 +19,16 @@ Then, seed by seed, configurations back to back (a drift of the machine hits the
   which a row not "ok" gets by running this again);
 - ``RUNTIME`` x N: `picluster train har -i INV --workers N` from this machine (the coordinator,
   not limited), with ``--worker-runtime RUNTIME`` (resident: each client inside its node's server,
-  the default; shared: a client process per node that imports TensorFlow and serves the task).
+  the default; shared: a client process per node that imports TensorFlow and serves the task);
+- ``NAME`` x N (``--variant NAME=OPTIONS``): the first runtime with more training options, e.g.
+  ``--variant chief-eval='--evaluator chief'`` for validation on the chief between its epochs.
 
 Every run: ``--target-val-accuracy`` (0.96) and the recipe's defaults otherwise.  Each row says
 where the time to the target went: start-up (the command's start to the first training step:
 state.json's start, written by the chief as its first step begins), the training steps (the sum
 of epoch_s), the between-epoch exchange probe and validation pass (metrics.csv's probe_s and
-eval_s), and the rest (checkpoints, records, the coordinator's polls).  The chief's own start-up
+eval_s; validation is on the path only when the chief runs it, not beside the coordinator), and
+the rest (checkpoints, records, the coordinator's polls, the evaluator's lag behind the chief).  The chief's own start-up
 line splits its part (process, data, graph, session, barrier).
 
 Rows go to benchmarks/results/har_wall.csv (kept between runs; one row per configuration and
@@ -36,6 +39,7 @@ import argparse
 import csv
 import json
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -49,6 +53,7 @@ from labcluster import lab_cluster
 
 from picluster.data.har import har_dir
 from picluster.data.har.dataset import CACHE_NAME
+from picluster.jobs.har.coordinator import RUNTIMES
 from picluster.jobs.har.metrics import read_rows
 from picluster.lab.limits import Limits, fair_share, machine, resolve
 
@@ -56,7 +61,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 TABLE = RESULTS / "har_wall.csv"
 COLUMNS = ("config", "workers", "seed", "cpu_per_host", "link", "target", "wall_s", "to_target_s", "epochs", "startup_s",
            "steps_s", "probe_s", "eval_s", "rest_s", "val_acc", "test_acc", "process_s", "data_s", "graph_s", "session_s",
-           "barrier_s", "ok")
+           "barrier_s", "ok", "evaluator")
 START_UP = re.compile(r"replica 0: start-up: process ([\d.]+) s, data ([\d.]+) s, graph ([\d.]+) s, session ([\d.]+) s, barrier ([\d.]+) s")
 
 
@@ -89,6 +94,8 @@ def measure(command: list[str], run_dir: Path, target: float, run) -> dict:
     if not rows:
         return row
     first_step = json.loads((run_dir / "state.json").read_text())["started"]
+    # Validation beside the coordinator overlaps the next epoch: only the chief's own is on the path.
+    evaluator = json.loads((run_dir / "config.json").read_text()).get("evaluator", "chief")
     reached = next((i for i, r in enumerate(rows) if float(r["val_acc"]) >= target), None)
     upto = rows[: (reached if reached is not None else len(rows) - 1) + 1]
     end = float(upto[-1]["time"])
@@ -97,7 +104,8 @@ def measure(command: list[str], run_dir: Path, target: float, run) -> dict:
     row |= {"to_target_s": f"{end - started:.1f}" if reached is not None else "", "epochs": len(upto),
             "startup_s": f"{startup:.1f}", "steps_s": f"{total('epoch_s'):.1f}", "probe_s": f"{total('probe_s'):.1f}",
             "eval_s": f"{total('eval_s'):.1f}",
-            "rest_s": f"{end - first_step - total('epoch_s') - total('probe_s') - total('eval_s'):.1f}",
+            "rest_s": f"{end - first_step - total('epoch_s') - total('probe_s') - (total('eval_s') if evaluator == 'chief' else 0):.1f}",
+            "evaluator": evaluator,
             "val_acc": f"{float(upto[-1]['val_acc']):.4f}"}
     result = run_dir / "result.json"
     if result.exists():
@@ -154,6 +162,9 @@ def main() -> None:
     parser.add_argument("--runtimes", default="resident", help="--worker-runtime values to compare, comma-separated [resident]")
     parser.add_argument("--compare-seeds", default=None,
                         help="run the runtimes after the first only for these seeds, comma-separated [every seed]")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=OPTIONS",
+                        help="a configuration of its own: the first runtime with these training options, e.g. "
+                             "gb8='--global-batch' (repeatable; rows keyed by NAME)")
     parser.add_argument("--again", action="store_true", help="measure again what the rows kept already hold (ok runs are skipped otherwise)")
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--no-pi", action="store_true", help="leave out the one-Pi baseline")
@@ -176,6 +187,12 @@ def main() -> None:
     hosts = 1 + max(counts)
     cpu = fair_share(machine()[0], hosts)
     limits = Limits(cpu=cpu, memory=resolve(hosts, profile="pi3b").memory)
+    variants = {}
+    for given in args.variant:
+        name, _, options = given.partition("=")
+        if not name or name in ("pi", *RUNTIMES):
+            raise SystemExit(f"--variant {given!r}: give NAME=OPTIONS, NAME not pi or a runtime")
+        variants[name] = shlex.split(options)
     compare = {int(s) for s in args.compare_seeds.split(",")} if args.compare_seeds else None
     common = ["--target-val-accuracy", str(args.target), "--epochs", str(args.epochs), "--no-live", "--json"]
     with lab_cluster(hosts, limits, rate=args.link) as (lab, inventory, inv):
@@ -192,7 +209,8 @@ def main() -> None:
         for seed in (int(s) for s in args.seeds.split(",")):
             runtimes = args.runtimes.split(",")
             compared = seed in compare if compare is not None else True
-            wanted = ([] if args.no_pi else [("pi", 1)]) + [(r, w) for w in counts for r in runtimes if r == runtimes[0] or compared]
+            wanted = ([] if args.no_pi else [("pi", 1)]) + [(r, w) for w in counts for r in [*runtimes, *variants]
+                                                              if r == runtimes[0] or compared]
             for config, workers in wanted:
                 if not args.again and rows.get((config, workers, seed), {}).get("ok") == "yes":
                     continue
@@ -202,7 +220,8 @@ def main() -> None:
                 if config == "pi":
                     row = measure([*base, "--standalone", "--threads", "1", "--data-dir", str(har.parent)], run_dir, args.target, on_pi)
                 else:
-                    row = measure([*base, "-i", str(inventory), "--workers", str(workers), "--worker-runtime", config],
+                    runtime, extra = (runtimes[0], variants[config]) if config in variants else (config, [])
+                    row = measure([*base, "-i", str(inventory), "--workers", str(workers), "--worker-runtime", runtime, *extra],
                                   run_dir, args.target, _local)
                 row |= {"config": config, "workers": workers, "seed": seed, "cpu_per_host": f"{cpu:g}", "link": args.link,
                         "target": f"{args.target:g}"}

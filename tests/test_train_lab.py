@@ -250,3 +250,40 @@ def test_shared_clients_stand_in_for_the_servers_and_put_them_back(lab_inventory
     assert len(_server_pids(node04)) == 1 and node04.path(f"{lab.user.home}/{RUN_DIR}/worker-2.door").is_socket()
     status = picluster("cluster", "status", "-i", inventory)
     assert status.returncode == 0, status.stdout
+
+
+def test_the_evaluator_beside_the_coordinator_reads_the_chiefs_checkpoints_from_its_node(lab_inventory, tmp_path, state):
+    """No shared file system: the chief's checkpoints and trained.jsonl come back over SFTP, and the
+    evaluator here checks that its copy of the data set is the one the workers train on."""
+    lab, inventory = lab_inventory
+    here = tmp_path / "data"
+    env = dict(os.environ, PICLUSTER_DATA_DIR=str(here))  # this machine's default data folder
+    write_tiny_har(here / "har", seed=1)  # another data set than the nodes'
+    other = tmp_path / "other"
+    result = picluster("train", "har", "-i", inventory, "--epochs", "2", *TINY_MODEL, "--run-dir", other, "--evaluator", "coordinator",
+                       env=env, timeout=300)
+    assert result.returncode == 2, result.stderr
+    line = _error_line(result.stderr)
+    assert f"the data set here ({here / 'har'}) is not the one the workers train on" in line and "--evaluator chief" in line, line
+    assert "Traceback" not in result.stderr
+    for host in lab.hosts:
+        assert _clients(host) == []
+
+    write_tiny_har(here / "har")  # the nodes' own
+    run = tmp_path / "run"
+    result = picluster("train", "har", "-i", inventory, "--epochs", "2", *TINY_MODEL, "--run-dir", run, "--evaluator", "coordinator",
+                       "--json", env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["epochs_run"] == 2 and out["test_accuracy"] is not None and out["config"]["evaluator"] == "coordinator"
+    rows = (run / "metrics.csv").read_text().splitlines()
+    assert len(rows) == 3
+    # The chief on node02 saved and recorded each epoch; its evaluation ran here.
+    assert len((run / "trained.jsonl").read_text().splitlines()) == 4  # its beginning, 2 epochs, its end
+    assert "evaluator: test: scored once" in (run / "evaluator.log").read_text()
+    assert "test: scored" not in (run / "worker-0.log").read_text()
+    node_run = lab.hosts[1].path(f"{lab.user.home}/{RUN_DIR}/runs/{node_run_name(run)}")
+    assert not (node_run / "metrics.csv").exists() and not (node_run / "best").exists()
+    assert list((run / "best").glob("*.index")) and len(list((run / "checkpoints").glob("*.index"))) == 2
+    for host in lab.hosts:
+        assert _clients(host) == []

@@ -58,6 +58,8 @@ def train() -> None:
 @click.option("--ps", type=Whole(), default=None, help="parameter-server tasks [1; with --inventory all of its ps tasks]")
 @click.option("--standalone", is_flag=True, default=None, help="one process, no ps (the baseline for benchmarks)")
 @click.option("--seed", type=Whole(), default=None, help="initialisation, dropout, input order and augmentation seed [1]")
+@click.option("--evaluator", type=click.Choice(["auto", "coordinator", "chief"]), default=None,
+              help="where validation runs: beside this command (workers never wait for it), or on worker 0 between epochs [auto: here when this machine holds the data set]")
 @click.option("--select", type=click.Choice(["best", "last"]), default=None, help="the model kept: the best epoch on validation, or the last [best]")
 @click.option("--deterministic/--no-deterministic", default=None,
               help="op determinism (TF_DETERMINISTIC_OPS); sync and standalone runs repeat exactly without it [no-deterministic]")

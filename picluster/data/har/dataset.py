@@ -114,9 +114,16 @@ def save(data: HarData, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     # A prepared data set on the share is read by every node's user: the umask's mode, not 0600.
     with atomic.replacing(path, binary=True) as out:
-        np.savez_compressed(
-            out, **arrays, format=np.int64(FORMAT), source=np.str_(data.source), checksum=np.str_(data.checksum)
-        )
+        try:
+            np.savez_compressed(
+                out, **arrays, format=np.int64(FORMAT), source=np.str_(data.source), checksum=np.str_(data.checksum)
+            )
+        except ValueError as exc:
+            # Ctrl-C inside zipfile leaves it closing a member of a file it can no longer seek:
+            # the interrupt is what happened (the partial file is dropped all the same).
+            if isinstance(exc.__context__, KeyboardInterrupt):
+                raise exc.__context__ from None
+            raise
 
 
 def load(path: Path) -> HarData:

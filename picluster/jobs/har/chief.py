@@ -1,12 +1,14 @@
-"""Worker 0's extra duties: evaluate every epoch, select the model on validation, save, report.
+"""The evaluator's duties: evaluate every epoch, select the model on validation, save, report.
 
-The chief evaluates on the validation volunteers after each of its epochs, appends the row to
-metrics.csv, keeps the best model *by validation accuracy* in best/, checkpoints, and at the end
-scores the test volunteers once, for the model in best/ (restored into a graph of its own), and
-writes result.json.  So nothing is ever chosen on the test set, not even by looking at a test
-curve; --eval-test-every-epoch adds per-epoch test columns for study.  On a resumed run it first
-drops the rows of epochs the restored checkpoint does not contain: they are trained again (the
-checkpoint is the newest intact one, checkpoints.prepare; a run without one is refused).
+They run on worker 0 between its epochs (``--evaluator chief``), or in a process beside the
+coordinator (evaluator.py) that restores each epoch's checkpoint into a graph of its own, so that
+no worker waits for them.  Either way they evaluate on the validation volunteers after each epoch,
+append the row to metrics.csv, keep the best model *by validation accuracy* in best/, and at the end
+score the test volunteers once, for the model in best/, and write result.json.  So nothing is ever
+chosen on the test set, not even by looking at a test curve; --eval-test-every-epoch adds
+per-epoch test columns for study.  On a resumed run they first drop the rows of epochs the
+restored checkpoint does not contain: they are trained again (the checkpoint is the newest intact
+one, checkpoints.prepare; a run without one is refused).
 """
 
 import json
@@ -34,8 +36,14 @@ class Chief:
     """Evaluation, selection on validation, checkpoints and summaries: worker 0's extra duties."""
 
     def __init__(self, run: RunDir, cfg: TrainConfig, g: Graph, data, with_raw, start_epoch: int, start_step: int,
-                 restore: Restore | None = None, say: Callable[[str], None] = print) -> None:
+                 restore: Restore | None = None, say: Callable[[str], None] = print, *, beside: bool = False,
+                 started: float | None = None, per_ps: dict[str, int] | None = None) -> None:
+        """beside: these duties run beside the coordinator, on ``g`` a local graph into which each
+        epoch's checkpoint is restored (the chief saves the checkpoints); started: when the chief
+        began its first step (default: now); per_ps: the parameters on each ps task, as the
+        chief's graph placed them."""
         self.run, self.cfg, self.g, self.data, self.with_raw, self.say = run, cfg, g, data, with_raw, say
+        self.beside, self.per_ps = beside, per_ps
         self.raw = lambda fetches, feed=None: with_raw(lambda s: s.run(fetches, feed))
         self.csv = run.metrics
         self.columns = metrics.columns(cfg.eval_test_every_epoch)  # an existing file keeps its own (metrics._header)
@@ -53,7 +61,7 @@ class Chief:
             self.state["resumes"].append({"epoch": start_epoch, "global_step": start_step, "time": time.time(),
                                           "checkpoint": restore.checkpoint if restore else None,
                                           "damaged": restore.damaged if restore else []})
-        self.state.setdefault("started", time.time())
+        self.state.setdefault("started", started or time.time())
         self.writer = tf.compat.v1.summary.FileWriter(str(run.tensorboard), g.graph if not start_step else None)
         self.last_epoch = start_epoch
         self.stopped_early = False
@@ -91,9 +99,10 @@ class Chief:
         if better or self.cfg.select == "last":
             self.state["best"] = {"epoch": epoch, "global_step": step, "val_acc": val["acc"], "val_loss": val["loss"],
                                   "val_f1": val["f1"]}
-            self.raw_save(self.g.best_saver, self.run.best / "model", step)
-        if epoch % self.cfg.checkpoint_epochs == 0 or epoch == self.cfg.epochs:
-            self.raw_save(self.g.saver, self.run.checkpoints / "model.ckpt", step)
+            save(self.with_raw, self.g.best_saver, self.run.best / "model", step)
+        # Beside the coordinator, the chief saved this epoch's checkpoint (it saves every epoch's, for us).
+        if not self.beside and (epoch % self.cfg.checkpoint_epochs == 0 or epoch == self.cfg.epochs):
+            save(self.with_raw, self.g.saver, self.run.checkpoints / "model.ckpt", step)
         self.last_epoch = epoch
         atomic.write_json(self.state_path, self.state)
         atomic.write_json(self.run.progress, {k: v for k, v in row.items()} | {"best_epoch": self.state["best"]["epoch"]})
@@ -101,16 +110,6 @@ class Chief:
             self.stopped_early = True
             return True
         return False
-
-    def raw_save(self, saver, path: Path, step: int) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self.with_raw(lambda s: saver.save(s, str(path), global_step=step, write_meta_graph=False))
-        except tf.errors.OpError as exc:  # a full disk is ResourceExhaustedError "...; No space left on device"
-            cause = next((c for c in STORAGE_CAUSES if c in str(exc)), None)
-            if cause is None:
-                raise
-            raise StorageError(f"{path}-{step}", cause) from None
 
     def _summaries(self, row: dict, step: int) -> None:
         values = [tf.compat.v1.Summary.Value(tag=k, simple_value=float(row[k]))
@@ -121,13 +120,9 @@ class Chief:
 
     def _per_ps(self) -> dict[str, int]:
         """Where the weights live: parameters per ps task (replica_device_setter spreads them)."""
-        placed: dict[str, int] = {}
-        for v in self.g.variables:
-            spec = tf.DeviceSpec.from_string(v.device or "")
-            if spec.job == "ps":
-                key = f"ps:{spec.task}"
-                placed[key] = placed.get(key, 0) + int(np.prod(v.shape))
-        return dict(sorted(placed.items()))
+        if self.per_ps is not None:
+            return self.per_ps
+        return per_ps(self.g)
 
     def score_test(self) -> dict | None:
         """The test volunteers' scores for the model in best/, once, at the end of the run.
@@ -142,19 +137,23 @@ class Chief:
         if not Path(f"{prefix}.index").exists():
             raise UsageError(f"{prefix}: the checkpoint of epoch {best['epoch']} chosen on validation is missing; "
                              "the test set cannot be scored for it")
-        local = replace(self.cfg, standalone=True)  # same variables, no ps, no sync queues
-        g = Graph(local, 0, self.data)
-        threads = self.cfg.threads or 0
-        config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads)
-        with g.graph.as_default(), tf.compat.v1.Session(graph=g.graph, config=config) as session:
-            g.best_saver.restore(session, str(prefix))
-            test = self.evaluate("test", g, lambda fetches, feed=None: session.run(fetches, feed))
+        if self.beside:  # our graph is a local one already: the weights of best/ go into it
+            self.with_raw(lambda s: self.g.best_saver.restore(s, str(prefix)))
+            test = self.evaluate("test")
+        else:
+            local = replace(self.cfg, standalone=True)  # same variables, no ps, no sync queues
+            g = Graph(local, 0, self.data)
+            threads = self.cfg.threads or 0
+            config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads)
+            with g.graph.as_default(), tf.compat.v1.Session(graph=g.graph, config=config) as session:
+                g.best_saver.restore(session, str(prefix))
+                test = self.evaluate("test", g, lambda fetches, feed=None: session.run(fetches, feed))
         scored = {"epoch": best["epoch"], "global_step": best["global_step"],
                   "checkpoint": f"{self.run.BEST}/{prefix.name}", "time": time.time()}
         self.state.setdefault("test_scored", []).append(scored)
         atomic.write_json(self.state_path, self.state)
         times = len(self.state["test_scored"])
-        self.say(f"chief: test: scored {'once' if times == 1 else f'{times} times in this run'}, "
+        self.say(f"{'evaluator' if self.beside else 'chief'}: test: scored {'once' if times == 1 else f'{times} times in this run'}, "
                  f"checkpoint of epoch {best['epoch']} ({scored['checkpoint']})")
         return test | {"scored": scored, "times": times}
 
@@ -192,6 +191,29 @@ class Chief:
         }
         atomic.write_json(self.run.result, result)
         self.writer.close()
+
+
+def per_ps(g: Graph) -> dict[str, int]:
+    """Where the weights live: parameters per ps task of the distributed graph ``g``."""
+    placed: dict[str, int] = {}
+    for v in g.variables:
+        spec = tf.DeviceSpec.from_string(v.device or "")
+        if spec.job == "ps":
+            key = f"ps:{spec.task}"
+            placed[key] = placed.get(key, 0) + int(np.prod(v.shape))
+    return dict(sorted(placed.items()))
+
+
+def save(with_raw, saver, path: Path, step: int) -> None:
+    """``saver``'s checkpoint of step ``step`` at ``path``; a refusal of the storage in one line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with_raw(lambda s: saver.save(s, str(path), global_step=step, write_meta_graph=False))
+    except tf.errors.OpError as exc:  # a full disk is ResourceExhaustedError "...; No space left on device"
+        cause = next((c for c in STORAGE_CAUSES if c in str(exc)), None)
+        if cause is None:
+            raise
+        raise StorageError(f"{path}-{step}", cause) from None
 
 
 def _load_state(path: Path) -> dict:

@@ -16,7 +16,7 @@ import shlex
 import threading
 import time
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from picluster.cluster import tasks as supervisor
 from picluster.cluster.tasks import LOST, UNKNOWN, Heartbeat, TaskSpec, describe
@@ -36,18 +36,58 @@ DOOR_JOB = "picluster.jobs.har.replica:door_job"
 GRACE_S = 5.0  # between the tether's SIGTERM and its SIGKILL: a replica saves nothing on the way out
 
 
-class Client:
+class Supervised:
+    """What the coordinator does with a process under the task supervisor: its output lines into
+    its log, its exit status, stopping it."""
+
+    proc: "supervisor.LocalTask | supervisor.NodeTask"
+    _out: TextIO
+    _lock: threading.Lock
+
+    def _line(self, text: str) -> None:
+        with self._lock:
+            if not self._out.closed:
+                self._out.write(text + "\n")
+                self._out.flush()  # the log is read while the client runs (its last lines name a failure)
+
+    # -- process --------------------------------------------------------------------------
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def beat(self) -> None:
+        self.proc.beat()
+
+    def terminate(self) -> None:
+        self.proc.stop()  # the lifeline closes: the tether sends SIGTERM, SIGKILL after GRACE_S
+
+    def kill(self) -> None:
+        self.proc.kill()
+
+    def wait(self, timeout: float) -> bool:
+        return supervisor.wait(self.proc, max(0.0, timeout))
+
+    def fetch_log(self) -> None:
+        """Once it has ended: its last output lines into the log (they may still be on their way)."""
+        if self.proc.poll() is not None:
+            self.proc.reader.join(5.0)
+
+
+class Client(Supervised):
     """A worker task's training client; its output lines go to the run's ``worker-N.log``."""
 
     def __init__(self, run: RunDir, task: int, tf_config: str | None, launch: str, runtime: str = "separate",
-                 inv=None, node=None, resume: bool = False, launched: tuple[str, tuple[str, ...]] | None = None) -> None:
+                 inv=None, node=None, resume: bool = False, launched: tuple[str, tuple[str, ...]] | None = None,
+                 beside: bool = False) -> None:
         """node: an inventory node, reached over SSH; launched: (node, launcher), a process started
         here that runs on that node (srun in a Slurm job, the run directory on a shared file system).
         runtime (inventory nodes): "resident", inside the node's server through its door (a node
         whose server has none falls back to "shared"); "shared", a process that serves the task in
-        place of the node's server; "separate", a process beside it."""
+        place of the node's server; "separate", a process beside it.  beside: the run's evaluator
+        runs beside the coordinator (what a node's chief's mirror copies back)."""
         self.task = task
         self.runtime = runtime
+        self.beside = beside
         self.node = node.name if node is not None else launched[0] if launched else "localhost"
         self.label = f"worker {task}" + (f" on {self.node}" if self.node != "localhost" else "")
         self.log = run.worker_log(task)
@@ -82,7 +122,7 @@ class Client:
                                f"if [ -S \"{door}\" ]; then echo \"{door}\"; fi")
             if self.runtime == "resident" and not found:
                 self.runtime = "shared"  # a server started by an older picluster, without a door
-            self.mirror = mirror = Mirror(remote.conn.sftp(), remote_dir, run.path)
+            self.mirror = mirror = Mirror(remote.conn.sftp(), remote_dir, run.path, self.beside)
             mirror.push_for_start(chief=task == 0, resume=resume)
             prelude = ""
             if self.runtime == "resident":
@@ -97,29 +137,6 @@ class Client:
         except (*COPY_ERRORS, ClusterError) as exc:
             remote.close()
             raise ClusterError(f"cannot start worker {task}'s client: {exc}") from None
-
-    def _line(self, text: str) -> None:
-        with self._lock:
-            if not self._out.closed:
-                self._out.write(text + "\n")
-                self._out.flush()  # the log is read while the client runs (its last lines name a failure)
-
-    # -- process --------------------------------------------------------------------------
-
-    def poll(self) -> int | None:
-        return self.proc.poll()
-
-    def beat(self) -> None:
-        self.proc.beat()
-
-    def terminate(self) -> None:
-        self.proc.stop()  # the lifeline closes: the tether sends SIGTERM, SIGKILL after GRACE_S
-
-    def kill(self) -> None:
-        self.proc.kill()
-
-    def wait(self, timeout: float) -> bool:
-        return supervisor.wait(self.proc, max(0.0, timeout))
 
     # -- the chief's files ------------------------------------------------------------------
 
@@ -146,11 +163,6 @@ class Client:
         except COPY_ERRORS:
             pass  # the node is gone: its copy stays there, ours is the last mirrored one
 
-    def fetch_log(self) -> None:
-        """Once it has ended: its last output lines into the log (they may still be on their way)."""
-        if self.proc.poll() is not None:
-            self.proc.reader.join(5.0)
-
     def close(self) -> None:
         self.proc.close(wait=self.proc.poll() not in (None, LOST))
         with self._lock:
@@ -166,10 +178,10 @@ def node_run_name(run_dir: Path) -> str:
 
 
 def start(run: RunDir, layout: Layout | None, inventory=None, resume: bool = False, launch: str = "",
-          runtime: str = "separate", launcher=None) -> list:
+          runtime: str = "separate", launcher=None, beside: bool = False) -> list:
     """One client per worker task of ``layout`` (None: one client, alone): over SSH on inventory
     nodes, else started here (``launcher(node)``: on the task's node, as a Slurm job's srun does).
-    ``layout`` holds only the tasks this run uses.  runtime (inventory nodes only): see Client."""
+    ``layout`` holds only the tasks this run uses.  runtime (inventory nodes only), beside: see Client."""
     if layout is None:
         return [Client(run, 0, None, launch)]
     workers = layout.workers
@@ -186,7 +198,8 @@ def start(run: RunDir, layout: Layout | None, inventory=None, resume: bool = Fal
         return clients
     nodes = {n.name: n for n in inventory.nodes}
     started = fan_out(
-        lambda t: Client(run, t.index, layout.tf_config("worker", t.index), launch, runtime, inventory, nodes[t.node], resume),
+        lambda t: Client(run, t.index, layout.tf_config("worker", t.index), launch, runtime, inventory, nodes[t.node], resume,
+                         beside=beside),
         workers,
         name=lambda t: t.node,  # one worker task per node
     )
@@ -195,6 +208,40 @@ def start(run: RunDir, layout: Layout | None, inventory=None, resume: bool = Fal
         stop(clients)
         started.raise_failures("starting the training clients")
     return clients
+
+
+class Evaluator(Supervised):
+    """The evaluator beside the coordinator (evaluator.py), a process here under the same
+    supervisor as a local client; its output goes to the run's evaluator.log."""
+
+    MODULE = "picluster.jobs.har.evaluator"
+    task = -1  # not a worker task: never the chief, never counted among the workers
+    remote = None
+
+    def __init__(self, run: RunDir, launch: str, data_dir: str) -> None:
+        self.label = "the evaluator"
+        self.node = "localhost"
+        self.log = run.evaluator_log
+        self._out = open(self.log, "a", encoding="utf-8")  # noqa: SIM115  (open while it runs; close() closes it)
+        self._lock = threading.Lock()
+        argv = ["-m", self.MODULE, "--run-dir", str(run), "--launch", launch, "--data-dir", data_dir]
+        try:
+            self.proc = supervisor.start(TaskSpec("evaluator", "localhost", "evaluator", argv, str(run), {"TF_CPP_MIN_LOG_LEVEL": "2"}),
+                                         GRACE_S, self._line)
+        except BaseException:
+            self._out.close()
+            raise
+
+    def sync(self, final: bool = False) -> None:
+        pass  # it writes here
+
+    def keep_last(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.proc.close(wait=self.proc.poll() not in (None, LOST))
+        with self._lock:
+            self._out.close()
 
 
 def stop(clients: list, grace: float = GRACE_S + 2.0) -> None:

@@ -22,6 +22,10 @@ MODES = ("sync", "async")
 NORMS = ("window", "step", "batch", "none")  # see model._normalise
 READOUTS = ("last", "mean", "both")  # see model.conv_logits
 SELECTS = ("best", "last")
+# Where validation, selection and saving of the best model run: "coordinator", a process beside the
+# coordinator reading the chief's per-epoch checkpoints (workers never wait for it); "chief", worker 0
+# between its epochs (every sync worker waits); "auto": the coordinator when it holds the data set.
+EVALUATORS = ("auto", "coordinator", "chief")
 SCHEDULES = ("constant", "cosine")
 LR_SCALINGS = ("none", "sqrt", "linear")  # how the learning rate follows the update's batch (large-batch training)
 ASYNC_LRS = ("constant", "staleness")  # "staleness": each update's rate divided by how many updates it missed
@@ -33,7 +37,7 @@ RENAMED = (("conv_layers", ("convlstm",), "layers"),)
 # config.json lacks them), which is not always the new default.
 ADDED: dict[str, Any] = {"eval_test_every_epoch": True, "val_volunteers": "",
                          "batch_per_worker": False, "lr_scaling": "none", "warmup_epochs": 0.0, "async_lr": "constant",
-                         "adam_beta1": 0.9}
+                         "adam_beta1": 0.9, "evaluator": "chief"}
 
 
 def within(default, low, high, *, low_open: bool = False, high_open: bool = False, flag: str | None = None):
@@ -105,6 +109,7 @@ class TrainConfig:
     workers: int = within(2, 1, 64)
     ps: int = within(1, 1, 16)
     standalone: bool = False  # one process, no ps: the benchmark's baseline
+    evaluator: str = one_of("auto", EVALUATORS)  # see EVALUATORS; a standalone run evaluates in its one process
     # -- reproducibility (same config and seed: identical metrics.csv in standalone and sync mode) --
     deterministic: bool = False  # op determinism (TF_DETERMINISTIC_OPS): not needed on CPU here, and slower standalone
     threads: int = within(0, 0, 1024)  # intra- and inter-op threads of a standalone run (0: every core); part of the result

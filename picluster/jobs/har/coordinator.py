@@ -11,6 +11,7 @@ import json
 import os
 import secrets
 import time
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -21,6 +22,8 @@ from picluster.cluster.exits import Exit, Exited, file_tail
 from picluster.cluster.lifetime import last_line
 from picluster.cluster.probe import unanswered
 from picluster.clusterspec import Layout
+from picluster.data.har import har_dir
+from picluster.data.har.dataset import cache_path
 from picluster.errors import STORAGE_EXIT, ClusterError, StorageError, UsageError
 from picluster.inventory import Inventory, load_inventory
 from picluster.jobs.har import clients, metrics
@@ -91,6 +94,8 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", events: E
     """
     inventory = cluster.inventory if cluster is not None else None
     runtime = worker_runtime(runtime, inventory)
+    data_here = evaluator_data(config) if cluster is not None else None
+    config = replace(config, evaluator=evaluator_place(config.evaluator, cluster is not None, data_here))
     resume = run.config.exists()
     atomic.write_text(run.config, config.to_json())
     for stale in (run.result, run.resume_note):  # the chief writes them anew
@@ -117,23 +122,53 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", events: E
                 + (f" (started in {cluster.start_s:.1f} s)" if cluster.start_s else "")
                 + _RUNTIME_NOTE.get(runtime, ""))
     running = []
+    beside: list[clients.Evaluator] = []
     try:
-        with Recorder(Monitor.of(cluster), run.nodes), clients.Heartbeat(lambda: running):  # Recorder: each node's CPU and memory, for `picluster plot RUN_DIR`
+        with Recorder(Monitor.of(cluster), run.nodes), clients.Heartbeat(lambda: running + beside):  # Recorder: each node's CPU and memory, for `picluster plot RUN_DIR`
             if inventory is None:  # processes on other nodes (a Slurm job's) read the run and the data here
                 cluster.check_shared({"the run directory": run.path.resolve(), "the data set": Path(config.data_dir).resolve()})
-            running = clients.start(run, used, inventory, resume, launch, runtime=runtime, launcher=cluster.launcher)
+            if config.evaluator == "coordinator":  # first: its TensorFlow loads while the clients start
+                assert data_here is not None
+                beside.append(clients.Evaluator(run, launch, str(data_here)))
+            running = clients.start(run, used, inventory, resume, launch, runtime=runtime, launcher=cluster.launcher,
+                                    beside=bool(beside))
             # A shared worker's server lives and dies with its client, whose exit is watched anyway.
             standing_in = {c.task for c in running if c.runtime == "shared"}
             servers = tuple(t for t in used.tasks if t.job == "ps" or t.index not in standing_in)
-            return _follow(run, config, running, events, servers, launch)
+            return _follow(run, config, running, events, servers, launch, beside[0] if beside else None)
     finally:
-        clients.stop(running)
+        clients.stop(running + beside)
         events.stopped(running)  # each client's exit status, for the job record
         if _servers_to_restart(running, runtime):
             try:  # the worker servers the clients stood in for (or took down): the cluster as it was found
                 cluster.repair()
             except ClusterError as exc:
                 events.note(f"could not start the worker servers again ({exc}); 'picluster cluster up' starts them")
+
+
+def evaluator_data(config: TrainConfig) -> Path | None:
+    """The prepared HAR folder on this machine for an evaluator beside the coordinator: the run's
+    own (a local or Slurm cluster's, or an inventory's share mounted here too), or, asked for
+    explicitly (--evaluator coordinator), this machine's default; None when neither holds it.
+    The evaluator checks that its copy is the workers' (the data set's checksum)."""
+    asked = config.evaluator == "coordinator"
+    for folder in (Path(config.data_dir) if config.data_dir else None, har_dir() if asked else None):
+        if folder is not None and cache_path(folder).is_file():
+            return folder
+    return None
+
+
+def evaluator_place(choice: str, cluster: bool, data_here: Path | None) -> str:
+    """Where the evaluation runs (config.EVALUATORS): "chief" in a standalone run (one process does
+    everything), "coordinator" when asked or (auto) when this machine holds the data set."""
+    if not cluster:
+        return "chief"
+    if choice == "coordinator" and data_here is None:
+        raise UsageError(f"--evaluator coordinator needs the prepared HAR data set on this machine ({har_dir()}): "
+                         "run 'picluster data har' here, or evaluate on the chief with --evaluator chief")
+    if choice == "auto":
+        return "coordinator" if data_here is not None else "chief"
+    return choice
 
 
 def _servers_to_restart(running: list, runtime: str) -> bool:
@@ -144,7 +179,10 @@ def _servers_to_restart(running: list, runtime: str) -> bool:
     return runtime == "resident" and any(c.poll() in (door.BUSY, door.LOST, clients.LOST) for c in running)
 
 
-def _follow(run: RunDir, config: TrainConfig, running: list, events: Events, tasks=(), launch: str = "") -> dict:
+def _follow(run: RunDir, config: TrainConfig, running: list, events: Events, tasks=(), launch: str = "",
+            evaluator: "clients.Evaluator | None" = None) -> dict:
+    """Follow the chief's records until the run ends: the chief's exit, or with an evaluator beside
+    us, the evaluator's (it writes result.json once the target is reached or the last epoch is in)."""
     csv_path = run.metrics
     # Keyed by write time: on --resume the chief drops rows it will redo, and only new ones show.
     shown = {r.get("time") for r in metrics.read_rows(csv_path)}
@@ -154,9 +192,12 @@ def _follow(run: RunDir, config: TrainConfig, running: list, events: Events, tas
     poll_s = POLL_S if chief.remote is None else REMOTE_POLL_S
     last_check = time.monotonic()
     started = False  # the chief is training (live.json, or an epoch's row): deaths from now on are mid-run
+    chief_done = False  # the chief finished its epochs and its files are here: the evaluator finishes the rest
     while True:
         code = chief.poll()
-        chief.sync(final=code == 0)
+        if not chief_done:
+            chief.sync(final=code == 0)
+            chief_done = code == 0
         if _changed(csv_path, stamps):
             for row in metrics.read_rows(csv_path):
                 if row.get("time") not in shown:
@@ -172,7 +213,13 @@ def _follow(run: RunDir, config: TrainConfig, running: list, events: Events, tas
             if live:
                 started = True
                 events.live(live)
-        if code is not None:
+        if evaluator is not None:
+            judged = evaluator.poll()
+            if judged == 0 and run.result.exists():
+                break  # the target reached (the clients are stopped on the way out), or every epoch evaluated
+            if judged is not None:
+                _raise_evaluator_failure(evaluator, judged, run)
+        if code is not None and not (code == 0 and evaluator is not None):
             if code != 0:
                 _raise_if_server_gone(tasks, run)  # the cause, when a server died under the chief
                 if not started:
@@ -215,6 +262,17 @@ def _follow(run: RunDir, config: TrainConfig, running: list, events: Events, tas
     return json.loads(run.result.read_text()) | {"lost_workers": sorted(lost)}
 
 
+def _raise_evaluator_failure(evaluator, code: int, run: RunDir) -> None:
+    evaluator.fetch_log()
+    if code == UsageError.exit_code:  # e.g. this machine's copy of the data set is damaged
+        raise UsageError(f"{evaluator.label}: {_message(evaluator.log)}")
+    if code == STORAGE_EXIT:
+        raise _storage_failure(evaluator, run)
+    last = last_line(evaluator.log)
+    said = f": {_message(evaluator.log)}" if last.startswith(ERROR_PREFIX) else ""  # not its last progress line
+    raise ClusterError(f"{evaluator.label} failed ({clients.describe(code)}){said} (log: {evaluator.log})" + _resume_hint(run))
+
+
 def _raise_startup_failure(running: list) -> None:
     """Clients that died before training began: often all of them, for one cause (a node's venv
     without picluster), so they are named together, folded by node, with their logs' last lines."""
@@ -229,8 +287,11 @@ def _raise_startup_failure(running: list) -> None:
                                     file_tail(c.log)) for c, code in dead])
 
 
+ERROR_PREFIX = "picluster.jobs.har.replica: error: "  # how a client's (or the evaluator's) last line names its error
+
+
 def _message(log: Path) -> str:
-    return last_line(log).removeprefix("picluster.jobs.har.replica: error: ")
+    return last_line(log).removeprefix(ERROR_PREFIX)
 
 
 def _storage_failure(client, run: RunDir) -> StorageError:

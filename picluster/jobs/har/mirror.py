@@ -43,11 +43,17 @@ def stale(local: tuple[int, int] | None, remote: tuple[int, int]) -> bool:
 class Mirror:
     """One run directory on a node (``remote_dir``, relative to the user's home) and its local copy."""
 
-    def __init__(self, sftp: paramiko.SFTPClient, remote_dir: PurePosixPath, local_dir: Path) -> None:
+    def __init__(self, sftp: paramiko.SFTPClient, remote_dir: PurePosixPath, local_dir: Path, beside: bool = False) -> None:
+        """beside: the evaluator runs beside the coordinator, writing the records, best/ and
+        tensorboard/ here; from the chief come its checkpoints and trained.jsonl only."""
         self.sftp = sftp
         self.remote_dir = remote_dir
         self.local_dir = local_dir
+        self.beside = beside
+        self.record_names = () if beside else RECORDS
+        self.trees = (RunDir.CHECKPOINTS,) if beside else TREES
         self._seen_progress: bytes | None = None
+        self._seen_trained: bytes | None = None
         self.complete = False  # the final mirror is done
 
     # -- what the coordinator does with it -------------------------------------------------------
@@ -70,17 +76,24 @@ class Mirror:
                 self._seen_progress, moved = data, True
         # The chief appends to metrics.csv before it replaces progress.json: a new
         # progress.json means a complete row.
+        trained = self.read(RunDir.TRAINED) if self.beside else None
+        if trained is not None and trained != self._seen_trained:
+            moved = True
         if moved or final:
             self.records()  # each epoch: a resume hint must find the checkpoint here
+        if trained is not None and trained != self._seen_trained:
+            # After the checkpoints it names: the evaluator reads a line, then its checkpoint.
+            atomic.write_bytes(self.local_dir / RunDir.TRAINED, trained)
+            self._seen_trained = trained
         if final:
             for name in FINAL:
                 self.get(name)
             self.complete = True
 
     def records(self) -> None:
-        for name in RECORDS:
+        for name in self.record_names:
             self.get(name)
-        for tree in TREES:
+        for tree in self.trees:
             self.get_tree(PurePosixPath(tree))
 
     # -- files -----------------------------------------------------------------------------------
@@ -108,15 +121,21 @@ class Mirror:
         for item in sorted(local.iterdir()):
             self.put_tree(item) if item.is_dir() else self.put(item)
 
-    def get(self, name: str) -> bytes | None:
-        """Copy one file back (atomically); its bytes, or None when the node has none."""
+    def read(self, name: str) -> bytes | None:
+        """One file's bytes on the node, or None when it has none."""
         try:
             with self.sftp.open(str(self.remote_dir / name), "rb") as f:
-                data = f.read()
+                return f.read()
         except OSError as exc:
             if getattr(exc, "errno", None) == errno.ENOENT or isinstance(exc, FileNotFoundError):
                 return None
             raise
+
+    def get(self, name: str) -> bytes | None:
+        """Copy one file back (atomically); its bytes, or None when the node has none."""
+        data = self.read(name)
+        if data is None:
+            return None
         target = self.local_dir / name
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic.write_bytes(target, data)

@@ -35,14 +35,18 @@ from picluster.atomic import STORAGE_ERRNOS
 from picluster.cluster.door import JobContext
 from picluster.errors import STORAGE_EXIT, ClusterError, PiclusterError, StorageError, UsageError
 from picluster.jobs.har import augment, checkpoints, metrics
-from picluster.jobs.har.chief import Chief
+from picluster.jobs.har.chief import Chief, per_ps, save
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import load_data, shard
 from picluster.jobs.har.graph import Graph
 from picluster.jobs.har.rundir import RunDir
 from picluster.jobs.har.straggler import Arrivals
+from picluster.jobs.har.trained import Trained
 
 PROBE_REPEATS = 3
+# The exchange is timed on a launch's first epoch and then every this many: between them an epoch's
+# figure uses the last one (each probe holds every sync worker up for six round trips to the ps).
+PROBE_EVERY = 10
 LIVE_EVERY_S = 1.0  # the chief's live.json: where in the epoch it is
 READY_POLL_S = 0.2  # a worker's look at the chief's one readiness flag
 CANCELLED = 143  # the exit status of a client stopped on the coordinator's word (as SIGTERM's)
@@ -103,8 +107,16 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
         if restore is not None and (restore.checkpoint or restore.damaged):
             checkpoints.write_note(run.resume_note, restore, launch, start_epoch, start_step)
             say(f"replica {task}: {restore.describe()}")
-        duties = Chief(run, cfg, g, data, with_raw, start_epoch, start_step, restore, say) if chief else None
+        # The evaluation's duties: the chief's own between epochs, or (--evaluator coordinator) a
+        # process beside the coordinator's, which reads what ``trained`` records after each epoch.
+        beside = chief and cluster is not None and cfg.evaluator == "coordinator"
+        duties = Chief(run, cfg, g, data, with_raw, start_epoch, start_step, restore, say) if chief and not beside else None
+        trained = Trained(run.trained, launch) if beside else None
+        if trained is not None:
+            trained.add(begin=True, start_epoch=start_epoch, start_step=start_step, began=time.time(), per_ps=per_ps(g), data=data.checksum,
+                        restore={"checkpoint": restore.checkpoint, "damaged": restore.damaged} if restore else None)
         status_file, started = run.worker_status(task), time.time()
+        per_step = 0.0
         for epoch in range(start_epoch + 1, cfg.epochs + 1):
             if session.should_stop():
                 break
@@ -114,13 +126,23 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
             live = run.live if chief else None
             stats = train_epoch(session, g, data, order, jitter, steps, batch, cfg, epoch, cluster is not None, live, job)
             probed = time.perf_counter()
-            stats["exchange_s"] = min(stats["compute_s"], steps * exchange_seconds(raw, g))
+            if epoch == start_epoch + 1 or epoch % PROBE_EVERY == 0:
+                per_step = exchange_seconds(raw, g)
+            stats["exchange_s"] = min(stats["compute_s"], steps * per_step)
             stats["compute_s"] -= stats["exchange_s"]
             stats["probe_s"] = time.perf_counter() - probed
             # What this worker did last, for the coordinator.
             atomic.write_json(status_file, {"epoch": epoch, "time": time.time(), "elapsed_s": time.time() - started, **stats})
-            if duties is not None and duties.end_epoch(epoch, stats):
+            if trained is not None:
+                # The weights of a known step, for the evaluator: in sync mode nothing moves them
+                # until this chief's next step applies the next update.
+                step = int(raw(g.global_step))
+                save(with_raw, g.saver, run.checkpoints / "model.ckpt", step)
+                trained.add(epoch=epoch, checkpoint=f"model.ckpt-{step}", **stats)
+            elif duties is not None and duties.end_epoch(epoch, stats):
                 break
+        if trained is not None:
+            trained.add(end=True)
         if duties is not None:
             duties.finish()
         session.close()

@@ -9,13 +9,20 @@ same file:
     nodes.csv       the coordinator's recorder: each node's CPU and memory (``picluster plot``)
     worker-N.log    replica N's output
     worker-N.json   replica N: its state while it runs
-    metrics.csv     the chief: one row per epoch
-    state.json      the chief: the best epoch so far, for --resume
-    progress.json   the chief: the last epoch's row
+    metrics.csv     the evaluator: one row per epoch
+    state.json      the evaluator: the best epoch so far, for --resume
+    progress.json   the evaluator: the last epoch's row
     live.json       the chief: where it is within the epoch
     resume.json     the chief: the checkpoint a resumed run restored
-    result.json     the chief, once, at the end
-    checkpoints/ best/ tensorboard/   the chief
+    trained.jsonl   the chief, with an evaluator beside the coordinator: each epoch's training
+                    figures and checkpoint, a line each (a launch's first line says where it began)
+    evaluator.log   the evaluator beside the coordinator: its output
+    result.json     the evaluator, once, at the end
+    checkpoints/    the chief
+    best/ tensorboard/   the evaluator
+
+The evaluator is the chief itself (worker 0, between its epochs) or, with ``--evaluator
+coordinator``, a process beside the coordinator (evaluator.py) that reads the chief's checkpoints.
 """
 
 from pathlib import Path
@@ -31,6 +38,8 @@ class RunDir:
     LIVE = "live.json"
     RESUME = "resume.json"
     RESULT = "result.json"
+    TRAINED = "trained.jsonl"
+    EVALUATOR_LOG = "evaluator.log"
     CHECKPOINTS = "checkpoints"
     BEST = "best"
     TENSORBOARD = "tensorboard"
@@ -79,6 +88,14 @@ class RunDir:
     @property
     def result(self) -> Path:
         return self.path / self.RESULT
+
+    @property
+    def trained(self) -> Path:
+        return self.path / self.TRAINED
+
+    @property
+    def evaluator_log(self) -> Path:
+        return self.path / self.EVALUATOR_LOG
 
     @property
     def checkpoints(self) -> Path:

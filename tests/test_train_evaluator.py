@@ -1,0 +1,168 @@
+"""Validation beside the coordinator: the evaluator reads each epoch's checkpoint from the chief,
+scores exactly what the chief would have scored between its epochs, and no worker waits for it."""
+
+import json
+import time
+
+import psutil
+import pytest
+
+from picluster.errors import UsageError
+from picluster.jobs.har import coordinator, trained
+from picluster.jobs.har.config import TrainConfig
+from picluster.jobs.har.metrics import read_rows
+
+from conftest import picluster, picluster_popen
+from train_fixtures import TINY_MODEL, write_tiny_har
+from train_fixtures import error_line as _error_line
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    return write_tiny_har(tmp_path / "har")
+
+
+def _rows(run_dir):
+    return read_rows(run_dir / "metrics.csv")
+
+
+def _evaluators(run_dir) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "picluster.jobs.har.evaluator" in cmd and "picluster.cluster.tether" not in cmd and str(run_dir) in cmd:
+            found.append(proc)
+    return found
+
+
+# ---------------------------------------------------------------- unit
+
+
+def test_the_evaluator_reads_whole_lines_of_its_own_launch(tmp_path):
+    path = tmp_path / "trained.jsonl"
+    assert trained.read(path, "a1") == []
+    trained.Trained(path, "old").add(epoch=1, checkpoint="model.ckpt-5")
+    mine = trained.Trained(path, "a1")
+    mine.add(begin=True, start_epoch=1, start_step=5)
+    mine.add(epoch=2, checkpoint="model.ckpt-10")
+    with open(path, "a") as f:
+        f.write('{"launch": "a1", "epoch": 3, "checkpo')  # still being written
+    got = trained.read(path, "a1")
+    assert [r.get("epoch") for r in got] == [None, 2] and got[0]["begin"] is True
+
+
+def test_where_the_evaluation_runs():
+    here = coordinator.evaluator_place
+    assert here("auto", False, None) == "chief"  # standalone: one process does everything
+    assert here("coordinator", False, None) == "chief"
+    assert here("auto", True, None) == "chief"  # no data set here: the chief evaluates, as before
+    assert here("auto", True, object()) == "coordinator"
+    assert here("chief", True, object()) == "chief"
+    with pytest.raises(UsageError, match=r"--evaluator coordinator needs the prepared HAR data set on this machine .*picluster data har"):
+        here("coordinator", True, None)
+
+
+def test_runs_of_earlier_versions_keep_their_evaluation_on_the_chief(tmp_path):
+    config = json.loads(TrainConfig().to_json())
+    del config["evaluator"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert TrainConfig.load(path).evaluator == "chief"
+
+
+# ---------------------------------------------------------------- real runs
+
+
+@pytest.mark.e2e
+def test_beside_the_coordinator_each_row_scores_the_weights_of_its_own_step(state, tiny, tmp_path):
+    runs = {}
+    for where in ("chief", "coordinator"):
+        run_dir = tmp_path / where
+        # The command line as a user types it; --json only to read the result.
+        result = picluster("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "3",
+                           "--evaluator", where, "--json", timeout=300)
+        assert result.returncode == 0, result.stderr
+        runs[where] = (json.loads(result.stdout), _rows(run_dir))
+        assert json.loads((run_dir / "config.json").read_text())["evaluator"] == where
+    (chief, chief_rows), (beside, beside_rows) = runs["chief"], runs["coordinator"]
+    # Up to the first evaluation both runs train alike (sync training is reproducible); after it
+    # they part: the chief's evaluation draws from its dropout ops' random streams.
+    same = ("epoch", "global_step", "train_loss", "val_acc", "val_loss", "val_f1")
+    assert {k: beside_rows[0][k] for k in same} == {k: chief_rows[0][k] for k in same}
+    assert beside["parameters_per_ps"] == chief["parameters_per_ps"] == {"ps:0": chief["parameters"]}
+    # Each row's validation scores are those of the checkpoint of its step, restored here.
+    beside_dir = tmp_path / "coordinator"
+    for row in beside_rows:
+        assert _val_accuracy(beside_dir, int(row["global_step"])) == pytest.approx(float(row["val_acc"]), abs=1e-6)
+    # Who did it: the evaluator's log beside the coordinator, nothing of it in the chief's.
+    log = (beside_dir / "evaluator.log").read_text()
+    assert f"evaluator: test: scored once, checkpoint of epoch {beside['best_epoch']}" in log, log
+    assert "test: scored" not in (beside_dir / "worker-0.log").read_text()
+    lines = trained.read(beside_dir / "trained.jsonl", json.loads((beside_dir / "layout.json").read_text())["launch"])
+    assert lines[0]["begin"] and lines[-1]["end"] and [r["epoch"] for r in lines[1:-1]] == [1, 2, 3]
+    assert [f"model.ckpt-{r['global_step']}" for r in beside_rows] == [r["checkpoint"] for r in lines[1:-1]]
+    assert _evaluators(beside_dir) == []
+
+
+def _val_accuracy(run_dir, step: int) -> float:
+    """Validation accuracy of the chief's checkpoint of ``step``, restored into a standalone graph."""
+    from dataclasses import replace
+
+    import numpy as np
+    import tensorflow as tf
+
+    from picluster.jobs.har.data import load_data
+    from picluster.jobs.har.graph import Graph
+
+    config = replace(TrainConfig.load(run_dir / "config.json"), standalone=True)
+    data = load_data(config)
+    tf.compat.v1.disable_eager_execution()
+    g = Graph(config, 0, data)
+    with g.graph.as_default(), tf.compat.v1.Session(graph=g.graph) as session:
+        g.saver.restore(session, str(run_dir / "checkpoints" / f"model.ckpt-{step}"))
+        pred = session.run(g.pred, {g.x: data.x_val, g.y: data.y_val})
+    return float(np.mean(pred == data.y_val))
+
+
+@pytest.mark.e2e
+def test_the_target_stops_the_run_at_the_epoch_whose_weights_reached_it(state, tiny, tmp_path):
+    run_dir = tmp_path / "run"
+    result = picluster("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "30",
+                       "--target-val-accuracy", "0.5", "--evaluator", "coordinator", "--no-live", timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = _rows(run_dir)
+    reached = [int(r["epoch"]) for r in rows if float(r["val_acc"]) >= 0.5]
+    assert reached and int(rows[-1]["epoch"]) == reached[0] < 30  # no row after the first that reached it
+    out = json.loads((run_dir / "result.json").read_text())
+    assert out["stopped_at_target"] is True and out["epochs_run"] == reached[0]
+    step = int(rows[-1]["global_step"])
+    assert f"with the weights of epoch {reached[0]} (step {step})" in (run_dir / "evaluator.log").read_text()
+    assert "selected on validation" in result.stderr  # the summary, as users see it
+    assert _evaluators(run_dir) == []
+
+
+@pytest.mark.e2e
+def test_a_dead_evaluator_stops_the_run_in_one_line(state, tiny, tmp_path):
+    run_dir = tmp_path / "run"
+    proc = picluster_popen("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "200",
+                           "--evaluator", "coordinator", "--no-live")
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (run_dir / "metrics.csv").exists():
+            assert proc.poll() is None, proc.communicate()[1]
+            time.sleep(0.2)
+        [evaluator] = _evaluators(run_dir)
+        evaluator.kill()
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    line = _error_line(err)
+    assert "the evaluator failed (signal 9) (log: " in line and "evaluator.log" in line and "--resume" in line, err
+    assert "Traceback" not in err
+    time.sleep(0.5)
+    assert _evaluators(run_dir) == []
+    for proc_ in psutil.process_iter(["cmdline"]):
+        cmd = proc_.info["cmdline"] or []
+        assert not ("picluster.jobs.har.process" in cmd and str(run_dir) in " ".join(cmd)), cmd
