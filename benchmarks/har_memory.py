@@ -1,6 +1,6 @@
 """Does a Pi-profile worker host (1 GiB) run its part of HAR training?  Before and after one runtime per node.
 
-Run as root: .venv/bin/python benchmarks/har_memory.py [--epochs 2]
+Run as root: .venv/bin/python benchmarks/har_memory.py [--epochs 2] [--runs separate,shared,resident,resident:coordinator]
 (memory, not time: it needs no quiet machine.)
 
 Three test hosts with the pi3b profile's memory (node01 ps, node02-03 workers; CPU 0.66 each, so
@@ -9,8 +9,12 @@ each worker's /mnt/picluster/har (no NFS in this kernel), then `picluster train 
 
 - ``--worker-runtime separate`` (before): each worker node runs its TensorFlow server and, beside
   it, the training client that imports TensorFlow again;
-- ``--worker-runtime shared`` (after, the default on inventory nodes): the client hosts the
-  worker's server; the node's own server is stopped for the run and started again after.
+- ``--worker-runtime shared``: the client hosts the worker's server; the node's own server is
+  stopped for the run and started again after;
+- ``--worker-runtime resident`` (the default on inventory nodes): the client runs inside the
+  node's own server (started by `cluster up`), which keeps TensorFlow and the data set loaded;
+- ``resident:coordinator``: the same with ``--evaluator coordinator``, validation and the test
+  scoring beside the coordinator (this machine) instead of on node02, the chief.
 
 Every 0.5 s it reads, on the worker hosts, each picluster process's /proc status and smaps
 (picluster.monitor.footprint), and the host's cgroup (usage, peak, OOM kills, swap).  "node"
@@ -76,7 +80,8 @@ def watch(groups: dict[str, Cgroup], peaks: dict, stop: threading.Event) -> None
         stop.wait(0.5)
 
 
-def run(mode: str, inventory: Path, groups: dict[str, Cgroup], epochs: int, run_dir: Path) -> dict:
+def run(spec: str, inventory: Path, groups: dict[str, Cgroup], epochs: int, run_dir: Path) -> dict:
+    mode, _, evaluator = spec.partition(":")
     for group in groups.values():
         (group.dirs()["memory"] / "memory.max_usage_in_bytes").write_text("0")
     kills = {h: g.usage()["oom_kills"] for h, g in groups.items()}
@@ -86,7 +91,7 @@ def run(mode: str, inventory: Path, groups: dict[str, Cgroup], epochs: int, run_
     watcher.start()
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "picluster", "train", "har", "-i", str(inventory), "--epochs", str(epochs),
-                           "--worker-runtime", mode, "--run-dir", str(run_dir), "--no-live", "--json"],
+                           "--worker-runtime", mode, "--evaluator", evaluator or "chief", "--run-dir", str(run_dir), "--no-live", "--json"],
                           capture_output=True, text=True, timeout=3600)
     stop.set()
     watcher.join(5)
@@ -106,6 +111,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--profile", default="pi3b")
+    parser.add_argument("--runs", default="separate,shared,resident,resident:coordinator",
+                        help="worker runtimes to run, each with :coordinator for the evaluator beside this machine [all]")
     parser.add_argument("--report", action="store_true", help="only print the tables of the last run (results/har_memory.json)")
     args = parser.parse_args()
     profile = resolve(3, profile=args.profile)
@@ -124,9 +131,9 @@ def main() -> None:
             target.mkdir(parents=True, exist_ok=True)
             shutil.copy2(har, target / CACHE_NAME)
         groups = {h.name: Cgroup(h.cgroup) for h in workers}
-        for mode in ("separate", "shared"):
-            print(f"train har --worker-runtime {mode} ...", file=sys.stderr, flush=True)
-            out[mode] = run(mode, inventory, groups, args.epochs, Path(lab.run_dir) / f"run-{mode}")
+        for spec in args.runs.split(","):
+            print(f"train har {spec} ...", file=sys.stderr, flush=True)
+            out[spec] = run(spec, inventory, groups, args.epochs, Path(lab.run_dir) / f"run-{spec.replace(':', '-')}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "har_memory.json").write_text(json.dumps(out, indent=1))
     report(out, args.epochs, limits)
@@ -143,6 +150,8 @@ def report(out: dict, epochs: int, limits: Limits) -> None:
                 name = key[7:]
                 if mode == "shared" and name == "worker server":
                     name += " (cluster up's, until the run stops it)"
+                elif mode.startswith("resident") and name == "worker server":
+                    name += " (cluster up's, the client inside it)"
                 print(f"| {mode} | {name} | {m['rss'] / MiB:.0f} ({m['anon'] / MiB:.0f} + {m['file'] / MiB:.0f}) |")
     print("\n| worker runtime | ran | node02 / node03 resident, libraries once (MiB) | cgroup peak (MiB) | OOM kills | swap |")
     print("|---|---|---|---|---|---|")

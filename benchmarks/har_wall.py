@@ -13,10 +13,9 @@ and the pi3b profile's 1 GiB, every link shaped to --link (a Pi 3B+'s Ethernet c
 Then, seed by seed, configurations back to back (a drift of the machine hits them alike):
 
 - ``pi``: the best a user with one Pi could do, `picluster train har --standalone --threads 1`
-  run on node02 itself, inside its limits, reading the data set from its disk.  node02 also
-  holds its idle resident worker server: in 1 GiB both may not fit (the kernel killed the server
-  once, and the next distributed run stopped at once naming it; run it again after `cluster up`,
-  which a row not "ok" gets by running this again);
+  run on node02 itself, inside its limits, reading the data set from its disk.  node02's worker
+  server is stopped for it (a Pi alone runs none; in 1 GiB the kernel killed the idle server
+  beside the training) and `cluster up` starts it again after, outside the row's time;
 - ``RUNTIME`` x N: `picluster train har -i INV --workers N` from this machine (the coordinator,
   not limited), with ``--worker-runtime RUNTIME`` (resident: each client inside its node's server,
   the default; shared: a client process per node that imports TensorFlow and serves the task);
@@ -51,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from labcluster import lab_cluster
 
+from picluster.cluster.nodes import RUN_DIR
 from picluster.data.har import har_dir
 from picluster.data.har.dataset import CACHE_NAME
 from picluster.jobs.har.coordinator import RUNTIMES
@@ -218,7 +218,16 @@ def main() -> None:
                 base = [sys.executable, "-m", "picluster", "train", "har", "--seed", str(seed), "--run-dir", str(run_dir), *common]
                 t0 = time.perf_counter()
                 if config == "pi":
+                    # One Pi alone holds no worker server: node02's is stopped for the run (in 1 GiB the
+                    # two did not fit, and the kernel killed the server), and started again after it.
+                    pid = pi_host.path(f"{lab.user.home}/{RUN_DIR}/worker-0.pid")
+                    if pid.exists():
+                        pi_host.run(["kill", pid.read_text().strip()], check=False)
+                        time.sleep(2)
                     row = measure([*base, "--standalone", "--threads", "1", "--data-dir", str(har.parent)], run_dir, args.target, on_pi)
+                    up = subprocess.run([sys.executable, "-m", "picluster", "cluster", "up", "-i", str(inventory)], capture_output=True, text=True)
+                    if up.returncode != 0:
+                        raise SystemExit(f"cluster up after the one-Pi run: {up.stderr.strip()}")
                 else:
                     runtime, extra = (runtimes[0], variants[config]) if config in variants else (config, [])
                     row = measure([*base, "-i", str(inventory), "--workers", str(workers), "--worker-runtime", runtime, *extra],

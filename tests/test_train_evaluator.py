@@ -57,6 +57,8 @@ def test_where_the_evaluation_runs():
     assert here("coordinator", False, None) == "chief"
     assert here("auto", True, None) == "chief"  # no data set here: the chief evaluates, as before
     assert here("auto", True, object()) == "coordinator"
+    assert here("auto", True, object(), spare=False) == "chief"  # the coordinator on a node of the cluster (a Slurm job's)
+    assert here("coordinator", True, object(), spare=False) == "coordinator"
     assert here("chief", True, object()) == "chief"
     with pytest.raises(UsageError, match=r"--evaluator coordinator needs the prepared HAR data set on this machine .*picluster data har"):
         here("coordinator", True, None)

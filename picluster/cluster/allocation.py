@@ -52,6 +52,7 @@ class Allocation(Cluster):
     """The nodes of the Slurm job this process runs in."""
 
     kind = "slurm"
+    coordinator_spare = False  # the batch script runs on the allocation's first node, beside its tasks
 
     def __init__(self, job: str, layout: Layout) -> None:
         self.job = job

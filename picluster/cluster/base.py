@@ -49,6 +49,9 @@ class Cluster(ABC):
     layout: Layout
     inventory: Inventory | None = None  # the parsed inventory, for a cluster of inventory nodes
     start_s: float = 0.0  # seconds spent starting its servers for this job (0: they were running)
+    # Whether the machine the job's coordinator runs on has CPU to spare beside the job's tasks
+    # (a training's evaluator): not where the coordinator runs on one of the cluster's own nodes.
+    coordinator_spare: bool = True
 
     @property
     def name(self) -> str:

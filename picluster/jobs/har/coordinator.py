@@ -95,7 +95,8 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", events: E
     inventory = cluster.inventory if cluster is not None else None
     runtime = worker_runtime(runtime, inventory)
     data_here = evaluator_data(config) if cluster is not None else None
-    config = replace(config, evaluator=evaluator_place(config.evaluator, cluster is not None, data_here))
+    spare = cluster is not None and cluster.coordinator_spare
+    config = replace(config, evaluator=evaluator_place(config.evaluator, cluster is not None, data_here, spare))
     resume = run.config.exists()
     atomic.write_text(run.config, config.to_json())
     for stale in (run.result, run.resume_note):  # the chief writes them anew
@@ -158,16 +159,17 @@ def evaluator_data(config: TrainConfig) -> Path | None:
     return None
 
 
-def evaluator_place(choice: str, cluster: bool, data_here: Path | None) -> str:
+def evaluator_place(choice: str, cluster: bool, data_here: Path | None, spare: bool = True) -> str:
     """Where the evaluation runs (config.EVALUATORS): "chief" in a standalone run (one process does
-    everything), "coordinator" when asked or (auto) when this machine holds the data set."""
+    everything), "coordinator" when asked or (auto) when this machine holds the data set and has
+    CPU to spare (``spare``: not a node of the cluster itself, as a Slurm job's first node is)."""
     if not cluster:
         return "chief"
     if choice == "coordinator" and data_here is None:
         raise UsageError(f"--evaluator coordinator needs the prepared HAR data set on this machine ({har_dir()}): "
                          "run 'picluster data har' here, or evaluate on the chief with --evaluator chief")
     if choice == "auto":
-        return "coordinator" if data_here is not None else "chief"
+        return "coordinator" if data_here is not None and spare else "chief"
     return choice
 
 
