@@ -131,9 +131,12 @@ def main() -> None:
             target.mkdir(parents=True, exist_ok=True)
             shutil.copy2(har, target / CACHE_NAME)
         groups = {h.name: Cgroup(h.cgroup) for h in workers}
-        for spec in args.runs.split(","):
-            print(f"train har {spec} ...", file=sys.stderr, flush=True)
-            out[spec] = run(spec, inventory, groups, args.epochs, Path(lab.run_dir) / f"run-{spec.replace(':', '-')}")
+        specs = args.runs.split(",")
+        for i, spec in enumerate(specs, 1):
+            # A run's place in the sequence matters: a resident server keeps what earlier runs left it.
+            key = f"{i}. {spec}" if len(specs) > 1 else spec
+            print(f"train har {key} ...", file=sys.stderr, flush=True)
+            out[key] = run(spec, inventory, groups, args.epochs, Path(lab.run_dir) / f"run-{i}-{spec.replace(':', '-')}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "har_memory.json").write_text(json.dumps(out, indent=1))
     report(out, args.epochs, limits)
@@ -148,9 +151,9 @@ def report(out: dict, epochs: int, limits: Limits) -> None:
         for key, m in sorted(r["processes"].items()):
             if key.startswith("node02 "):
                 name = key[7:]
-                if mode == "shared" and name == "worker server":
+                if "shared" in mode and name == "worker server":
                     name += " (cluster up's, until the run stops it)"
-                elif mode.startswith("resident") and name == "worker server":
+                elif "resident" in mode and name == "worker server":
                     name += " (cluster up's, the client inside it)"
                 print(f"| {mode} | {name} | {m['rss'] / MiB:.0f} ({m['anon'] / MiB:.0f} + {m['file'] / MiB:.0f}) |")
     print("\n| worker runtime | ran | node02 / node03 resident, libraries once (MiB) | cgroup peak (MiB) | OOM kills | swap |")
