@@ -35,13 +35,10 @@ from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import load_data
 from picluster.jobs.har.graph import Graph
 from picluster.jobs.har.replica import CANCELLED, _error, _exit_code
+from picluster.jobs.har.replica import say_line as say
 from picluster.jobs.har.rundir import RunDir
 
 POLL_S = 0.1  # a look at trained.jsonl: a local file (the coordinator mirrors a node's chief's)
-
-
-def say(text: str) -> None:
-    print(text, flush=True)
 
 
 def follow(run: RunDir, launch: str, data_dir: str | None = None) -> None:
@@ -60,7 +57,16 @@ def follow(run: RunDir, launch: str, data_dir: str | None = None) -> None:
         duties: Chief | None = None
         done = 0
         say(f"evaluator: ready for launch {launch}")
+        size = -1
         while True:
+            try:
+                now = run.trained.stat().st_size
+            except FileNotFoundError:
+                now = -1
+            if now == size:  # the chief appends: an unchanged size is nothing new to read
+                time.sleep(POLL_S)
+                continue
+            size = now
             found = trained.read(run.trained, launch)
             for record in found[done:]:
                 done += 1
