@@ -80,7 +80,21 @@ def watch(groups: dict[str, Cgroup], peaks: dict, stop: threading.Event) -> None
         stop.wait(0.5)
 
 
-def run(spec: str, inventory: Path, groups: dict[str, Cgroup], epochs: int, run_dir: Path) -> dict:
+def held(groups: dict[str, Cgroup]) -> dict[str, int]:
+    """Each server's anonymous memory now (between runs: what it keeps of the runs before)."""
+    out = {}
+    for host, group in groups.items():
+        for pid in group.pids():
+            name = role(pid)
+            if name == "worker server":
+                try:
+                    out[f"{host} {'ps server' if host == 'node01' else name}"] = process_memory(pid, name).anon
+                except OSError:
+                    continue
+    return out
+
+
+def run(spec: str, inventory: Path, groups: dict[str, Cgroup], every: dict[str, Cgroup], epochs: int, run_dir: Path) -> dict:
     mode, _, evaluator = spec.partition(":")
     for group in groups.values():
         (group.dirs()["memory"] / "memory.max_usage_in_bytes").write_text("0")
@@ -96,6 +110,7 @@ def run(spec: str, inventory: Path, groups: dict[str, Cgroup], epochs: int, run_
     stop.set()
     watcher.join(5)
     usage = {h: g.usage() for h, g in groups.items()}
+    time.sleep(2)  # the door collects after the job's end
     result = json.loads(proc.stdout) if proc.returncode == 0 else None
     return {
         "ok": proc.returncode == 0, "error": proc.stderr.strip().splitlines()[-1:] if proc.returncode else [],
@@ -103,6 +118,7 @@ def run(spec: str, inventory: Path, groups: dict[str, Cgroup], epochs: int, run_
         "processes": {f"{h} {n}": {"rss": m.rss, "anon": m.anon, "file": m.file, "peak_rss": m.peak_rss, "swap": m.swap}
                       for (h, n), m in peaks["processes"].items()},
         "node": peaks["node"],
+        "held_after": held(every),
         "cgroup": {h: {"peak": u["memory_peak"], "oom_kills": u["oom_kills"] - kills[h], "swap": u["swap"]} for h, u in usage.items()},
     }
 
@@ -131,12 +147,14 @@ def main() -> None:
             target.mkdir(parents=True, exist_ok=True)
             shutil.copy2(har, target / CACHE_NAME)
         groups = {h.name: Cgroup(h.cgroup) for h in workers}
+        every = {h.name: Cgroup(h.cgroup) for h in lab.hosts}
+        out["0. before"] = {"held_after": held(every)}
         specs = args.runs.split(",")
         for i, spec in enumerate(specs, 1):
             # A run's place in the sequence matters: a resident server keeps what earlier runs left it.
             key = f"{i}. {spec}" if len(specs) > 1 else spec
             print(f"train har {key} ...", file=sys.stderr, flush=True)
-            out[key] = run(spec, inventory, groups, args.epochs, Path(lab.run_dir) / f"run-{i}-{spec.replace(':', '-')}")
+            out[key] = run(spec, inventory, groups, every, args.epochs, Path(lab.run_dir) / f"run-{i}-{spec.replace(':', '-')}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "har_memory.json").write_text(json.dumps(out, indent=1))
     report(out, args.epochs, limits)
@@ -147,7 +165,8 @@ def report(out: dict, epochs: int, limits: Limits) -> None:
           f"{limits.describe()} (no swap beyond it)\n")
     print("| worker runtime | process (on node02) | peak RSS MiB (anon + file) |")
     print("|---|---|---|")
-    for mode, r in out.items():
+    runs = {mode: r for mode, r in out.items() if "processes" in r}
+    for mode, r in runs.items():
         for key, m in sorted(r["processes"].items()):
             if key.startswith("node02 "):
                 name = key[7:]
@@ -158,13 +177,21 @@ def report(out: dict, epochs: int, limits: Limits) -> None:
                 print(f"| {mode} | {name} | {m['rss'] / MiB:.0f} ({m['anon'] / MiB:.0f} + {m['file'] / MiB:.0f}) |")
     print("\n| worker runtime | ran | node02 / node03 resident, libraries once (MiB) | cgroup peak (MiB) | OOM kills | swap |")
     print("|---|---|---|---|---|---|")
-    for mode, r in out.items():
+    for mode, r in runs.items():
         nodes = " / ".join(f"{r['node'].get(h, 0) / MiB:.0f}" for h in ("node02", "node03"))
         peak = " / ".join(f"{r['cgroup'][h]['peak'] / MiB:.0f}" for h in ("node02", "node03"))
         kills = sum(c["oom_kills"] for c in r["cgroup"].values())
         swap = sum(c["swap"] or 0 for c in r["cgroup"].values())
         ran = "yes" if r["ok"] else f"no: {' '.join(r['error'])}"
         print(f"| {mode} | {ran} | {nodes} | {peak} | {kills} | {swap} |")
+    servers = sorted({k for r in out.values() for k in r.get("held_after", {})})
+    if servers:
+        print("\nEach server's anonymous memory after the run (MiB): what it keeps between runs\n")
+        print("| after | " + " | ".join(servers) + " |")
+        print("|---|" + "---|" * len(servers))
+        for mode, r in out.items():
+            after = r.get("held_after", {})
+            print(f"| {mode} | " + " | ".join(f"{after[k] / MiB:.0f}" if k in after else "-" for k in servers) + " |")
 
 
 if __name__ == "__main__":

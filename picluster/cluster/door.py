@@ -17,10 +17,19 @@ a blocked step returns).  A job that has not ended CANCEL_S later takes the serv
 it (exit status 75): the next ``cluster up`` starts the task again, and no half-stopped job holds
 the node's task.  One job at a time: a second knock while one runs is refused (exit 75).
 
+After each job the server collects the job's garbage (its graphs and sessions hold cycles that
+Python frees only in a full collection) and hands the freed heap back to the system (glibc's
+``malloc_trim``; its arenas keep freed pages otherwise): a server that lives through many jobs on
+a 1 GB board must not grow from job to job.  The log line of each job's end says how much
+anonymous memory the process holds after it, before and after that.
+
 Wire format, one line each way at a time: the knock is one JSON object; the server answers
 ``o <text>`` per output line and ``x <status>`` at the end; the knocker may send ``c`` (cancel).
 """
 
+import ctypes
+import ctypes.util
+import gc
 import json
 import os
 import signal
@@ -59,6 +68,11 @@ class JobContext:
         self._on_cancel.append(fn)
         if self.cancelled.is_set():
             fn()
+
+    def ended(self) -> None:
+        """The job has returned: its callbacks (which hold its sessions and graphs) are let go, so
+        the collection after the job frees them although the watcher still holds this context."""
+        self._on_cancel.clear()
 
     def cancel(self) -> None:
         if self.cancelled.is_set():
@@ -133,15 +147,25 @@ class Door:
         except (ValueError, KeyError, TypeError, ImportError, AttributeError) as exc:
             _send(conn, lock, f"o {self.label}: not a job: {exc}\nx 2\n")
             return
+        code, cancelled = self._job(call, fn, argv, ctx, reader)
+        # Nothing of the job is held here now (its frame is gone, its callbacks let go).
+        held = _anonymous_mib()
+        gc.collect()
+        trimmed = _trim()
+        _log(f"{self.label}: job {call} ended, status {code}" + (" (cancelled)" if cancelled else "")
+             + f"; memory held {held} MiB, {_anonymous_mib()} MiB after collecting" + (" and trimming" if trimmed else ""))
+        _send(conn, lock, f"x {code}\n")
+
+    def _job(self, call: str, fn, argv: list[str], ctx: JobContext, reader) -> tuple[int, bool]:
+        """Run the job in a thread of its own, watched for the knocker's cancel: (status, cancelled)."""
         status: list[int] = []
         job = threading.Thread(target=lambda: status.append(_call(fn, argv, ctx)), name=f"job {call}", daemon=True)
         _log(f"{self.label}: job {call} started in {ctx.cwd}")
         job.start()
         threading.Thread(target=self._watch, args=(reader, ctx, job), name="door-watch", daemon=True).start()
         job.join()
-        code = status[0] if status else LOST
-        _log(f"{self.label}: job {call} ended, status {code}" + (" (cancelled)" if ctx.cancelled.is_set() else ""))
-        _send(conn, lock, f"x {code}\n")
+        ctx.ended()
+        return (status[0] if status else LOST), ctx.cancelled.is_set()
 
     def _watch(self, reader, ctx: JobContext, job: threading.Thread) -> None:
         """Cancel the job when the knocker says so, or goes; a cancelled job that does not end
@@ -165,6 +189,33 @@ class Door:
 def _log(line: str) -> None:
     """The server's log (the node's task log): which jobs ran, and how they ended."""
     print(f"picluster.cluster.door: {line}", file=sys.stderr, flush=True)
+
+
+def _anonymous_mib() -> int:
+    """This process's anonymous resident memory (heap, stacks, tensors), in MiB; -1 if unknown."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return -1
+
+
+def _trim() -> bool:
+    """Give the heap's free pages back to the system (glibc's malloc_trim); False where there is
+    no such call (another C library)."""
+    name = ctypes.util.find_library("c")
+    try:
+        trim = ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        trim = None
+    if trim is None:
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim(0)
+    return True
 
 
 def _resolve(call: str, allowed: str) -> Callable[[list[str], JobContext], int]:
