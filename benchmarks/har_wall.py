@@ -130,13 +130,21 @@ def median_sd(values: list[float]) -> str:
     return f"{statistics.median(values):.0f}{spread}"
 
 
+def epoch_s(row: dict) -> float:
+    """Wall seconds an epoch took, from the first step to the last epoch counted: its steps, the
+    probe, the chief's validation where it ran on the path, and the rest."""
+    path = sum(float(row.get(k) or 0) for k in ("steps_s", "probe_s", "rest_s"))
+    path += float(row.get("eval_s") or 0) if row.get("evaluator", "chief") == "chief" else 0.0
+    return path / int(row["epochs"])
+
+
 def report(rows: dict[tuple[str, int, int], dict]) -> None:
     """Medians over seeds (± the sample standard deviation); speedup: the one Pi's time to the
     target over this configuration's, paired by seed, median of the pairs."""
     pi = {seed: float(r["to_target_s"]) for (config, _, seed), r in rows.items() if config == "pi" and r.get("to_target_s")}
-    print("| configuration | seeds | wall to val >= target, s | speedup vs one Pi | epochs | start-up, s | steps, s |"
+    print("| configuration | seeds | wall to val >= target, s | speedup vs one Pi | epochs | s per epoch | start-up, s | steps, s |"
           " probe, s | validation, s | rest, s | chief's start-up: process / data / graph / session / barrier, s | test acc |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     configs = sorted({(config, workers) for config, workers, _ in rows}, key=lambda c: (c[0] != "pi", c[0], c[1]))
     for config, workers in configs:
         mine = {seed: r for (c, w, seed), r in rows.items() if (c, w) == (config, workers)}
@@ -148,8 +156,10 @@ def report(rows: dict[tuple[str, int, int], dict]) -> None:
         missed = len(mine) - len(reached)
         speedup = f"{statistics.median(pairs):.2f}x" if pairs and config != "pi" else "-"
         test = f"{statistics.median(col('test_acc')):.2%}" if col("test_acc") else "-"
+        per_epoch = [epoch_s(r) for r in mine.values() if r.get("epochs")]
+        each = f"{statistics.median(per_epoch):.1f}" if per_epoch else "-"
         print(f"| {name} | {len(mine)}{f' ({missed} short of the target)' if missed else ''} | {median_sd(list(reached.values()))} | "
-              f"{speedup} | {median_sd(col('epochs'))} | {median_sd(col('startup_s'))} | {median_sd(col('steps_s'))} | "
+              f"{speedup} | {median_sd(col('epochs'))} | {each} | {median_sd(col('startup_s'))} | {median_sd(col('steps_s'))} | "
               f"{median_sd(col('probe_s'))} | {median_sd(col('eval_s'))} | {median_sd(col('rest_s'))} | {parts} | {test} |")
     failed = [f"{c} x{w} seed {s}: {r['ok']}" for (c, w, s), r in rows.items() if r["ok"] != "yes"]
     shares = sorted({f"{r['cpu_per_host']} core, link {r['link']}" for r in rows.values()})
@@ -168,6 +178,7 @@ def main() -> None:
     parser.add_argument("--again", action="store_true", help="measure again what the rows kept already hold (ok runs are skipped otherwise)")
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--no-pi", action="store_true", help="leave out the one-Pi baseline")
+    parser.add_argument("--variants-only", action="store_true", help="run the --variant configurations only (on the first runtime), not the runtimes' own")
     parser.add_argument("--target", type=float, default=0.96, help="validation accuracy to reach [0.96]")
     parser.add_argument("--epochs", type=int, default=40, help="at most this many epochs per run [40]")
     parser.add_argument("--link", default="300mbit", help="each host's link rate, as tc writes it [300mbit: a Pi 3B+]")
@@ -209,8 +220,8 @@ def main() -> None:
         for seed in (int(s) for s in args.seeds.split(",")):
             runtimes = args.runtimes.split(",")
             compared = seed in compare if compare is not None else True
-            wanted = ([] if args.no_pi else [("pi", 1)]) + [(r, w) for w in counts for r in [*runtimes, *variants]
-                                                              if r == runtimes[0] or compared]
+            configs = list(variants) if args.variants_only else [*runtimes, *variants]
+            wanted = ([] if args.no_pi else [("pi", 1)]) + [(r, w) for w in counts for r in configs if r == runtimes[0] or compared]
             for config, workers in wanted:
                 if not args.again and rows.get((config, workers, seed), {}).get("ok") == "yes":
                     continue

@@ -2,12 +2,16 @@
 
 import csv
 import json
+import os
+import subprocess
+import sys
 import time
 
 import numpy as np
 import psutil
 import pytest
 
+from picluster.clusterspec import Layout
 from picluster.data.har.dataset import CACHE_NAME, checksum, save
 
 from conftest import picluster, picluster_popen
@@ -295,19 +299,51 @@ def test_sync_chief_moves_the_weight_averages(state, tiny, tmp_path):
         assert not np.allclose(first.get_tensor(name), second.get_tensor(name)), name
 
 
+# Whether a launch's variables are on the ps: global_step, as the replicas declare it, in the
+# launch's container.  Checked on a container made here first, so a wrong name cannot pass.
+ON_THE_PS = """
+import json, sys
+import tensorflow as tf
+from picluster.cluster.containers import container, reset
+tf.compat.v1.disable_eager_execution()
+worker, ps, launches = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+
+def held(name, create=False):
+    with tf.Graph().as_default(), tf.compat.v1.container(name), tf.compat.v1.device("/job:ps/task:0"):
+        step = tf.compat.v1.get_variable("global_step", shape=[], dtype=tf.int64, initializer=tf.compat.v1.zeros_initializer(),
+                                         trainable=False, use_resource=True)
+        with tf.compat.v1.Session("grpc://" + worker) as session:
+            if create:
+                session.run(step.initializer)
+            return bool(session.run(tf.compat.v1.is_variable_initialized(step)))
+
+control = held("picluster-control", create=True)
+reset(ps, ["picluster-control"])
+print(json.dumps({"control": [control, held("picluster-control")], "launches": [held(container(l)) for l in launches]}))
+"""
+
+
 @pytest.mark.e2e
-def test_each_run_on_a_running_cluster_starts_from_fresh_variables(state, tiny, tmp_path):
-    """The ps keeps variables between sessions: a second run must not inherit the first one's."""
+def test_each_run_on_a_running_cluster_starts_from_fresh_variables_and_leaves_none(state, tiny, tmp_path):
+    """The ps keeps variables between sessions: a second run must not inherit the first one's, and
+    a run's variables must not stay on the ps after it (a cluster that stays up would fill)."""
     assert picluster("cluster", "up", "--ps", "1", "--workers", "2").returncode == 0
     try:
-        firsts = []
+        firsts, launches = [], []
         for name in ("one", "two"):
             result = picluster("train", "har", "--data-dir", tiny, "--run-dir", tmp_path / name, *TINY_MODEL,
                                "--epochs", "1", "--json", timeout=240)
             assert result.returncode == 0, result.stderr
-            assert json.loads((tmp_path / name / "layout.json").read_text())["cluster"] == "local"
+            layout = json.loads((tmp_path / name / "layout.json").read_text())
+            assert layout["cluster"] == "local"
+            launches.append(layout["launch"])
             firsts.append(int(_rows(tmp_path / name)[0]["global_step"]))
         assert firsts == [6, 6]  # 240 windows / 2 workers / 20 per worker, counted from zero both times
+        tasks = {(t.job, t.index): t.address for t in Layout.from_json(layout["layout"]).tasks}
+        probe = subprocess.run([sys.executable, "-c", ON_THE_PS, tasks["worker", 0], tasks["ps", 0], json.dumps(launches)],
+                               capture_output=True, text=True, timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        assert probe.returncode == 0, probe.stderr
+        assert json.loads(probe.stdout) == {"control": [True, False], "launches": [False, False]}
     finally:
         picluster("cluster", "down")
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from picluster import nodeset
+from picluster.cluster.containers import reset
 from picluster.cluster.probe import unanswered
 from picluster.clusterspec import Layout, Task
 from picluster.errors import ClusterError, UsageError
@@ -88,6 +89,14 @@ class Cluster(ABC):
     def check_shared(self, paths: dict[str, Path]) -> None:  # noqa: B027  (here: this machine's files)
         """That every node the job starts processes on sees these paths ({what: path}); else
         one line naming the node and the path."""
+
+    def forget(self, containers: list[str]) -> None:
+        """Drop what a job left in these resource containers on the ps tasks (its variables):
+        servers that stay up between jobs keep them until they exit otherwise.  Raises OSError
+        when the first ps does not answer."""
+        ps = self.layout.ps
+        if ps:
+            reset(ps[0].address, containers)
 
     def close(self) -> None:  # noqa: B027  (most kinds keep running: nothing to do)
         """The job is done with the cluster: a temporary one stops; the others keep running."""

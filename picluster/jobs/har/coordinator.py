@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from picluster import atomic
 from picluster.cluster import door
+from picluster.cluster.containers import container
 from picluster.cluster.exits import Exit, Exited, file_tail
 from picluster.cluster.lifetime import last_line
 from picluster.cluster.probe import unanswered
@@ -140,6 +141,10 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", events: E
     finally:
         clients.stop(running + beside)
         events.stopped(running)  # each client's exit status, for the job record
+        try:  # the launch's variables on the ps: a cluster that stays up would keep them until it stops
+            cluster.forget([container(launch)])
+        except OSError as exc:
+            events.note(f"could not free this run's variables on the ps ({exc}); they stay until its server restarts")
         if _servers_to_restart(running, runtime):
             try:  # the worker servers the clients stood in for (or took down): the cluster as it was found
                 cluster.repair()

@@ -12,6 +12,7 @@ exchange figure.
 import numpy as np
 import tensorflow as tf
 
+from picluster.cluster.containers import container
 from picluster.errors import UsageError
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.convlstm import ConvShape, conv_logits
@@ -41,7 +42,8 @@ class Graph:
         workers = self.workers = 1 if config.standalone else config.workers
         # A container per launch: a persistent cluster's ps keeps variables between sessions, and
         # a new run must not start from the last one's weights (a resumed one restores its checkpoint).
-        with self.graph.as_default(), tf.compat.v1.container(f"picluster-{launch}" if launch else ""):  # [A-Za-z0-9.-/] only
+        # The coordinator drops the container when the launch's clients have stopped (containers.py).
+        with self.graph.as_default(), tf.compat.v1.container(container(launch) if launch else ""):
             # The graph-level seed belongs to the graph it is set on: set on the default graph
             # (as it was until issue 13), it seeded nothing, and initial weights and dropout masks
             # changed from run to run.  Set first, so every op's seed is the same in every run.
