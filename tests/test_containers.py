@@ -4,7 +4,7 @@ variables are gone from the ps after it) and tests/test_train_lab.py (over an in
 
 import pytest
 
-from picluster.cluster.containers import container, reset, reset_request
+from picluster.cluster.containers import Unreachable, container, reset, reset_request
 
 
 def test_the_request_is_tensorflows_reset_request_encoding():
@@ -21,6 +21,7 @@ def test_never_a_reset_of_every_container(containers):
         reset_request(containers, ["/job:ps"])
 
 
-def test_a_master_that_does_not_answer_is_an_oserror():
-    with pytest.raises(OSError, match="127.0.0.1:9: UNAVAILABLE"):
+def test_a_master_that_does_not_answer_is_unreachable():
+    """A ps that stopped took its variables with it: the coordinator says nothing of it."""
+    with pytest.raises(Unreachable, match=r"127\.0\.0\.1:9: UNAVAILABLE"):
         reset("127.0.0.1:9", [container("ab12")], timeout=5)

@@ -17,6 +17,10 @@ RESET = "/tensorflow.MasterService/Reset"
 TIMEOUT_S = 10.0
 
 
+class Unreachable(OSError):
+    """The master did not answer at all (gone, or cut off): a ps that stopped took its variables with it."""
+
+
 def container(launch: str) -> str:
     """The container a launch's resources live in (TensorFlow allows [A-Za-z0-9._/-] in its name)."""
     return f"picluster-{launch}"
@@ -32,7 +36,7 @@ def reset_request(containers: list[str], device_filters: list[str]) -> bytes:
 
 def reset(master: str, containers: list[str], device_filters: tuple[str, ...] = ("/job:ps",), timeout: float = TIMEOUT_S) -> None:
     """Drop ``containers`` on the tasks the filters name, through the master at ``master``
-    (host:port).  Raises OSError when the master does not answer or refuses."""
+    (host:port).  Raises Unreachable when nothing answers there, OSError when it fails otherwise."""
     import grpc  # TensorFlow's own dependency; imported here so that commands without a cluster do not load it
 
     payload = reset_request(containers, list(device_filters))
@@ -43,7 +47,8 @@ def reset(master: str, containers: list[str], device_filters: tuple[str, ...] = 
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else None
             detail = exc.details() if hasattr(exc, "details") else str(exc)
-            raise OSError(f"{master}: {code.name if code is not None else 'error'}: {detail}") from None
+            gone = code == grpc.StatusCode.UNAVAILABLE
+            raise (Unreachable if gone else OSError)(f"{master}: {code.name if code is not None else 'error'}: {detail}") from None
 
 
 def _string(field: int, text: str) -> bytes:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from picluster import atomic
 from picluster.cluster import door
-from picluster.cluster.containers import container
+from picluster.cluster.containers import Unreachable, container
 from picluster.cluster.exits import Exit, Exited, file_tail
 from picluster.cluster.lifetime import last_line
 from picluster.cluster.probe import unanswered
@@ -143,6 +143,8 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", events: E
         events.stopped(running)  # each client's exit status, for the job record
         try:  # the launch's variables on the ps: a cluster that stays up would keep them until it stops
             cluster.forget([container(launch)])
+        except Unreachable:
+            pass  # a ps that stopped took them with it (the run's own failure names it)
         except OSError as exc:
             events.note(f"could not free this run's variables on the ps ({exc}); they stay until its server restarts")
         if _servers_to_restart(running, runtime):
