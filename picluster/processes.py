@@ -16,6 +16,19 @@ import psutil
 START_TOLERANCE_S = 0.005
 
 
+def memory_status(pid: int | str = "self") -> dict[str, int]:
+    """The sizes ``/proc/PID/status`` gives in kB (VmRSS, RssAnon, RssFile, RssShmem, VmHWM,
+    VmSwap, ...), in bytes.  Raises OSError when the process is gone or not readable."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            parts = value.split()
+            if len(parts) == 2 and parts[1] == "kB":
+                out[key] = int(parts[0]) * 1024
+    return out
+
+
 def start_time(pid: int) -> float | None:
     """The process's start time as ``same_process`` compares it; None when it is gone."""
     try:

@@ -92,8 +92,8 @@ class Cluster(ABC):
 
     def forget(self, containers: list[str]) -> None:
         """Drop what a job left in these resource containers on the ps tasks (its variables):
-        servers that stay up between jobs keep them until they exit otherwise.  Raises OSError
-        when the first ps does not answer."""
+        servers that stay up between jobs keep them until they exit otherwise.  Raises
+        containers.Unreachable when the first ps does not answer, OSError when it refuses."""
         ps = self.layout.ps
         if ps:
             reset(ps[0].address, containers)

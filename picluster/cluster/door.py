@@ -28,7 +28,6 @@ Wire format, one line each way at a time: the knock is one JSON object; the serv
 """
 
 import ctypes
-import ctypes.util
 import gc
 import json
 import os
@@ -193,24 +192,18 @@ def _log(line: str) -> None:
 
 def _anonymous_mib() -> int:
     """This process's anonymous resident memory (heap, stacks, tensors), in MiB; -1 if unknown."""
+    from picluster.processes import memory_status  # here: the knocker imports only the standard library
+
     try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) // 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return -1
+        return memory_status()["RssAnon"] >> 20
+    except (OSError, KeyError):
+        return -1
 
 
 def _trim() -> bool:
-    """Give the heap's free pages back to the system (glibc's malloc_trim); False where there is
-    no such call (another C library)."""
-    name = ctypes.util.find_library("c")
-    try:
-        trim = ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
-        trim = None
+    """Give the heap's free pages back to the system (glibc's malloc_trim, found among the
+    process's own symbols); False where there is no such call (another C library)."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
     if trim is None:
         return False
     trim.argtypes = [ctypes.c_size_t]

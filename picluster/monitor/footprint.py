@@ -19,6 +19,8 @@ or root.
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from picluster.processes import memory_status
+
 
 @dataclass(frozen=True)
 class ProcessMemory:
@@ -31,17 +33,6 @@ class ProcessMemory:
     peak_rss: int  # VmHWM: the most this process was ever resident
     swap: int
     files: dict[str, int] = field(default_factory=dict, compare=False, repr=False)  # mapped file -> resident bytes
-
-
-def _status(pid: int) -> dict[str, int]:
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            parts = value.split()
-            if len(parts) == 2 and parts[1] == "kB":
-                out[key] = int(parts[0]) * 1024
-    return out
 
 
 def _mapped_files(pid: int) -> dict[str, int]:
@@ -62,7 +53,7 @@ def _mapped_files(pid: int) -> dict[str, int]:
 
 
 def process_memory(pid: int, name: str = "") -> ProcessMemory:
-    status = _status(pid)
+    status = memory_status(pid)
     if not name:
         try:
             with open(f"/proc/{pid}/comm") as f:
