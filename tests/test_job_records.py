@@ -1,5 +1,6 @@
 """Job records in SQLite: states with reasons, exit codes per attempt, two commands at once."""
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -15,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from picluster.errors import ClusterError, UsageError
+from picluster.jobs import record_schema
 from picluster.jobs.records import JobStore, recorded
 
 from conftest import one_line, picluster
@@ -141,6 +143,33 @@ def test_many_commands_at_once_lose_nothing(tmp_path):
     assert len(jobs) == 120 and len({j.id for j in jobs}) == 120
     assert all(j.state == "COMPLETED" and j.tasks[0].exit_codes == [int(j.name.split("-")[1])] for j in jobs)
     assert time.monotonic() - start < 120
+
+
+def test_tables_created_by_another_command_while_this_one_checks_are_not_taken_for_a_foreign_file(
+        tmp_path, monkeypatch):
+    """The race behind a first command refused at random: the schema check read the version (0),
+    another first command then created the tables, and the check saw tables without a version."""
+    path = tmp_path / "jobs.db"
+    other = {"tried": False}
+    real_connect = sqlite3.connect
+
+    def racing_connect(*args, **kwargs):
+        conn = real_connect(*args, **kwargs)
+
+        def between(statement: str) -> None:
+            if statement.startswith("SELECT name FROM sqlite_master") and not other["tried"]:
+                other["tried"] = True  # the other first command creates the tables at the worst moment
+                with (contextlib.suppress(sqlite3.OperationalError),  # held off until the check's reads end
+                      contextlib.closing(real_connect(path, timeout=0.2, isolation_level=None)) as rival):
+                    record_schema._create(rival)
+        conn.set_trace_callback(between)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", racing_connect)
+    job_id = JobStore(path).create("first", "launch")
+    monkeypatch.undo()
+    assert other["tried"], "the check never read the tables: this test no longer reaches the race"
+    assert [j.id for j in JobStore(path).list()] == [job_id]
 
 
 # -- the records are untrusted input ----------------------------------------------------------------

@@ -66,16 +66,23 @@ def job_id_arg(value: int, what: str = "JOB") -> int:
 
 def prepare(conn: sqlite3.Connection, path: Path) -> None:
     """Make ``conn``'s database ours at VERSION, or refuse it in one line without touching it."""
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    # One read transaction: the version and the tables seen from the same moment.  Read apart, a
+    # first command creating the tables between the two reads looked like a foreign database.
+    conn.execute("BEGIN")
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        have_jobs, have_tasks = _columns(conn, "jobs"), _columns(conn, "tasks")
+    finally:
+        conn.execute("COMMIT")
+    tables -= {"sqlite_sequence"}
     if version > VERSION:
         raise UsageError(f"job records {path} were written by a newer picluster (schema {version}; this one reads "
                          f"up to {VERSION}): use that picluster, or move the file away to start new records")
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")} - {"sqlite_sequence"}
     if version == 0 and not tables:
         _create(conn)
         return
     want = {0: None, 1: _V1_JOB_COLUMNS, VERSION: JOB_COLUMNS}[version]
-    have_jobs, have_tasks = _columns(conn, "jobs"), _columns(conn, "tasks")
     if want is None or not set(want) <= have_jobs or not set(TASK_COLUMNS) <= have_tasks:
         missing = sorted((set(want or JOB_COLUMNS) - have_jobs) | (set(TASK_COLUMNS) - have_tasks))
         raise UsageError(f"{path} is not picluster's job records (tables {', '.join(sorted(tables)) or 'none'}"
