@@ -37,6 +37,7 @@ seed); ``--keep FILE`` copies them to a file to commit, beside the docs table th
 import argparse
 import csv
 import json
+import os
 import re
 import shlex
 import shutil
@@ -61,14 +62,14 @@ RESULTS = Path(__file__).resolve().parent / "results"
 TABLE = RESULTS / "har_wall.csv"
 COLUMNS = ("config", "workers", "seed", "cpu_per_host", "link", "target", "wall_s", "to_target_s", "epochs", "startup_s",
            "steps_s", "probe_s", "eval_s", "rest_s", "val_acc", "test_acc", "process_s", "data_s", "graph_s", "session_s",
-           "barrier_s", "ok", "evaluator")
+           "barrier_s", "ok", "evaluator", "worker_steps", "ps_cpu_s", "ps_ms_per_worker_step")
 START_UP = re.compile(r"replica 0: start-up: process ([\d.]+) s, data ([\d.]+) s, graph ([\d.]+) s, session ([\d.]+) s, barrier ([\d.]+) s")
 
 
-def load() -> dict[tuple[str, int, int], dict]:
-    if not TABLE.exists():
+def load(path: Path = TABLE) -> dict[tuple[str, int, int], dict]:
+    if not path.exists():
         return {}
-    with open(TABLE, newline="") as f:
+    with open(path, newline="") as f:
         return {(r["config"], int(r["workers"]), int(r["seed"])): r for r in csv.DictReader(f)}
 
 
@@ -116,6 +117,27 @@ def measure(command: list[str], run_dir: Path, target: float, run) -> dict:
     if found:
         row |= dict(zip(("process_s", "data_s", "graph_s", "session_s", "barrier_s"), found.groups(), strict=True))
     return row
+
+
+def cpu_seconds(pid_file: Path) -> float | None:
+    """User + system CPU of the process a pid file names (the test hosts share this kernel's /proc)."""
+    try:
+        stat = Path(f"/proc/{int(pid_file.read_text().strip())}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ps_load(row: dict, run_dir: Path, workers: int, before: float | None, after: float | None) -> dict:
+    """The ps's CPU over the whole run per worker-step (sync: each update holds one step of every worker)."""
+    rows = read_rows(run_dir / "metrics.csv")
+    if before is None or after is None or not rows or not rows[-1].get("global_step"):
+        return row
+    mode = json.loads((run_dir / "config.json").read_text()).get("mode", "sync")
+    steps = int(float(rows[-1]["global_step"])) * (workers if mode == "sync" and workers > 1 else 1)
+    return row | {"worker_steps": steps, "ps_cpu_s": f"{after - before:.1f}",
+                  "ps_ms_per_worker_step": f"{1000 * (after - before) / max(steps, 1):.2f}"}
 
 
 def _local(command: list[str]) -> tuple[int, str]:
@@ -184,8 +206,9 @@ def main() -> None:
     parser.add_argument("--link", default="300mbit", help="each host's link rate, as tc writes it [300mbit: a Pi 3B+]")
     parser.add_argument("--report", action="store_true", help="only print the table of the rows kept")
     parser.add_argument("--keep", type=Path, help="also write the rows kept to this CSV (to commit beside the docs)")
+    parser.add_argument("--rows", type=Path, default=TABLE, help=f"the rows kept [{TABLE.relative_to(TABLE.parents[1])}]")
     args = parser.parse_args()
-    rows = load()
+    rows = load(args.rows)
     if args.report:
         report(rows)
         if args.keep:
@@ -241,12 +264,15 @@ def main() -> None:
                         raise SystemExit(f"cluster up after the one-Pi run: {up.stderr.strip()}")
                 else:
                     runtime, extra = (runtimes[0], variants[config]) if config in variants else (config, [])
+                    ps_pid = lab.hosts[0].path(f"{lab.user.home}/{RUN_DIR}/ps-0.pid")
+                    before = cpu_seconds(ps_pid)
                     row = measure([*base, "-i", str(inventory), "--workers", str(workers), "--worker-runtime", runtime, *extra],
                                   run_dir, args.target, _local)
+                    row = ps_load(row, run_dir, workers, before, cpu_seconds(ps_pid))
                 row |= {"config": config, "workers": workers, "seed": seed, "cpu_per_host": f"{cpu:g}", "link": args.link,
                         "target": f"{args.target:g}"}
                 rows[(config, workers, seed)] = row
-                save(rows)
+                save(rows, args.rows)
                 print(f"{config} x{workers} seed {seed}: {json.dumps(row)} ({time.perf_counter() - t0:.0f} s)", flush=True)
     report(rows)
     if args.keep:

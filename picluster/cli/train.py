@@ -56,6 +56,8 @@ def train() -> None:
 @click.option("--mode", type=click.Choice(["sync", "async"]), default=None, help="gradient aggregation [sync]")
 @click.option("--workers", type=Whole(), default=None, help="worker tasks, one client each [2; with --inventory all of its workers]")
 @click.option("--ps", type=Whole(), default=None, help="parameter-server tasks [1; with --inventory all of its ps tasks]")
+@click.option("--exchange", type=click.Choice(["fused", "variables"]), default=None,
+              help="between workers and ps: one flat tensor per ps each way, or one per variable [fused]")
 @click.option("--standalone", is_flag=True, default=None, help="one process, no ps (the baseline for benchmarks)")
 @click.option("--seed", type=Whole(), default=None, help="initialisation, dropout, input order and augmentation seed [1]")
 @click.option("--evaluator", type=click.Choice(["auto", "coordinator", "chief"]), default=None,

@@ -28,7 +28,10 @@ SELECTS = ("best", "last")
 EVALUATORS = ("auto", "coordinator", "chief")
 SCHEDULES = ("constant", "cosine")
 LR_SCALINGS = ("none", "sqrt", "linear")  # how the learning rate follows the update's batch (large-batch training)
-ASYNC_LRS = ("constant", "staleness")  # "staleness": each update's rate divided by how many updates it missed
+ASYNC_LRS = ("constant", "staleness")
+# How a step moves tensors between a worker and the ps tasks: "fused", one flat tensor of weights
+# and one of gradients per ps (a few RPCs a step); "variables", one tensor per variable each way.
+EXCHANGES = ("fused", "variables")  # "staleness": each update's rate divided by how many updates it missed
 MAX_CONFIG_BYTES = 64 * 1024  # config.json is about 1 KB
 MAX_CONV_LAYERS = 7  # 128 steps: the seventh pool of 2 leaves one
 # Fields a run's config.json of an earlier version names otherwise: (old name, models, new name).
@@ -37,7 +40,7 @@ RENAMED = (("conv_layers", ("convlstm",), "layers"),)
 # config.json lacks them), which is not always the new default.
 ADDED: dict[str, Any] = {"eval_test_every_epoch": True, "val_volunteers": "",
                          "batch_per_worker": False, "lr_scaling": "none", "warmup_epochs": 0.0, "async_lr": "constant",
-                         "adam_beta1": 0.9, "evaluator": "chief"}
+                         "adam_beta1": 0.9, "evaluator": "chief", "exchange": "variables"}
 
 
 def within(default, low, high, *, low_open: bool = False, high_open: bool = False, flag: str | None = None):
@@ -108,6 +111,7 @@ class TrainConfig:
     mode: str = one_of("sync", MODES)  # "sync": gradients of all workers aggregated per step; "async": each applies its own
     workers: int = within(2, 1, 64)
     ps: int = within(1, 1, 16)
+    exchange: str = one_of("fused", EXCHANGES)  # see EXCHANGES; a standalone run exchanges nothing
     standalone: bool = False  # one process, no ps: the benchmark's baseline
     evaluator: str = one_of("auto", EVALUATORS)  # see EVALUATORS; a standalone run evaluates in its one process
     # -- reproducibility (same config and seed: identical metrics.csv in standalone and sync mode) --

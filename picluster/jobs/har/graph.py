@@ -9,13 +9,17 @@ evaluation reads; every replica also gets a probe that times moving the weights,
 exchange figure.
 """
 
+import contextlib
+
 import numpy as np
 import tensorflow as tf
 
 from picluster.cluster.containers import container
 from picluster.errors import UsageError
+from picluster.jobs.har import fusion
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.convlstm import ConvShape, conv_logits
+from picluster.jobs.har.fusion import FusedWeights
 from picluster.jobs.har.model import STEPS, Shape, channel_moments, l2_penalty, logits, standardise
 
 # Each worker's graph-level seed: the chief's (task 0, which initialises the weights) is the
@@ -73,6 +77,7 @@ class Graph:
                     self.ready = tf.compat.v1.get_variable("chief_ready", [], tf.bool, trainable=False, collections=["picluster_ready"],
                                                            initializer=tf.compat.v1.constant_initializer(True))
                     self.ready_now = tf.compat.v1.is_variable_initialized(self.ready)
+                    self.ready_now.mark_used()  # the chief never asks: no "never used" warning from its graph
                 self.x = tf.compat.v1.placeholder(tf.float32, [None, STEPS, self.shape.inputs], name="x")
                 self.y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
                 self.keep = tf.compat.v1.placeholder_with_default(1.0, [], name="keep_prob")
@@ -80,9 +85,24 @@ class Graph:
                 self.step_before = self.global_step.read_value()
                 with tf.control_dependencies([self.step_before]):
                     x = tf.identity(self.x)
-                if config.standardise:
-                    x = standardise(x, *channel_moments(data.x_train))
-                out = self.forward(x, self.keep)
+                self.fused = here is not None and config.exchange == "fused"
+                value = (lambda v: v)
+                self.weights = None
+                if here is not None and self.fused:
+                    # Built once to make the variables (those ops never run), then again on the
+                    # local copies one fused read per ps brings (fusion.py).
+                    before = {v.name for v in tf.compat.v1.global_variables()}
+                    with tf.compat.v1.name_scope("made"):
+                        self.forward(_inputs(x, config, data), self.keep)
+                    weights = self.weights = FusedWeights([v for v in tf.compat.v1.global_variables() if v.name not in before], here)
+                    value = weights.value
+                    with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True,
+                                                     custom_getter=weights.getter):
+                        x = _inputs(x, config, data)
+                        out = self.forward(x, self.keep)
+                else:
+                    x = _inputs(x, config, data)
+                    out = self.forward(x, self.keep)
                 xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=self.y, logits=out)
                 if config.label_smoothing:  # the training loss only; evaluation's stays the plain one
                     smooth = config.label_smoothing
@@ -90,22 +110,34 @@ class Graph:
                     self.xent = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=target, logits=out))
                 else:
                     self.xent = tf.reduce_mean(xent)
-                self.loss = self.xent + config.l2 * l2_penalty(tf.compat.v1.trainable_variables())
+                self.loss = self.xent + config.l2 * l2_penalty(tf.compat.v1.trainable_variables(), value)
                 self.correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(out, 1), self.y), tf.int64))
                 _, per_epoch = config.steps_per_epoch(len(data.x_train), workers)
-                self.learning_rate = learning_rate(config, self.global_step, per_epoch, workers)
+                # Fused, the rate (from the global step) and Adam's constants are made on ps 0, where
+                # the step and the updates are: made here, each would be one more transfer a step.
+                on_ps = (lambda: tf.compat.v1.device("/job:ps/task:0")) if self.fused else contextlib.nullcontext
                 self.sync = config.mode == "sync" and workers > 1
                 self.arrivals = None  # sync, the chief: (tasks, times) of the step's gradients as ps 0 saw them
-                lr = self.learning_rate
-                if not self.sync and config.async_lr == "staleness" and workers > 1:
-                    lr = lr / self._staleness()
+                with on_ps():
+                    self.learning_rate = learning_rate(config, self.global_step, per_epoch, workers)
+                    lr = self.learning_rate
+                    if not self.sync and config.async_lr == "staleness" and workers > 1:
+                        lr = lr / self._staleness()
                 opt = tf.compat.v1.train.AdamOptimizer(lr, beta1=config.adam_beta1)
-                grads, variables = zip(*opt.compute_gradients(self.loss))
-                if self.sync:
-                    self.train, self.arrivals = _sync_step(opt, grads, variables, self.global_step, config, task, workers, launch)
+                if self.fused:  # with respect to the local copies: computed here, sent fused
+                    variables = tuple(tf.compat.v1.trainable_variables())
+                    grads = tuple(tf.gradients(self.loss, [value(v) for v in variables]))
                 else:
-                    grads, _ = tf.clip_by_global_norm(grads, config.clip_norm)
-                    self.train = opt.apply_gradients(zip(grads, variables), global_step=self.global_step)
+                    grads, variables = zip(*opt.compute_gradients(self.loss))
+                if self.sync:
+                    self.train, self.arrivals = _sync_step(opt, grads, variables, self.global_step, config, task, workers,
+                                                           launch, here if self.fused else None, on_ps)
+                else:
+                    clipped, _ = tf.clip_by_global_norm(grads, config.clip_norm)  # where the gradients are
+                    if self.fused and here is not None:
+                        clipped = fusion.send(clipped, variables, here)
+                    with on_ps():
+                        self.train = opt.apply_gradients(zip(clipped, variables), global_step=self.global_step)
                 if config.ema:
                     # Shadow weights beside the weights (on the ps); only a step that applies an
                     # update moves them: every worker's in async mode, the chief's in sync mode.
@@ -138,16 +170,21 @@ class Graph:
         return tf.cast(tf.maximum(tf.constant(1, tf.int64), now - self.step_before), tf.float32)
 
     def _exchange_probe(self, here) -> None:
-        """Pull every weight to this worker and push a same-sized zero update back."""
+        """Pull every weight to this worker and push a same-sized zero update back, as a step
+        moves them (fused or variable by variable)."""
         if here is None:
             self.pull = self.push = self.noop = None
             self.zeros = {}
             return
         with tf.device(here):
             self.noop = tf.constant(0.0) + tf.compat.v1.placeholder_with_default(0.0, [])
-            self.pull = tf.add_n([tf.reduce_sum(v) for v in self.variables])
+            read = self.weights.flats if self.weights else self.variables
+            self.pull = tf.add_n([tf.reduce_sum(t) for t in read])
             self.zeros = {v: tf.compat.v1.placeholder(v.dtype.base_dtype, v.shape) for v in self.variables}
-        self.push = tf.group(*[v.assign_add(z, read_value=False) for v, z in self.zeros.items()])
+        updates = list(self.zeros.values())
+        if self.weights:
+            updates = fusion.send(updates, self.variables, here)
+        self.push = tf.group(*[v.assign_add(u, read_value=False) for v, u in zip(self.variables, updates)])
         self.zero_values = {z: np.zeros(v.shape, np.float32) for v, z in self.zeros.items()}
 
 
@@ -165,6 +202,11 @@ class ByteBalancer:
         task = min(range(len(self.load)), key=lambda t: (self.load[t], t))
         self.load[task] += max(1, size) * tf.as_dtype(op.get_attr("dtype")).size
         return task
+
+
+def _inputs(x, config: TrainConfig, data):
+    """The network's input: ``x`` standardised by the training set's moments (kept as variables)."""
+    return standardise(x, *channel_moments(data.x_train)) if config.standardise else x
 
 
 def _check_shards(tasks: int, variables) -> None:
@@ -204,7 +246,8 @@ def _averaged_logits(ema, x, forward):
         return forward(x, 1.0)
 
 
-def _sync_step(opt, grads, variables, global_step, config, task, workers, launch):
+def _sync_step(opt, grads, variables, global_step, config, task, workers, launch, fused_on=None,
+               on_ps=contextlib.nullcontext):
     """One synchronous step: every worker's gradient, averaged, applied once by the chief.
 
     Per ps task, each worker puts the gradients of that ps's variables in its own one-slot queue
@@ -218,7 +261,8 @@ def _sync_step(opt, grads, variables, global_step, config, task, workers, launch
     ``replicas_to_aggregate`` gradients (a fast worker may supply two), every step holds exactly
     one gradient per worker.  Queue
     names carry the launch id, so a persistent cluster's leftovers from an earlier launch are
-    never read.
+    never read.  Fused (``fused_on``: this worker's device; fusion.py) each worker's share for a ps
+    is one flat tensor, and the ps averages it flat before cutting it into the variables' gradients.
     """
     shards: dict[str, list[int]] = {}
     for i, v in enumerate(variables):
@@ -226,16 +270,19 @@ def _sync_step(opt, grads, variables, global_step, config, task, workers, launch
     pushes, means = [], [None] * len(variables)
     averaged = []
     for s, (device, members) in enumerate(sorted(shards.items())):
+        sent = [fusion.flatten([grads[i] for i in members], fused_on)] if fused_on else [grads[i] for i in members]
         with tf.compat.v1.device(device):
-            queues = [tf.queue.FIFOQueue(1, [tf.float32] * len(members), shapes=[variables[i].shape for i in members],
+            queues = [tf.queue.FIFOQueue(1, [tf.float32] * len(sent), shapes=[g.shape for g in sent],
                                          shared_name=f"grads_{s}_{w}_{launch}", name=f"grads_{s}_{w}") for w in range(workers)]
-        pushes.append(queues[task].enqueue([grads[i] for i in members]))
+        pushes.append(queues[task].enqueue(sent))
         if task == 0:
             with tf.control_dependencies(pushes[-1:]), tf.compat.v1.device(device):
                 taken = [q.dequeue() for q in queues]
                 taken = [t if isinstance(t, list | tuple) else [t] for t in taken]
                 mean = [tf.add_n(list(gs)) / float(workers) for gs in zip(*taken)]
                 averaged.append((tf.add_n([tf.reduce_sum(tf.square(g)) for g in mean]), device))
+                if fused_on:
+                    mean = fusion.split(mean[0], [variables[i].shape for i in members])
             for i, g in zip(members, mean):
                 means[i] = g
     with tf.compat.v1.device("/job:ps/task:0"):
@@ -250,13 +297,15 @@ def _sync_step(opt, grads, variables, global_step, config, task, workers, launch
             return tokens[task].dequeue(), None
     with tf.control_dependencies([arrived]), tf.compat.v1.device("/job:ps/task:0"):
         stamps = arrivals.dequeue_many(workers)
-    norm = tf.sqrt(tf.add_n([sq for sq, _ in averaged]))
-    scale = config.clip_norm / tf.maximum(norm, config.clip_norm)  # clip_by_global_norm's factor
+    with on_ps():  # fused: on the ps, where the averaged gradients are
+        norm = tf.sqrt(tf.add_n([sq for sq, _ in averaged]))
+        scale = config.clip_norm / tf.maximum(norm, config.clip_norm)  # clip_by_global_norm's factor
     clipped = []
     for i, g in enumerate(means):
         with tf.compat.v1.device(variables[i].device):
             clipped.append(g * scale)
-    apply = opt.apply_gradients(zip(clipped, variables), global_step=global_step)
+    with on_ps():
+        apply = opt.apply_gradients(zip(clipped, variables), global_step=global_step)
     with tf.control_dependencies([apply, *stamps]):
         step = global_step.read_value()
         return tf.group(*[tokens[w].enqueue([step]) for w in range(1, workers)]), stamps

@@ -211,5 +211,7 @@ def standardise(x, mean, std):
     return (x - m) / s
 
 
-def l2_penalty(variables):
-    return tf.add_n([tf.nn.l2_loss(v) for v in variables if NOREG not in v.name])
+def l2_penalty(variables, value=lambda v: v):
+    """The L2 term over the weights; ``value(v)``: the tensor that holds v's value (a fused
+    exchange's local copy: reading the variable again would fetch it from its ps again)."""
+    return tf.add_n([tf.nn.l2_loss(value(v)) for v in variables if NOREG not in v.name])

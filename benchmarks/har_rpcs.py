@@ -1,0 +1,151 @@
+"""What one HAR training step sends between tasks: tensors and RPCs per worker-step, counted.
+
+Run: .venv/bin/python benchmarks/har_rpcs.py [--workers 2] [--ps 1] [--mode sync] [--exchange fused,variables]
+(counts, not time: it needs no quiet machine.)
+
+Real TensorFlow servers in this process (ps and workers on 127.0.0.1), each worker with the
+graph `picluster train har` builds for it (jobs/har/graph.py), every worker taking real steps at
+once.  On one step TensorFlow hands back the partition graphs it ran (``output_partition_graphs``):
+one partition per task, and every ``_Recv`` whose sender is another task is one tensor fetched
+with a ``RecvTensor`` RPC.  A worker-step's RPCs are its remote partitions (one ``RunGraph`` each)
+plus those tensors.  This counts what the graph sends, whatever the links or the machine.
+"""
+
+import argparse
+import csv
+import json
+import socket
+import sys
+import threading
+import types
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+ROWS = Path(__file__).resolve().parent / "results" / "har_rpcs.csv"
+FIELDS = ("exchange", "mode", "workers", "ps", "worker_partitions", "remote_partitions", "remote_tensors",
+          "rpcs_per_worker_step", "chief_remote_tensors", "chief_rpcs")
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def task_of(device: str) -> str:
+    """'/job:ps/replica:0/task:0/device:CPU:0' -> 'ps:0'."""
+    parts = dict(p.split(":", 1) for p in device.strip("/").split("/") if ":" in p)
+    return f"{parts.get('job', '?')}:{parts.get('task', '?')}"
+
+
+def count(metadata, own: str) -> dict:
+    """Partitions on other tasks and tensors received from another task, in one step's metadata."""
+    remote_partitions = remote_tensors = 0
+    for graph in metadata.partition_graphs:
+        tasks = {task_of(n.device) for n in graph.node if n.device}
+        if tasks and tasks != {own}:
+            remote_partitions += 1
+        for node in graph.node:
+            if node.op not in ("_Recv", "_HostRecv"):
+                continue
+            sender, receiver = node.attr["send_device"].s.decode(), node.attr["recv_device"].s.decode()
+            if task_of(sender) != task_of(receiver):
+                remote_tensors += 1
+    return {"partitions": len(metadata.partition_graphs), "remote_partitions": remote_partitions,
+            "remote_tensors": remote_tensors}
+
+
+def measure(exchange: str, mode: str, workers: int, ps: int, steps: int = 3) -> dict:
+    import tensorflow as tf
+
+    from picluster.jobs.har.config import TrainConfig
+    from picluster.jobs.har.graph import Graph
+
+    tf.compat.v1.disable_eager_execution()
+    ports = free_ports(ps + workers)
+    cluster = {"ps": [f"127.0.0.1:{p}" for p in ports[:ps]], "worker": [f"127.0.0.1:{p}" for p in ports[ps:]]}
+    servers = [tf.distribute.Server(cluster, "ps", t, start=True) for t in range(ps)]
+    servers += [tf.distribute.Server(cluster, "worker", t, start=True) for t in range(workers)]
+    cfg = TrainConfig(workers=workers, ps=ps, mode=mode, exchange=exchange, evaluator="coordinator")
+    rng = np.random.default_rng(0)
+    data = types.SimpleNamespace(x_train=rng.normal(size=(2000, 128, 9)).astype(np.float32))
+    batch = cfg.worker_batch(workers)
+    launch = f"rpcs{ports[0]}"
+    graphs = [Graph(cfg, t, data, cluster=cluster, launch=launch) for t in range(workers)]
+    sessions = []
+    for t, g in enumerate(graphs):
+        config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{t}"])
+        sessions.append(tf.compat.v1.Session(f"grpc://{cluster['worker'][t]}", graph=g.graph, config=config))
+    with graphs[0].graph.as_default():
+        sessions[0].run(tf.compat.v1.global_variables_initializer())
+    options = tf.compat.v1.RunOptions(output_partition_graphs=True)
+    found: dict[int, dict] = {}
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        g, s = graphs[t], sessions[t]
+        fetches = [g.train, g.xent, g.correct, g.step_before, g.step_after] + ([g.arrivals] if g.arrivals is not None else [])
+        try:
+            for i in range(steps):
+                feed = {g.x: data.x_train[:batch], g.y: np.zeros(batch, np.int64), g.keep: 0.85}
+                if i == steps - 1:
+                    metadata = tf.compat.v1.RunMetadata()
+                    s.run(fetches, feed, options=options, run_metadata=metadata)
+                    found[t] = count(metadata, f"worker:{t}")
+                else:
+                    s.run(fetches, feed)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(workers)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(300)
+    for s in sessions:
+        s.close()
+    if errors:
+        raise errors[0]
+    others = [found[t] for t in range(1, workers)] or [found[0]]
+    per = {k: float(np.median([o[k] for o in others])) for k in others[0]}
+    chief = found[0]
+    return {"exchange": exchange, "mode": mode, "workers": workers, "ps": ps,
+            "worker_partitions": per["partitions"], "remote_partitions": per["remote_partitions"],
+            "remote_tensors": per["remote_tensors"],
+            "rpcs_per_worker_step": per["remote_partitions"] + per["remote_tensors"],
+            "chief_remote_tensors": chief["remote_tensors"], "chief_rpcs": chief["remote_partitions"] + chief["remote_tensors"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", default="2")
+    ap.add_argument("--ps", default="1")
+    ap.add_argument("--mode", default="sync,async")
+    ap.add_argument("--exchange", default="variables,fused")
+    ap.add_argument("--keep", help="also write the rows to this CSV (for docs/data)")
+    args = ap.parse_args()
+    rows = []
+    for exchange in args.exchange.split(","):
+        for mode in args.mode.split(","):
+            for ps in (int(p) for p in args.ps.split(",")):
+                for workers in (int(w) for w in args.workers.split(",")):
+                    row = measure(exchange, mode, workers, ps)
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
+    for path in [ROWS] + ([Path(args.keep)] if args.keep else []):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, FIELDS)
+            w.writeheader()
+            w.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
