@@ -1,5 +1,6 @@
 """`picluster top` live in a real terminal (tmux): it draws the node panel and quits on `q`."""
 
+import re
 import shlex
 import shutil
 import subprocess
@@ -70,7 +71,9 @@ def test_train_shows_progress_and_nodes_live_and_stops_on_ctrl_c(state, tmp_path
                 break
             time.sleep(0.5)
         assert "val acc" in screen and "localhost" in screen and "ETA" in screen, screen
-        assert "epoch   1  train" in screen  # the epoch's log line stays above the panel
+        # The epochs' log lines stay above the panel (by the time the panel is read, the first
+        # epochs of this tiny model may have scrolled out of the 30-line pane: any epoch will do).
+        assert re.search(r"^epoch +\d+  train", screen, re.MULTILINE), screen
         assert ends_on_key(session, "C-c", 20), "train did not stop on Ctrl-C"
     finally:
         tmux("kill-session", "-t", session)
