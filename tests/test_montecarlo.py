@@ -1,4 +1,5 @@
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -64,3 +65,64 @@ def test_rounds_keep_chunk_indices_and_cover_every_sample():
     assert all(first == [r * 7] * 3 for r, (first, _) in enumerate(plan))
     assert len(plan) == 15 and plan[-1][1] == [20, 17, 0]
     assert rounds([5], chunk=10, chunks_per_round=7) == [([0], [5])]
+
+
+class _Drawn:
+    """MonteCarlo without servers: every estimate hits pi/4 of its samples."""
+
+    def __init__(self, layout, workers):
+        self.workers = workers
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def estimate(self, samples, seed, progress=None):
+        return Estimate(samples=samples, nodes=self.workers, hits=round(samples * math.pi / 4), seed=seed, compute_s=0.5)
+
+
+def _every_kind_of_cluster(tmp_path):
+    """One of each kind `attach` can give a job, and how `run montecarlo` names it."""
+    from picluster.cluster.allocation import Allocation, layout_of
+    from picluster.cluster.inprocess import InProcessCluster
+    from picluster.cluster.local import LocalCluster
+    from picluster.cluster.nodes import NodeCluster
+    from picluster.inventory import parse_inventory
+
+    layout = layout_of(["node01", "node02"], {"node01": "127.0.0.11", "node02": "127.0.0.12"}, 1, 2224)
+    inv = parse_inventory({"cluster": {"name": "pis", "user": "pi", "nodes": "node[01-02]", "addresses": "127.0.0.[11-12]"}})
+    return [
+        (Allocation("7", layout), "Slurm job 7's allocation"),
+        (NodeCluster(inv), "inventory cluster"),
+        (LocalCluster(tmp_path, layout, {}, temporary=False), "local cluster"),
+        (LocalCluster(tmp_path, layout, {}, temporary=True), "temporary local cluster"),
+        (InProcessCluster(tmp_path, layout, {}, temporary=True), "temporary local cluster"),
+    ]
+
+
+def test_run_montecarlo_names_every_kind_of_cluster_in_its_report(tmp_path, monkeypatch, capsys):
+    """The human report, not only --json, for each cluster a job can run on (a Slurm job's too)."""
+    import picluster.cluster.attach  # noqa: F401  (brings in every kind it can return)
+    from picluster.cli.run import run
+    from picluster.cluster.base import Cluster
+
+    def concrete(cls):
+        for sub in cls.__subclasses__():
+            if sub.__module__.startswith("picluster.") and not getattr(sub, "__abstractmethods__", None):
+                yield sub
+            yield from concrete(sub)
+
+    clusters = _every_kind_of_cluster(tmp_path)
+    assert set(concrete(Cluster)) == {type(c) for c, _ in clusters}  # a new kind is added above
+    monkeypatch.chdir(tmp_path)  # no ./picluster.toml
+    monkeypatch.delenv("PICLUSTER_INVENTORY", raising=False)
+    monkeypatch.setattr("picluster.jobs.montecarlo.job.MonteCarlo", _Drawn)
+    for cluster, named in clusters:
+        monkeypatch.setattr("picluster.jobs.controller.run",
+                            lambda job, inventory, live, on=cluster: job.body(on, SimpleNamespace(progress=lambda *a: None)))
+        run.main(["montecarlo", "--samples", "1e7", "--nodes", "1", "--seed", "7"], prog_name="picluster run", standalone_mode=False)
+        shown = capsys.readouterr().out
+        assert shown.startswith(f"Monte-Carlo pi on 1 worker(s) ({named}): 10,000,000 samples, seed 7\n"), shown
+        assert "  estimate        3.14159" in shown

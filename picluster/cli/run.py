@@ -61,7 +61,7 @@ def montecarlo(inventory, samples, nodes, seed, as_json, live, sweep, nodes_list
         if as_json:
             click.echo(json.dumps(report.estimate_dict(done.estimate, times, done.cluster_kind)))
         else:
-            report.print_estimate(done.estimate, times, done.cluster_kind)
+            report.print_estimate(done.estimate, times, done.cluster_description)
         return
 
     counts = nodes_list or [nodes or default_workers(inventory)]

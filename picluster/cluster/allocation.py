@@ -66,6 +66,10 @@ class Allocation(Cluster):
     def name(self) -> str:
         return f"slurm:{self.job}"
 
+    @property
+    def description(self) -> str:
+        return self.what
+
     @classmethod
     def here(cls, environ: Mapping[str, str] = os.environ) -> "Allocation | None":
         """The allocation this process runs in (its layout read from Slurm), or None."""

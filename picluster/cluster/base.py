@@ -44,7 +44,7 @@ class Agent:
 
 
 class Cluster(ABC):
-    kind: str  # "local", "inventory", "temporary": what `run` and `train` print
+    kind: str  # "local", "inventory", "temporary", "slurm": what `run --json` and `train` print
     what: str  # how error messages name it: "the inventory", "the running local cluster (...)"
     title: str  # the node panel's title
     layout: Layout
@@ -53,6 +53,12 @@ class Cluster(ABC):
     # Whether the machine the job's coordinator runs on has CPU to spare beside the job's tasks
     # (a training's evaluator): not where the coordinator runs on one of the cluster's own nodes.
     coordinator_spare: bool = True
+
+    @property
+    def description(self) -> str:
+        """How a job's report names the cluster it ran on: "inventory cluster"; a kind says more
+        where its kind alone is not clear."""
+        return f"{self.kind} cluster"
 
     @property
     def name(self) -> str:

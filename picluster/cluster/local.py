@@ -63,6 +63,10 @@ class LocalCluster(Cluster):
     def kind(self) -> str:  # type: ignore[override]
         return "temporary" if self.temporary else "local"
 
+    @property
+    def description(self) -> str:
+        return "temporary local cluster" if self.temporary else "local cluster"
+
     # -- starting ---------------------------------------------------------------------------
     @classmethod
     def start(

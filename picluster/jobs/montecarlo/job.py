@@ -16,6 +16,7 @@ class Estimated:
     graph_build_s: float
     cluster_start_s: float
     cluster_kind: str
+    cluster_description: str
 
 
 class MonteCarloJob(Job):
@@ -40,7 +41,7 @@ class MonteCarloJob(Job):
         with MonteCarlo(cluster.layout, self.workers) as job:
             build_s = time.perf_counter() - build_start
             estimate = job.estimate(self.samples, self.seed, progress=running.progress if self.show_progress else None)
-        return Estimated(estimate, build_s, cluster.start_s, cluster.kind)
+        return Estimated(estimate, build_s, cluster.start_s, cluster.kind, cluster.description)
 
 
 class SweepJob(Job):

@@ -4,8 +4,6 @@ from rich.console import Console
 
 from picluster.jobs.montecarlo.estimate import Estimate
 
-_KIND = {"inventory": "inventory cluster", "local": "local cluster", "temporary": "temporary local cluster"}
-
 
 def estimate_dict(e: Estimate, times: dict, kind: str) -> dict:
     return {
@@ -15,10 +13,11 @@ def estimate_dict(e: Estimate, times: dict, kind: str) -> dict:
     }
 
 
-def print_estimate(e: Estimate, times: dict, kind: str, console: Console | None = None) -> None:
+def print_estimate(e: Estimate, times: dict, cluster: str, console: Console | None = None) -> None:
+    """``cluster``: how the cluster names itself (Cluster.description), "Slurm job 7's allocation"."""
     console = console or Console(highlight=False, soft_wrap=True)
     sigmas = e.abs_error / e.std_error if e.std_error else 0.0
-    console.print(f"Monte-Carlo pi on {e.nodes} worker(s) ({_KIND[kind]}): {e.samples:,} samples, seed {e.seed}")
+    console.print(f"Monte-Carlo pi on {e.nodes} worker(s) ({cluster}): {e.samples:,} samples, seed {e.seed}")
     console.print(f"  estimate        {e.pi:.9f}")
     console.print(f"  |error|         {e.abs_error:.3e}  ({sigmas:.2f} standard errors)")
     console.print(f"  standard error  {e.std_error:.3e}")
