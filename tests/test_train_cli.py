@@ -15,7 +15,7 @@ from picluster.clusterspec import Layout
 from picluster.data.har.dataset import CACHE_NAME, checksum, save
 
 from conftest import picluster, picluster_popen
-from train_fixtures import TINY_MODEL, checkpointed_step, write_tiny_har
+from train_fixtures import TINY_CONV, TINY_MODEL, checkpointed_step, write_tiny_har
 from train_fixtures import error_line as _error_line
 
 
@@ -352,10 +352,6 @@ def test_each_run_on_a_running_cluster_starts_from_fresh_variables_and_leaves_no
         assert json.loads(probe.stdout) == {"control": [True, False], "launches": [False, False]}
     finally:
         picluster("cluster", "down")
-
-
-TINY_CONV = ["--model", "convlstm", "--layers", "1", "--conv-filters", "4", "--conv-pool", "8", "--rnn-hidden", "8",
-             "--batch", "20", "--lr", "0.01"]
 
 
 @pytest.mark.e2e

@@ -1,6 +1,5 @@
 """The fused exchange (jobs/har/fusion.py): the same training as variable by variable, in a few messages."""
 
-import csv
 import json
 import sys
 from pathlib import Path
@@ -8,14 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from picluster.jobs.har.metrics import read_rows
+
 from conftest import picluster
-from train_fixtures import write_tiny_har
+from train_fixtures import TINY_CONV, write_tiny_har
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-TINY_CONV = ["--model", "convlstm", "--layers", "1", "--conv-filters", "4", "--conv-pool", "8", "--rnn-hidden", "8",
-             "--batch", "20", "--lr", "0.01"]
-
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -29,11 +26,6 @@ def test_a_fused_step_moves_a_few_tensors_where_variables_moved_dozens(mode):
     # one RunGraph on the ps; weights in, gradients out, the global step before and after (+1 async: the staleness read)
     assert fused["rpcs_per_worker_step"] <= 6, fused
     assert fused["chief_rpcs"] <= (10 if mode == "sync" else 6), fused  # sync's chief also takes the arrivals and hands out tokens
-
-
-def _rows(run_dir: Path) -> list[dict]:
-    with open(run_dir / "metrics.csv") as f:
-        return list(csv.DictReader(f))
 
 
 @pytest.mark.e2e
@@ -50,6 +42,6 @@ def test_fused_and_per_variable_exchanges_train_the_same_numbers(state, tmp_path
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["test_accuracy"] > 0
         assert json.loads((run_dir / "config.json").read_text())["exchange"] == exchange
-        runs[exchange] = np.array([[float(r[c]) for c in columns] for r in _rows(run_dir)])
+        runs[exchange] = np.array([[float(r[c]) for c in columns] for r in read_rows(run_dir / "metrics.csv")])
     assert runs["fused"].shape == (2, 4)
     np.testing.assert_allclose(runs["fused"], runs["variables"], rtol=1e-4, atol=1e-5)

@@ -7,6 +7,8 @@ import numpy as np
 from picluster.data.har.dataset import CACHE_NAME, HarData, checksum, save
 
 TINY_MODEL = ["--model", "resbidir", "--layers", "1", "--residual", "1", "--hidden", "8", "--batch", "20", "--lr", "0.01"]
+TINY_CONV = ["--model", "convlstm", "--layers", "1", "--conv-filters", "4", "--conv-pool", "8", "--rnn-hidden", "8",
+             "--batch", "20", "--lr", "0.01"]
 
 
 def write_tiny_har(folder: Path, n_train: int = 240, n_eval: int = 60, steps: int = 128, seed: int = 0) -> Path:

@@ -28,10 +28,10 @@ SELECTS = ("best", "last")
 EVALUATORS = ("auto", "coordinator", "chief")
 SCHEDULES = ("constant", "cosine")
 LR_SCALINGS = ("none", "sqrt", "linear")  # how the learning rate follows the update's batch (large-batch training)
-ASYNC_LRS = ("constant", "staleness")
+ASYNC_LRS = ("constant", "staleness")  # "staleness": each update's rate divided by how many updates it missed
 # How a step moves tensors between a worker and the ps tasks: "fused", one flat tensor of weights
 # and one of gradients per ps (a few RPCs a step); "variables", one tensor per variable each way.
-EXCHANGES = ("fused", "variables")  # "staleness": each update's rate divided by how many updates it missed
+EXCHANGES = ("fused", "variables")
 MAX_CONFIG_BYTES = 64 * 1024  # config.json is about 1 KB
 MAX_CONV_LAYERS = 7  # 128 steps: the seventh pool of 2 leaves one
 # Fields a run's config.json of an earlier version names otherwise: (old name, models, new name).

@@ -16,19 +16,15 @@ class FusedWeights:
     """Local copies of ``variables`` on the device ``here``, read as one tensor per ps task."""
 
     def __init__(self, variables, here: str) -> None:
-        self.here = here
-        groups: dict[str, list] = {}
-        for v in variables:
-            groups.setdefault(v.device, []).append(v)
         self._local: dict[str, tf.Tensor] = {}
         self.flats = []  # one per ps task, on that ps
-        for device, members in sorted(groups.items()):
+        for device, members in by_ps(variables):
             with tf.compat.v1.device(device):
-                flat = tf.concat([tf.reshape(v, [-1]) for v in members], 0, name="fused_weights")
+                flat = tf.concat([tf.reshape(variables[i], [-1]) for i in members], 0, name="fused_weights")
             self.flats.append(flat)
             with tf.compat.v1.device(here):
-                for v, copy in zip(members, split(flat, [v.shape for v in members])):
-                    self._local[v.name] = copy
+                for i, copy in zip(members, split(flat, [variables[i].shape for i in members])):
+                    self._local[variables[i].name] = copy
 
     def value(self, variable) -> tf.Tensor:
         """The worker's copy of ``variable`` this step (the variable itself if it is not fused)."""
@@ -43,15 +39,21 @@ def send(grads, variables, here: str) -> list:
     """Gradients (one per variable, on ``here``) concatenated per ps and split again on each ps:
     what ``apply_gradients`` there reads without another transfer per variable."""
     out = [None] * len(variables)
-    groups: dict[str, list[int]] = {}
-    for i, v in enumerate(variables):
-        groups.setdefault(v.device, []).append(i)
-    for device, members in sorted(groups.items()):
+    for device, members in by_ps(variables):
         flat = flatten([grads[i] for i in members], here)
         with tf.compat.v1.device(device):
             for i, g in zip(members, split(flat, [variables[i].shape for i in members])):
                 out[i] = g
     return out
+
+
+def by_ps(variables) -> list[tuple[str, list[int]]]:
+    """The indexes of ``variables`` grouped by the ps device each lives on, in device order: every
+    worker builds the same groups, so a flat tensor means the same on both ends."""
+    groups: dict[str, list[int]] = {}
+    for i, v in enumerate(variables):
+        groups.setdefault(v.device, []).append(i)
+    return sorted(groups.items())
 
 
 def flatten(tensors, here: str) -> tf.Tensor:

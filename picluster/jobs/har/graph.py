@@ -19,7 +19,6 @@ from picluster.errors import UsageError
 from picluster.jobs.har import fusion
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.convlstm import ConvShape, conv_logits
-from picluster.jobs.har.fusion import FusedWeights
 from picluster.jobs.har.model import STEPS, Shape, channel_moments, l2_penalty, logits, standardise
 
 # Each worker's graph-level seed: the chief's (task 0, which initialises the weights) is the
@@ -85,19 +84,21 @@ class Graph:
                 self.step_before = self.global_step.read_value()
                 with tf.control_dependencies([self.step_before]):
                     x = tf.identity(self.x)
-                self.fused = here is not None and config.exchange == "fused"
+                # The worker's device when the exchange is fused (fusion.py), None otherwise.
+                fused_on = here if here is not None and config.exchange == "fused" else None
                 value = (lambda v: v)
                 self.weights = None
-                if here is not None and self.fused:
+                if fused_on:
                     # Built once to make the variables (those ops never run), then again on the
-                    # local copies one fused read per ps brings (fusion.py).
+                    # local copies one fused read per ps brings.
                     before = {v.name for v in tf.compat.v1.global_variables()}
                     with tf.compat.v1.name_scope("made"):
                         self.forward(_inputs(x, config, data), self.keep)
-                    weights = self.weights = FusedWeights([v for v in tf.compat.v1.global_variables() if v.name not in before], here)
-                    value = weights.value
+                    made = [v for v in tf.compat.v1.global_variables() if v.name not in before]
+                    self.weights = fusion.FusedWeights(made, fused_on)
+                    value = self.weights.value
                     with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True,
-                                                     custom_getter=weights.getter):
+                                                     custom_getter=self.weights.getter):
                         x = _inputs(x, config, data)
                         out = self.forward(x, self.keep)
                 else:
@@ -115,7 +116,7 @@ class Graph:
                 _, per_epoch = config.steps_per_epoch(len(data.x_train), workers)
                 # Fused, the rate (from the global step) and Adam's constants are made on ps 0, where
                 # the step and the updates are: made here, each would be one more transfer a step.
-                on_ps = (lambda: tf.compat.v1.device("/job:ps/task:0")) if self.fused else contextlib.nullcontext
+                on_ps = (lambda: tf.compat.v1.device("/job:ps/task:0")) if fused_on else contextlib.nullcontext
                 self.sync = config.mode == "sync" and workers > 1
                 self.arrivals = None  # sync, the chief: (tasks, times) of the step's gradients as ps 0 saw them
                 with on_ps():
@@ -124,18 +125,18 @@ class Graph:
                     if not self.sync and config.async_lr == "staleness" and workers > 1:
                         lr = lr / self._staleness()
                 opt = tf.compat.v1.train.AdamOptimizer(lr, beta1=config.adam_beta1)
-                if self.fused:  # with respect to the local copies: computed here, sent fused
+                if fused_on:  # with respect to the local copies: computed here, sent fused
                     variables = tuple(tf.compat.v1.trainable_variables())
                     grads = tuple(tf.gradients(self.loss, [value(v) for v in variables]))
                 else:
                     grads, variables = zip(*opt.compute_gradients(self.loss))
                 if self.sync:
                     self.train, self.arrivals = _sync_step(opt, grads, variables, self.global_step, config, task, workers,
-                                                           launch, here if self.fused else None, on_ps)
+                                                           launch, fused_on, on_ps)
                 else:
                     clipped, _ = tf.clip_by_global_norm(grads, config.clip_norm)  # where the gradients are
-                    if self.fused and here is not None:
-                        clipped = fusion.send(clipped, variables, here)
+                    if fused_on:
+                        clipped = fusion.send(clipped, variables, fused_on)
                     with on_ps():
                         self.train = opt.apply_gradients(zip(clipped, variables), global_step=self.global_step)
                 if config.ema:
@@ -264,12 +265,9 @@ def _sync_step(opt, grads, variables, global_step, config, task, workers, launch
     never read.  Fused (``fused_on``: this worker's device; fusion.py) each worker's share for a ps
     is one flat tensor, and the ps averages it flat before cutting it into the variables' gradients.
     """
-    shards: dict[str, list[int]] = {}
-    for i, v in enumerate(variables):
-        shards.setdefault(v.device, []).append(i)
     pushes, means = [], [None] * len(variables)
     averaged = []
-    for s, (device, members) in enumerate(sorted(shards.items())):
+    for s, (device, members) in enumerate(fusion.by_ps(variables)):
         sent = [fusion.flatten([grads[i] for i in members], fused_on)] if fused_on else [grads[i] for i in members]
         with tf.compat.v1.device(device):
             queues = [tf.queue.FIFOQueue(1, [tf.float32] * len(sent), shapes=[g.shape for g in sent],
