@@ -232,6 +232,49 @@ def test_async_training_goes_on_without_a_killed_worker(state, tiny, tmp_path):
     _no_clients_left(run_dir)
 
 
+def _evaluator(run_dir):
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "picluster.jobs.har.evaluator" in cmd and "picluster.cluster.tether" not in cmd and str(run_dir) in cmd:
+            return proc
+    return None
+
+
+def _epochs_trained(run_dir):
+    lines = (run_dir / "trained.jsonl").read_text().splitlines() if (run_dir / "trained.jsonl").exists() else []
+    return sum('"epoch"' in line for line in lines)
+
+
+@pytest.mark.e2e
+def test_an_evaluator_that_falls_behind_still_records_every_epoch(state, tiny, tmp_path):
+    # A busy coordinator: its evaluator is held still while the chief trains on, far more epochs
+    # than the chief's Saver keeps; once it runs again it must find every epoch's weights.
+    run_dir = tmp_path / "run"
+    proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "14", "--mode", "sync", "--evaluator", "coordinator")
+    try:
+        _wait_for_epochs(run_dir, 1, proc)
+        evaluator = _evaluator(run_dir)
+        evaluator.suspend()
+        try:
+            deadline = time.monotonic() + 120
+            while _epochs_trained(run_dir) < 10 and time.monotonic() < deadline:
+                assert proc.poll() is None, proc.communicate()
+                time.sleep(0.2)
+            assert _epochs_trained(run_dir) >= 10
+            held = {p.name.removesuffix(".index") for p in (run_dir / "to-evaluate").glob("*.index")}
+            assert len(held) >= 8, held  # the chief's Saver keeps 2: these are the hand-overs
+        finally:
+            evaluator.resume()
+        out, err = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert [int(r["epoch"]) for r in _rows(run_dir)] == list(range(1, 15))
+    assert "not evaluated" not in (run_dir / "evaluator.log").read_text()
+    assert not list((run_dir / "to-evaluate").iterdir())  # each read, each released
+    assert len(list((run_dir / "checkpoints").glob("*.index"))) == 2
+
+
 @pytest.mark.e2e
 def test_a_killed_chief_stops_the_run_and_resume_continues(state, tiny, tmp_path):
     run_dir = tmp_path / "run"

@@ -288,5 +288,9 @@ def test_the_evaluator_beside_the_coordinator_reads_the_chiefs_checkpoints_from_
     node_run = lab.hosts[1].path(f"{lab.user.home}/{RUN_DIR}/runs/{node_run_name(run)}")
     assert not (node_run / "metrics.csv").exists() and not (node_run / "best").exists()
     assert list((run / "best").glob("*.index")) and len(list((run / "checkpoints").glob("*.index"))) == 2
+    # Each epoch's checkpoint handed over to the evaluator was moved here (none left on the node)
+    # and released once read.
+    assert (node_run / "to-evaluate").is_dir() and not list((node_run / "to-evaluate").iterdir())
+    assert not list((run / "to-evaluate").iterdir())
     for host in lab.hosts:
         assert _clients(host) == []

@@ -27,7 +27,7 @@ from picluster.data.har import har_dir
 from picluster.data.har.dataset import cache_path
 from picluster.errors import STORAGE_EXIT, ClusterError, StorageError, UsageError
 from picluster.inventory import Inventory, load_inventory
-from picluster.jobs.har import clients, metrics
+from picluster.jobs.har import clients, metrics, trained
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import load_data
 from picluster.jobs.har.rundir import RunDir
@@ -131,6 +131,7 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", events: E
                 cluster.check_shared({"the run directory": run.path.resolve(), "the data set": Path(config.data_dir).resolve()})
             if config.evaluator == "coordinator":  # first: its TensorFlow loads while the clients start
                 assert data_here is not None
+                trained.clear_handed_over(run.to_evaluate)  # an earlier launch's leftovers (a node's chief clears its own)
                 beside.append(clients.Evaluator(run, launch, str(data_here)))
             running = clients.start(run, used, inventory, resume, launch, runtime=runtime, launcher=cluster.launcher,
                                     beside=bool(beside))

@@ -86,14 +86,15 @@ def follow(run: RunDir, launch: str, data_dir: str | None = None) -> None:
                     duties.finish()
                     return
                 epoch = int(record["epoch"])
-                prefix = run.checkpoints / record["checkpoint"]
                 try:
-                    g.saver.restore(session, str(prefix))
+                    g.saver.restore(session, str(run.to_evaluate / record["checkpoint"]))
                 except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as exc:
-                    # The chief keeps its last few checkpoints: this one went before we got to it.
+                    # Handed over for us alone (trained.hand_over): only a damaged disk gets here.
                     say(f"evaluator: epoch {epoch} not evaluated: checkpoint {record['checkpoint']} cannot be read "
-                        f"({type(exc).__name__}); the chief keeps only its last few")
+                        f"({type(exc).__name__}: {str(exc).strip().splitlines()[0][:80] if str(exc).strip() else ''})")
                     continue
+                finally:
+                    trained.release(run.to_evaluate, record["checkpoint"])
                 stats = {k: v for k, v in record.items() if k not in ("launch", "time", "epoch", "checkpoint")}
                 if duties.end_epoch(epoch, stats):
                     say(f"evaluator: validation accuracy reached {cfg.target_val_accuracy:g} with the weights of epoch {epoch} "

@@ -24,7 +24,6 @@ from picluster.jobs.har.model import STEPS, Shape, channel_moments, l2_penalty, 
 # Each worker's graph-level seed: the chief's (task 0, which initialises the weights) is the
 # seed itself, as in a standalone run; the others get their own dropout streams.
 TASK_SEED_STRIDE = 1_000_003
-KEPT_FOR_EVALUATOR = 4  # checkpoints kept by a chief whose evaluator runs beside the coordinator
 
 
 def network(config: TrainConfig):
@@ -159,7 +158,7 @@ class Graph:
                 _check_shards(tf.train.ClusterSpec(cluster).num_tasks("ps"), tf.compat.v1.global_variables())
             self.parameters = int(sum(np.prod(v.shape) for v in self.variables))
             # Beside the coordinator the evaluator reads every epoch's checkpoint: keep a few for it to catch up.
-            self.saver = tf.compat.v1.train.Saver(max_to_keep=KEPT_FOR_EVALUATOR if config.evaluator == "coordinator" else 2)
+            self.saver = tf.compat.v1.train.Saver(max_to_keep=2)  # a resume's fallback; the evaluator gets its own (trained.hand_over)
             self.best_saver = tf.compat.v1.train.Saver(max_to_keep=1)
             self._exchange_probe(here)
 

@@ -45,13 +45,13 @@ class Mirror:
 
     def __init__(self, sftp: paramiko.SFTPClient, remote_dir: PurePosixPath, local_dir: Path, beside: bool = False) -> None:
         """beside: the evaluator runs beside the coordinator, writing the records, best/ and
-        tensorboard/ here; from the chief come its checkpoints and trained.jsonl only."""
+        tensorboard/ here; from the chief come its checkpoints, those it hands over and trained.jsonl only."""
         self.sftp = sftp
         self.remote_dir = remote_dir
         self.local_dir = local_dir
         self.beside = beside
         self.record_names = () if beside else RECORDS
-        self.trees = (RunDir.CHECKPOINTS,) if beside else TREES
+        self.trees = (RunDir.CHECKPOINTS, RunDir.TO_EVALUATE) if beside else TREES
         self._seen_progress: bytes | None = None
         self._seen_trained: bytes | None = None
         self.complete = False  # the final mirror is done
@@ -94,7 +94,8 @@ class Mirror:
         for name in self.record_names:
             self.get(name)
         for tree in self.trees:
-            self.get_tree(PurePosixPath(tree))
+            # Handed over to the evaluator here: moved, so that the node keeps none of them.
+            self.get_tree(PurePosixPath(tree), move=tree == RunDir.TO_EVALUATE)
 
     # -- files -----------------------------------------------------------------------------------
 
@@ -141,7 +142,7 @@ class Mirror:
         atomic.write_bytes(target, data)
         return data
 
-    def get_tree(self, relative: PurePosixPath) -> None:
+    def get_tree(self, relative: PurePosixPath, move: bool = False) -> None:
         try:
             entries = self.sftp.listdir_attr(str(self.remote_dir / relative))
         except FileNotFoundError:
@@ -152,7 +153,10 @@ class Mirror:
                 self.get_tree(child)
                 continue
             remote = (entry.st_size or 0, int(entry.st_mtime or 0))
-            if stale(_size_and_second(self.local_dir / child), remote):  # each epoch: only new checkpoint files
+            if move:
+                self.get(str(child))
+                self.sftp.remove(str(self.remote_dir / child))
+            elif stale(_size_and_second(self.local_dir / child), remote):  # each epoch: only new checkpoint files
                 self.get(str(child))
                 os.utime(self.local_dir / child, (entry.st_atime or 0, entry.st_mtime or 0))
 

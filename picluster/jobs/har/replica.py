@@ -41,7 +41,7 @@ from picluster.jobs.har.data import load_data, shard
 from picluster.jobs.har.graph import Graph
 from picluster.jobs.har.rundir import RunDir
 from picluster.jobs.har.straggler import Arrivals
-from picluster.jobs.har.trained import Trained
+from picluster.jobs.har.trained import Trained, clear_handed_over, hand_over
 
 PROBE_REPEATS = 3
 # The exchange is timed on a launch's first epoch and then every this many: between them an epoch's
@@ -113,6 +113,7 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
         duties = Chief(run, cfg, g, data, with_raw, start_epoch, start_step, restore, say) if chief and not beside else None
         trained = Trained(run.trained, launch) if beside else None
         if trained is not None:
+            clear_handed_over(run.to_evaluate)
             trained.add(begin=True, start_epoch=start_epoch, start_step=start_step, began=time.time(), per_ps=per_ps(g), data=data.checksum,
                         restore={"checkpoint": restore.checkpoint, "damaged": restore.damaged} if restore else None)
         status_file, started = run.worker_status(task), time.time()
@@ -138,6 +139,7 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
                 # until this chief's next step applies the next update.
                 step = int(raw(g.global_step))
                 save(with_raw, g.saver, run.checkpoints / "model.ckpt", step)
+                hand_over(run.checkpoints / f"model.ckpt-{step}", run.to_evaluate)
                 trained.add(epoch=epoch, checkpoint=f"model.ckpt-{step}", **stats)
             elif duties is not None and duties.end_epoch(epoch, stats):
                 break

@@ -19,6 +19,8 @@ same file:
     evaluator.log   the evaluator beside the coordinator: its output
     result.json     the evaluator, once, at the end
     checkpoints/    the chief
+    to-evaluate/    the chief, with an evaluator beside the coordinator: each epoch's checkpoint
+                    handed over (trained.py); the evaluator removes each once it has read it
     best/ tensorboard/   the evaluator
 
 The evaluator is the chief itself (worker 0, between its epochs) or, with ``--evaluator
@@ -41,6 +43,7 @@ class RunDir:
     TRAINED = "trained.jsonl"
     EVALUATOR_LOG = "evaluator.log"
     CHECKPOINTS = "checkpoints"
+    TO_EVALUATE = "to-evaluate"
     BEST = "best"
     TENSORBOARD = "tensorboard"
 
@@ -100,6 +103,10 @@ class RunDir:
     @property
     def checkpoints(self) -> Path:
         return self.path / self.CHECKPOINTS
+
+    @property
+    def to_evaluate(self) -> Path:
+        return self.path / self.TO_EVALUATE
 
     @property
     def best(self) -> Path:
