@@ -45,6 +45,8 @@ def _one_line_usage_error(result):
         (["--batch", "1", "--global-batch"], "--global-batch splits a batch across the workers"),
         (["--ema", "1"], "--ema 1.0 must be in [0, 1)"),
         (["--worker-runtime", "shared"], "--worker-runtime shared needs an inventory cluster"),
+        (["--warmup-updates", "6", "--warmup-epochs", "1"], "--warmup-updates 6 and --warmup-epochs 1 both set the warm-up: give one"),
+        (["--warmup-updates", "1.5"], "--warmup-updates"),
     ],
 )
 def test_bad_options_fail_in_one_line(state, tiny, args, words):
@@ -265,7 +267,7 @@ def test_an_evaluator_that_falls_behind_still_records_every_epoch(state, tiny, t
             assert len(held) >= 8, held  # the chief's Saver keeps 2: these are the hand-overs
         finally:
             evaluator.resume()
-        out, err = proc.communicate(timeout=180)
+        _out, err = proc.communicate(timeout=180)
     finally:
         proc.kill()
     assert proc.returncode == 0, err

@@ -38,11 +38,17 @@ def test_async_updates_are_one_workers_batch_and_keep_the_rate():
 def test_a_config_of_an_earlier_version_keeps_the_way_it_trained(tmp_path):
     """Resuming a run written before these fields existed must train as it did."""
     old = json.loads(TrainConfig().to_json())
-    for name in ("batch_per_worker", "lr_scaling", "warmup_epochs", "async_lr", "adam_beta1"):
+    for name in ("batch_per_worker", "lr_scaling", "warmup_epochs", "warmup_updates", "async_lr", "adam_beta1"):
         del old[name]
     (tmp_path / "config.json").write_text(json.dumps(old))
     c = TrainConfig.load(tmp_path / "config.json")
-    assert (c.batch_per_worker, c.lr_scaling, c.warmup_epochs, c.async_lr, c.adam_beta1) == (False, "none", 0.0, "constant", 0.9)
+    assert (c.batch_per_worker, c.lr_scaling, c.warmup_epochs, c.warmup_updates, c.async_lr, c.adam_beta1) == (False, "none", 0.0, 0, "constant", 0.9)
+    # A run of the version before the warm-up could count updates kept its warm-up in epochs.
+    old = json.loads(TrainConfig(warmup_epochs=2.0, warmup_updates=0).to_json())
+    del old["warmup_updates"]
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    c = TrainConfig.load(tmp_path / "config.json")
+    assert (c.warmup_epochs, c.warmup_updates) == (2.0, 0)
 
 
 def test_two_ps_tasks_hold_even_shares_of_the_bytes():
@@ -74,6 +80,32 @@ def test_the_rate_warms_up_to_the_scaled_rate_then_stays():
         with tf.compat.v1.Session() as s:
             got = [s.run(lr, {step: n}) for n in (0, 10, 20, 100)]
     assert got == pytest.approx([0.001, 0.0015, 0.002, 0.002])
+
+
+@pytest.mark.parametrize("per_epoch", [10, 40])
+def test_a_warm_up_in_updates_is_the_same_length_whatever_an_epoch_holds(per_epoch):
+    import tensorflow as tf
+
+    from picluster.jobs.har.graph import learning_rate
+
+    tf.compat.v1.disable_eager_execution()
+    c = TrainConfig.for_model(workers=4, warmup_updates=10)
+    assert (c.warmup_updates, c.warmup_epochs) == (10, 0.0)
+    with tf.Graph().as_default():
+        step = tf.compat.v1.placeholder(tf.int64, [])
+        lr = learning_rate(c, step, per_epoch=per_epoch, workers=4)
+        with tf.compat.v1.Session() as s:
+            got = [s.run(lr, {step: n}) for n in (0, 5, 10, 100)]
+    assert got == pytest.approx([0.001, 0.0015, 0.002, 0.002])
+
+
+def test_the_warm_up_is_given_in_one_unit():
+    # Either option alone replaces the default warm-up, whichever unit that is counted in.
+    assert (TrainConfig.for_model(warmup_epochs=1.0).warmup_updates, TrainConfig.for_model(warmup_epochs=1.0).warmup_epochs) == (0, 1.0)
+    assert TrainConfig.for_model(warmup_updates=6).warmup_epochs == 0.0
+    with pytest.raises(UsageError, match=r"--warmup-updates 6 and --warmup-epochs 1 both set the warm-up: give one"):
+        TrainConfig.for_model(warmup_updates=6, warmup_epochs=1.0)
+    assert TrainConfig.for_model(warmup_updates=0, warmup_epochs=0.0).warmup_epochs == 0.0
 
 
 def test_cosine_decays_the_scaled_rate_to_zero_at_the_last_epoch():

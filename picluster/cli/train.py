@@ -44,7 +44,11 @@ def train() -> None:
                    "across the workers, as in the thesis [batch-per-worker]")
 @click.option("--lr-scaling", type=click.Choice(["none", "sqrt", "linear"]), default=None,
               help="the rate times (an update's windows / --batch) to the power 0, 1/2 or 1 [sqrt]")
-@click.option("--warmup-epochs", type=Real(), default=None, help="epochs over which the scaled rate is reached linearly [2]")
+@click.option("--local-steps", type=Whole(), default=None,
+              help="sync: after --local-after epochs, each worker's steps between syncs that average the models (post-local SGD) [1: every step syncs]")
+@click.option("--local-after", type=Whole(), default=None, help="epochs of synchronous steps before --local-steps apply [2]")
+@click.option("--warmup-updates", type=Whole(), default=None, help="updates over which the scaled rate is reached linearly [none: --warmup-epochs]")
+@click.option("--warmup-epochs", type=Real(), default=None, help="epochs over which the scaled rate is reached linearly, instead of --warmup-updates [2]")
 @click.option("--async-lr", type=click.Choice(["constant", "staleness"]), default=None,
               help="async: divide each update's rate by its staleness (updates since it read the weights) [staleness]")
 @click.option("--adam-beta1", type=Real(), default=None, help="Adam's momentum (beta1) [0.9]")

@@ -141,7 +141,7 @@ class Chief:
             self.with_raw(lambda s: self.g.best_saver.restore(s, str(prefix)))
             test = self.evaluate("test")
         else:
-            local = replace(self.cfg, standalone=True)  # same variables, no ps, no sync queues
+            local = replace(self.cfg, standalone=True, local_steps=1)  # same variables, no ps, no sync queues
             g = Graph(local, 0, self.data)
             threads = self.cfg.threads or 0
             config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads)

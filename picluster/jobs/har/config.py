@@ -32,6 +32,7 @@ ASYNC_LRS = ("constant", "staleness")  # "staleness": each update's rate divided
 # How a step moves tensors between a worker and the ps tasks: "fused", one flat tensor of weights
 # and one of gradients per ps (a few RPCs a step); "variables", one tensor per variable each way.
 EXCHANGES = ("fused", "variables")
+WARMUPS = ("warmup_updates", "warmup_epochs")  # one warm-up, counted in either unit
 MAX_CONFIG_BYTES = 64 * 1024  # config.json is about 1 KB
 MAX_CONV_LAYERS = 7  # 128 steps: the seventh pool of 2 leaves one
 # Fields a run's config.json of an earlier version names otherwise: (old name, models, new name).
@@ -40,7 +41,8 @@ RENAMED = (("conv_layers", ("convlstm",), "layers"),)
 # config.json lacks them), which is not always the new default.
 ADDED: dict[str, Any] = {"eval_test_every_epoch": True, "val_volunteers": "",
                          "batch_per_worker": False, "lr_scaling": "none", "warmup_epochs": 0.0, "async_lr": "constant",
-                         "adam_beta1": 0.9, "evaluator": "chief", "exchange": "variables"}
+                         "adam_beta1": 0.9, "evaluator": "chief", "exchange": "variables",
+                         "warmup_updates": 0, "local_steps": 1, "local_after": 2}
 
 
 def within(default, low, high, *, low_open: bool = False, high_open: bool = False, flag: str | None = None):
@@ -99,7 +101,11 @@ class TrainConfig:
     # the workers (the thesis' way: every update sees --batch windows, however many workers).
     batch_per_worker: bool = True
     lr_scaling: str = one_of("sqrt", LR_SCALINGS)  # the rate times (update's windows / --batch) ** (1/2, 1 or 0)
-    warmup_epochs: float = within(2.0, 0.0, 1000.0)  # the scaled rate is reached linearly over this many epochs
+    # The scaled rate is reached linearly over this many updates, or epochs (one of the two): an
+    # epoch at N sync workers is N times fewer updates, so a warm-up in epochs takes a larger
+    # share of a large cluster's updates.
+    warmup_updates: int = within(0, 0, 1_000_000)
+    warmup_epochs: float = within(2.0, 0.0, 1000.0)
     async_lr: str = one_of("staleness", ASYNC_LRS)  # async: "staleness" divides each update's rate by its staleness
     # Adam's momentum.  Asynchrony adds momentum of its own (Mitliagkas et al., "Asynchrony begets
     # momentum", 2016): N async workers act like momentum about 1 - 1/N on top of this one.
@@ -112,6 +118,10 @@ class TrainConfig:
     workers: int = within(2, 1, 64)
     ps: int = within(1, 1, 16)
     exchange: str = one_of("fused", EXCHANGES)  # see EXCHANGES; a standalone run exchanges nothing
+    # Post-local SGD (localsgd.py): after --local-after epochs of synchronous steps, each worker
+    # takes this many steps of its own between syncs that average the models; 1: every step syncs.
+    local_steps: int = within(1, 1, 10_000)
+    local_after: int = within(2, 0, 100_000)  # epochs
     standalone: bool = False  # one process, no ps: the benchmark's baseline
     evaluator: str = one_of("auto", EVALUATORS)  # see EVALUATORS; a standalone run evaluates in its one process
     # -- reproducibility (same config and seed: identical metrics.csv in standalone and sync mode) --
@@ -134,6 +144,8 @@ class TrainConfig:
         foreign = [name for name in OTHER_MODEL_ONLY[self.model] if getattr(self, name) != defaults[name]]
         if foreign:
             raise UsageError(_not_for(foreign[0], self.model))
+        if self.warmup_updates and self.warmup_epochs:
+            raise UsageError(f"--warmup-updates {self.warmup_updates} and --warmup-epochs {self.warmup_epochs:g} both set the warm-up: give one")
         if self.model == "convlstm" and self.layers > MAX_CONV_LAYERS:
             raise UsageError(f"--layers {self.layers} is too deep for --model convlstm: at most {MAX_CONV_LAYERS} convolution blocks (each pools the 128-step window)")
         if self.bidir and self.model == "resbidir" and self.hidden % 2:
@@ -142,6 +154,14 @@ class TrainConfig:
             raise UsageError(f"--rnn-hidden {self.rnn_hidden} must be even with --bidir (rnn_hidden/2 units per direction)")
         if self.threads and not self.standalone:
             raise UsageError("--threads sets a standalone run's threads; a cluster's servers set their own: add --standalone or drop --threads")
+        if self.local_steps > 1:
+            # The local steps are built on the fused exchange's layout, and average models, not
+            # gradients: a single process, async updates or a moving average have no such sync.
+            why = ("a standalone run has one model" if self.standalone else "--mode async has no sync" if self.mode == "async"
+                   else "one worker has no other model to average with" if self.workers == 1
+                   else "it needs --exchange fused" if self.exchange != "fused" else "--ema is not kept by the local steps" if self.ema else None)
+            if why:
+                raise UsageError(f"--local-steps {self.local_steps} averages sync workers' models: {why}; drop --local-steps")
         if self.mode == "sync" and not self.standalone and not self.batch_per_worker and self.batch < self.workers:
             raise UsageError(f"--batch {self.batch} is smaller than --workers {self.workers}: --global-batch splits a batch across "
                              "the workers; raise --batch or drop --global-batch")
@@ -150,6 +170,9 @@ class TrainConfig:
     def for_model(cls, **given) -> "TrainConfig":
         """The config of the options given (the command line's): the model's own defaults where
         they differ from the dataclass's (the recipe's), and an option of the other model refused."""
+        warmups = [name for name in WARMUPS if name in given]
+        if len(warmups) == 1:  # the warm-up given is the warm-up: the other unit's default gives way
+            given = given | {name: 0 for name in WARMUPS if name not in given}
         config = cls(**(MODEL_DEFAULTS.get(given.get("model", "convlstm"), {}) | given))  # ranges first
         foreign = [name for name in OTHER_MODEL_ONLY[config.model] if name in given]  # even at its default value
         if foreign:

@@ -44,7 +44,7 @@ POLL_S = 0.1  # a look at trained.jsonl: a local file (the coordinator mirrors a
 def follow(run: RunDir, launch: str, data_dir: str | None = None) -> None:
     tf.get_logger().setLevel("ERROR")  # TensorFlow's notes on its own deprecations are not the user's
     cfg = TrainConfig.load(run.config)
-    local = replace(cfg, standalone=True, data_dir=data_dir or cfg.data_dir)  # same variables, no ps, no sync queues
+    local = replace(cfg, standalone=True, local_steps=1, data_dir=data_dir or cfg.data_dir)  # same variables, no ps, no sync queues
     data = load_data(local)
     tf.compat.v1.disable_eager_execution()
     g = Graph(local, 0, data)

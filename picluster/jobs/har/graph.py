@@ -19,6 +19,7 @@ from picluster.errors import UsageError
 from picluster.jobs.har import fusion
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.convlstm import ConvShape, conv_logits
+from picluster.jobs.har.localsgd import LocalSteps
 from picluster.jobs.har.model import STEPS, Shape, channel_moments, l2_penalty, logits, standardise
 
 # Each worker's graph-level seed: the chief's (task 0, which initialises the weights) is the
@@ -103,15 +104,7 @@ class Graph:
                 else:
                     x = _inputs(x, config, data)
                     out = self.forward(x, self.keep)
-                xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=self.y, logits=out)
-                if config.label_smoothing:  # the training loss only; evaluation's stays the plain one
-                    smooth = config.label_smoothing
-                    target = tf.one_hot(self.y, self.shape.classes) * (1.0 - smooth) + smooth / self.shape.classes
-                    self.xent = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=target, logits=out))
-                else:
-                    self.xent = tf.reduce_mean(xent)
-                self.loss = self.xent + config.l2 * l2_penalty(tf.compat.v1.trainable_variables(), value)
-                self.correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(out, 1), self.y), tf.int64))
+                self.loss, self.xent, self.correct, xent = self._losses(out, config, value)
                 _, per_epoch = config.steps_per_epoch(len(data.x_train), workers)
                 # Fused, the rate (from the global step) and Adam's constants are made on ps 0, where
                 # the step and the updates are: made here, each would be one more transfer a step.
@@ -130,8 +123,19 @@ class Graph:
                 else:
                     grads, variables = zip(*opt.compute_gradients(self.loss))
                 if self.sync:
-                    self.train, self.arrivals = _sync_step(opt, grads, variables, self.global_step, config, task, workers,
-                                                           launch, fused_on, on_ps)
+                    def adam(means, squares):
+                        with on_ps():  # fused: on the ps, where the averaged gradients are
+                            norm = tf.sqrt(tf.add_n(squares))
+                            scale = config.clip_norm / tf.maximum(norm, config.clip_norm)  # clip_by_global_norm's factor
+                        clipped = []
+                        for v, g in zip(variables, means):
+                            with tf.compat.v1.device(v.device):
+                                clipped.append(g * scale)
+                        with on_ps():
+                            return opt.apply_gradients(zip(clipped, variables), global_step=self.global_step)
+
+                    self.train, self.arrivals = _sync_step(grads, variables, self.global_step, task, workers, launch, adam,
+                                                           fused_on)
                 else:
                     clipped, _ = tf.clip_by_global_norm(grads, config.clip_norm)  # where the gradients are
                     if fused_on:
@@ -153,6 +157,9 @@ class Graph:
                 self.xent_sum = tf.reduce_sum(xent)
                 with tf.control_dependencies([self.train]):
                     self.step_after = self.global_step.read_value()
+                self.local: LocalSteps | None = None  # post-local SGD's ops (localsgd.py), with --local-steps above 1
+                if self.sync and fused_on and config.local_steps > 1:
+                    self._local_steps(made, opt, fused_on, config, per_epoch, workers, task, launch, data, on_ps)
             self.variables = tf.compat.v1.trainable_variables()
             if cluster is not None:
                 _check_shards(tf.train.ClusterSpec(cluster).num_tasks("ps"), tf.compat.v1.global_variables())
@@ -161,6 +168,63 @@ class Graph:
             self.saver = tf.compat.v1.train.Saver(max_to_keep=2)  # a resume's fallback; the evaluator gets its own (trained.hand_over)
             self.best_saver = tf.compat.v1.train.Saver(max_to_keep=1)
             self._exchange_probe(here)
+
+    def _losses(self, out, config: TrainConfig, value):
+        """(training loss, its cross-entropy, correct predictions, each window's plain cross-entropy)
+        of the logits ``out``; ``value``: the tensor holding a variable's value (its local copy)."""
+        xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=self.y, logits=out)
+        if config.label_smoothing:  # the training loss only; evaluation's stays the plain one
+            smooth = config.label_smoothing
+            target = tf.one_hot(self.y, self.shape.classes) * (1.0 - smooth) + smooth / self.shape.classes
+            mean = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=target, logits=out))
+        else:
+            mean = tf.reduce_mean(xent)
+        loss = mean + config.l2 * l2_penalty(tf.compat.v1.trainable_variables(), value)
+        correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(out, 1), self.y), tf.int64))
+        return loss, mean, correct, xent
+
+    def _local_steps(self, made, opt, here, config, per_epoch, workers, task, launch, data, on_ps) -> None:
+        """The local phase's steps and its model-averaging sync (localsgd.py)."""
+        variables = tuple(tf.compat.v1.trainable_variables())
+        x = self.x
+
+        def loss_of(getter, value):
+            with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True, custom_getter=getter):
+                out = self.forward(_inputs(x, config, data), self.keep)
+            loss, mean, correct, _ = self._losses(out, config, value)
+            return loss, mean, correct
+
+        # The rate of the step the worker is at: the global step at the last sync plus its own steps.
+        self.local_done = tf.compat.v1.placeholder(tf.int64, [], name="local_done")
+        with tf.compat.v1.device(here):
+            self.global_step_seen = tf.compat.v1.get_variable("local_global_step", [], tf.int64, trainable=False,
+                                                              collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
+                                                              initializer=tf.compat.v1.zeros_initializer())
+            rate = learning_rate(config, self.global_step_seen + self.local_done, per_epoch, workers)
+        if task != 0:
+            # Only the chief's graph applies Adam (_sync_step), so only it holds the names of
+            # Adam's moments on the ps; a launch's first local step reads them on every worker.
+            # Built, never run: it names the same variables on the ps, which the chief initialises.
+            with on_ps():
+                opt.apply_gradients([(tf.zeros_like(v), v) for v in variables])
+        local = self.local = LocalSteps(made, opt, here, config, rate, loss_of, variables)
+        self.local_begun = False  # the training loop runs local_start once a launch, before its first local step
+        self.local_step_seen = self.global_step_seen.read_value()
+
+        def average(means, _squares):
+            adds = []
+            for v, change in zip(variables, means):
+                with tf.compat.v1.device(v.device):
+                    adds.append(v.assign_add(change, read_value=False))
+            with on_ps():
+                counted = self.global_step.assign_add(self.local_done, read_value=False)  # the steps it covers
+            return tf.group(*adds, counted)
+
+        synced, _ = _sync_step(local.trainable_changes(variables), variables, self.global_step, task, workers, launch,
+                               average, here, tag="avg_")
+        with tf.control_dependencies([synced]):  # then every worker reads the averaged weights
+            self.local_sync = tf.group(local.pull(), self.global_step_seen.assign(self.global_step.read_value()))
+        self.local_start = tf.group(local.start(), self.global_step_seen.assign(self.global_step.read_value()))
 
     def _staleness(self):
         """How many updates landed since this step read its weights (at least 1): an async update's
@@ -220,13 +284,14 @@ def _check_shards(tasks: int, variables) -> None:
 
 def learning_rate(config: TrainConfig, global_step, per_epoch: int, workers: int):
     """The rate of each update: --lr times lr_scale (for the windows one update sees), reached
-    linearly over --warmup-epochs (a large batch's first steps diverge at the full rate: Goyal et
-    al., 2017), then constant or cosine-decayed to 0 at the last epoch."""
+    linearly over --warmup-updates updates or --warmup-epochs epochs (a large batch's first steps
+    diverge at the full rate: Goyal et al., 2017), then constant or cosine-decayed to 0 at the
+    last epoch."""
     base = config.learning_rate
     peak = base * config.lr_scale(workers)
     step = tf.cast(global_step, tf.float32)
     lr = tf.constant(peak, tf.float32)
-    warm = config.warmup_epochs * per_epoch
+    warm = config.warmup_updates + config.warmup_epochs * per_epoch  # one of the two is 0
     if warm > 0 and peak != base:
         lr = base + (peak - base) * tf.minimum(1.0, step / warm)
     if config.lr_schedule == "cosine":
@@ -246,47 +311,49 @@ def _averaged_logits(ema, x, forward):
         return forward(x, 1.0)
 
 
-def _sync_step(opt, grads, variables, global_step, config, task, workers, launch, fused_on=None,
-               on_ps=contextlib.nullcontext):
+def _sync_step(grads, variables, global_step, task, workers, launch, apply, fused_on=None, tag=""):
     """One synchronous step: every worker's gradient, averaged, applied once by the chief.
 
     Per ps task, each worker puts the gradients of that ps's variables in its own one-slot queue
     there and then waits for a token; the chief takes one gradient from every queue, each ps
-    averages its own share (the work is spread as the bytes are), the chief clips by the global
-    norm (from one scalar per ps), applies Adam (on each variable's ps) and hands each worker a
-    token.  Each worker also leaves (its task, the time) in one queue on ps 0 once its gradients
-    are all there, stamped by ps 0's clock so that the workers' clocks never need to agree; the
-    chief takes them with the gradients (the ``arrivals`` it returns), and the last one each step
-    is the worker the others waited for.  Unlike SyncReplicasOptimizer, which accepts any
-    ``replicas_to_aggregate`` gradients (a fast worker may supply two), every step holds exactly
-    one gradient per worker.  Queue
-    names carry the launch id, so a persistent cluster's leftovers from an earlier launch are
-    never read.  Fused (``fused_on``: this worker's device; fusion.py) each worker's share for a ps
-    is one flat tensor, and the ps averages it flat before cutting it into the variables' gradients.
+    averages its own share (the work is spread as the bytes are), the chief applies the means
+    (``apply(means, squares)``: the means in the order of ``variables`` and each ps's sum of their
+    squares, for a global norm; Adam's clipped apply, or post-local SGD's average of the models)
+    and hands each worker a token.  Each worker also leaves (its task, the time) in one queue on
+    ps 0 once its gradients are all there, stamped by ps 0's clock so that the workers' clocks
+    never need to agree; the chief takes them with the gradients (the ``arrivals`` it returns),
+    and the last one each step is the worker the others waited for.  Unlike
+    SyncReplicasOptimizer, which accepts any ``replicas_to_aggregate`` gradients (a fast worker
+    may supply two), every step holds exactly one gradient per worker.  Queue names carry the
+    launch id (and ``tag``, one set of queues per kind of sync), so a persistent cluster's
+    leftovers from an earlier launch are never read.  Fused (``fused_on``: this worker's device;
+    fusion.py) each worker's share for a ps is one flat tensor, and the ps averages it flat
+    before cutting it into the variables' gradients.
     """
     pushes, means = [], [None] * len(variables)
-    averaged = []
+    squares = []
     for s, (device, members) in enumerate(fusion.by_ps(variables)):
         sent = [fusion.flatten([grads[i] for i in members], fused_on)] if fused_on else [grads[i] for i in members]
         with tf.compat.v1.device(device):
             queues = [tf.queue.FIFOQueue(1, [tf.float32] * len(sent), shapes=[g.shape for g in sent],
-                                         shared_name=f"grads_{s}_{w}_{launch}", name=f"grads_{s}_{w}") for w in range(workers)]
+                                         shared_name=f"{tag}grads_{s}_{w}_{launch}", name=f"{tag}grads_{s}_{w}")
+                      for w in range(workers)]
         pushes.append(queues[task].enqueue(sent))
         if task == 0:
             with tf.control_dependencies(pushes[-1:]), tf.compat.v1.device(device):
                 taken = [q.dequeue() for q in queues]
                 taken = [t if isinstance(t, list | tuple) else [t] for t in taken]
                 mean = [tf.add_n(list(gs)) / float(workers) for gs in zip(*taken)]
-                averaged.append((tf.add_n([tf.reduce_sum(tf.square(g)) for g in mean]), device))
+                squares.append(tf.add_n([tf.reduce_sum(tf.square(g)) for g in mean]))
                 if fused_on:
                     mean = fusion.split(mean[0], [variables[i].shape for i in members])
             for i, g in zip(members, mean):
                 means[i] = g
     with tf.compat.v1.device("/job:ps/task:0"):
-        tokens = [tf.queue.FIFOQueue(1, [tf.int64], shapes=[[]], shared_name=f"token_{w}_{launch}", name=f"token_{w}")
+        tokens = [tf.queue.FIFOQueue(1, [tf.int64], shapes=[[]], shared_name=f"{tag}token_{w}_{launch}", name=f"{tag}token_{w}")
                   for w in range(workers)]
-        arrivals = tf.queue.FIFOQueue(workers, [tf.int32, tf.float64], shapes=[[], []], shared_name=f"arrivals_{launch}",
-                                      name="arrivals")
+        arrivals = tf.queue.FIFOQueue(workers, [tf.int32, tf.float64], shapes=[[], []], shared_name=f"{tag}arrivals_{launch}",
+                                      name=f"{tag}arrivals")
         with tf.control_dependencies(pushes):
             arrived = arrivals.enqueue([tf.constant(task, tf.int32), tf.timestamp()])
     if task != 0:
@@ -294,15 +361,7 @@ def _sync_step(opt, grads, variables, global_step, config, task, workers, launch
             return tokens[task].dequeue(), None
     with tf.control_dependencies([arrived]), tf.compat.v1.device("/job:ps/task:0"):
         stamps = arrivals.dequeue_many(workers)
-    with on_ps():  # fused: on the ps, where the averaged gradients are
-        norm = tf.sqrt(tf.add_n([sq for sq, _ in averaged]))
-        scale = config.clip_norm / tf.maximum(norm, config.clip_norm)  # clip_by_global_norm's factor
-    clipped = []
-    for i, g in enumerate(means):
-        with tf.compat.v1.device(variables[i].device):
-            clipped.append(g * scale)
-    with on_ps():
-        apply = opt.apply_gradients(zip(clipped, variables), global_step=global_step)
-    with tf.control_dependencies([apply, *stamps]):
+    applied = apply(means, squares)
+    with tf.control_dependencies([applied, *stamps]):
         step = global_step.read_value()
         return tf.group(*[tokens[w].enqueue([step]) for w in range(1, workers)]), stamps

@@ -22,9 +22,13 @@ def _update(config) -> str:
     workers = 1 if config.standalone else config.workers
     windows = config.worker_batch(workers) * (workers if config.mode == "sync" else 1)
     lr = config.learning_rate * config.lr_scale(workers)
-    warm = f" after {config.warmup_epochs:g} warm-up epochs" if config.warmup_epochs and lr != config.learning_rate else ""
+    length = (f"{config.warmup_updates} warm-up update{'s' if config.warmup_updates != 1 else ''}" if config.warmup_updates
+              else f"{config.warmup_epochs:g} warm-up epoch{'s' if config.warmup_epochs != 1 else ''}" if config.warmup_epochs else "")
+    warm = f" after {length}" if length and lr != config.learning_rate else ""
     stale = ", divided by its staleness" if config.mode == "async" and config.async_lr == "staleness" and workers > 1 else ""
-    return f"{windows} windows per update at rate {lr:.3g}{warm}{stale}"
+    local = (f", models averaged every {config.local_steps} local steps after epoch {config.local_after}"
+             if config.local_steps > 1 and config.mode == "sync" and workers > 1 else "")
+    return f"{windows} windows per update at rate {lr:.3g}{warm}{stale}{local}"
 
 
 class Printer:

@@ -272,6 +272,16 @@ def train_epoch(session, g: Graph, data, order, jitter: np.random.Generator, ste
     arrivals = Arrivals(g.workers) if g.arrivals is not None else None
     if arrivals is not None:
         fetches.append(g.arrivals)
+    # Post-local SGD (localsgd.py): past --local-after, steps of this worker's own, a sync that
+    # averages the models after every --local-steps of them and at the epoch's end.
+    local = g.local if g.local is not None and epoch > cfg.local_after else None
+    if local is not None:
+        fetches = [local.step, local.xent, local.correct]
+        arrivals = None
+        if not g.local_begun:  # this launch's first local step: the weights and Adam's moments from the ps
+            session.run(g.local_start)
+            g.local_begun = True
+    done = 0
     after = 0
     begin = live_at = time.perf_counter()
     for s in range(steps):
@@ -281,7 +291,15 @@ def train_epoch(session, g: Graph, data, order, jitter: np.random.Generator, ste
         idx = np.sort(order[s * batch:(s + 1) * batch])
         feed = {g.x: augment.augment(data.x_train[idx], jitter, spec), g.y: data.y_train[idx], g.keep: cfg.keep_prob}
         t1 = time.perf_counter()
-        _, loss, ok, before, after, *stamps = session.run(fetches, feed)
+        if local is not None:
+            _, loss, ok = session.run(fetches, feed | {g.local_done: done})
+            done += 1
+            if done == cfg.local_steps or s == steps - 1:
+                session.run(g.local_sync, {g.local_done: done})
+                done = 0
+                after = session.run(g.local_step_seen) if s == steps - 1 else after
+        else:
+            _, loss, ok, before, after, *stamps = session.run(fetches, feed)
         t2 = time.perf_counter()
         t_input += t1 - t0
         t_step += t2 - t1
