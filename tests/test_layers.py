@@ -15,7 +15,7 @@ LAYERS = (
     ("monitor", "provision", "lab", "upkeep"),
     ("cluster", "views"),
     ("clusterspec", "data", "inventory", "fanout", "nodestats"),
-    ("atomic", "nodeset", "tokens", "tflog", "processes"),
+    ("atomic", "nodeset", "tokens", "tflog", "processes", "cpus"),
     ("paths", "errors"),
 )
 ENTRY = {"__init__", "__main__"}  # the package's face and `python -m picluster`: above everything

@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from picluster import atomic
+from picluster import atomic, cpus
 from picluster.cluster.lifetime import die_with_parent
 from picluster.cluster.shim import only_on, reexec_with_shim
 
@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all", action="store_true", help="serve every task of the layout (all on this machine)")
     parser.add_argument("--slurm-node", action="store_true",
                         help="serve every task of the Slurm node this step task runs on (SLURMD_NODENAME)")
-    parser.add_argument("--threads", type=int, default=0, help="intra/inter-op threads (0: TensorFlow's default)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="intra/inter-op threads (0: the CPUs this process may use, its cgroup's quota counted; cpus.py)")
     parser.add_argument("--ready-file", type=Path, help="written once the task serves (one task)")
     parser.add_argument("--ready-dir", type=Path, help="where each task's ready file goes once it serves (--all)")
     parser.add_argument("--parent", type=int, help="exit when this pid (the coordinator) exits")
@@ -69,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     import tensorflow as tf
 
+    # TensorFlow would size its pools from every core it sees, quota or not (cpus.py).
+    args.threads = args.threads or cpus.usable()
     if args.threads:
         # The server's devices take their pools from the context, not from the ConfigProto.
         # One spare inter-op thread: a long kernel must not hold up sends to other tasks.
