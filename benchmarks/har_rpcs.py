@@ -1,6 +1,6 @@
 """What one HAR training step sends between tasks: tensors and RPCs per worker-step, counted.
 
-Run: .venv/bin/python benchmarks/har_rpcs.py [--workers 2] [--ps 1] [--mode sync] [--exchange fused,variables]
+Run: .venv/bin/python benchmarks/har_rpcs.py [--workers 2] [--ps 1] [--mode sync] [--exchange fused,variables] [--local 1,4]
 (counts, not time: it needs no quiet machine.)
 
 Real TensorFlow servers in this process (ps and workers on 127.0.0.1), each worker with the
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 ROWS = Path(__file__).resolve().parent / "results" / "har_rpcs.csv"
 FIELDS = ("exchange", "mode", "workers", "ps", "worker_partitions", "remote_partitions", "remote_tensors",
-          "rpcs_per_worker_step", "chief_remote_tensors", "chief_rpcs")
+          "rpcs_per_worker_step", "chief_remote_tensors", "chief_rpcs", "local_step_rpcs", "sync_rpcs", "chief_sync_rpcs")
 
 
 def free_ports(n: int) -> list[int]:
@@ -62,7 +62,9 @@ def count(metadata, own: str) -> dict:
             "remote_tensors": remote_tensors}
 
 
-def measure(exchange: str, mode: str, workers: int, ps: int, steps: int = 3) -> dict:
+def measure(exchange: str, mode: str, workers: int, ps: int, steps: int = 3, local: int = 1) -> dict:
+    """One row; ``local`` above 1: post-local SGD's step (--local-steps), its RPCs counted per
+    local step and per sync (one every ``local`` steps), and amortised per worker-step."""
     import tensorflow as tf
 
     from picluster.jobs.har.config import TrainConfig
@@ -73,7 +75,8 @@ def measure(exchange: str, mode: str, workers: int, ps: int, steps: int = 3) -> 
     cluster = {"ps": [f"127.0.0.1:{p}" for p in ports[:ps]], "worker": [f"127.0.0.1:{p}" for p in ports[ps:]]}
     servers = [tf.distribute.Server(cluster, "ps", t, start=True) for t in range(ps)]
     servers += [tf.distribute.Server(cluster, "worker", t, start=True) for t in range(workers)]
-    cfg = TrainConfig(workers=workers, ps=ps, mode=mode, exchange=exchange, evaluator="coordinator")
+    cfg = TrainConfig(workers=workers, ps=ps, mode=mode, exchange=exchange, evaluator="coordinator", local_steps=local,
+                      local_after=0)
     rng = np.random.default_rng(0)
     data = types.SimpleNamespace(x_train=rng.normal(size=(2000, 128, 9)).astype(np.float32))
     batch = cfg.worker_batch(workers)
@@ -85,9 +88,30 @@ def measure(exchange: str, mode: str, workers: int, ps: int, steps: int = 3) -> 
         sessions.append(tf.compat.v1.Session(f"grpc://{cluster['worker'][t]}", graph=g.graph, config=config))
     with graphs[0].graph.as_default():
         sessions[0].run(tf.compat.v1.global_variables_initializer())
+    if local > 1:
+        for g, s in zip(graphs, sessions):
+            with g.graph.as_default():
+                s.run(tf.compat.v1.local_variables_initializer())
+            s.run(g.local_start)
     options = tf.compat.v1.RunOptions(output_partition_graphs=True)
     found: dict[int, dict] = {}
     errors: list[BaseException] = []
+
+    def work_local(t: int) -> None:
+        g, s = graphs[t], sessions[t]
+        try:
+            for i in range(local):
+                feed = {g.x: data.x_train[:batch], g.y: np.zeros(batch, np.int64), g.keep: 0.85, g.local_done: i}
+                metadata = tf.compat.v1.RunMetadata()
+                s.run(g.local.step, feed, options=options, run_metadata=metadata)
+            found[t] = count(metadata, f"worker:{t}")
+            metadata = tf.compat.v1.RunMetadata()
+            s.run(g.local_sync, {g.local_done: local}, options=options, run_metadata=metadata)
+            synced[t] = count(metadata, f"worker:{t}")
+        except BaseException as exc:
+            errors.append(exc)
+
+    synced: dict[int, dict] = {}
 
     def work(t: int) -> None:
         g, s = graphs[t], sessions[t]
@@ -104,7 +128,7 @@ def measure(exchange: str, mode: str, workers: int, ps: int, steps: int = 3) -> 
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(workers)]
+    threads = [threading.Thread(target=work if local == 1 else work_local, args=(t,)) for t in range(workers)]
     for th in threads:
         th.start()
     for th in threads:
@@ -113,10 +137,20 @@ def measure(exchange: str, mode: str, workers: int, ps: int, steps: int = 3) -> 
         s.close()
     if errors:
         raise errors[0]
+    def rpcs(step: dict) -> float:
+        return step["remote_partitions"] + step["remote_tensors"]
+
+    if local > 1:  # a sync's RPCs shared among the local steps it follows
+        found = {t: {k: found[t][k] + synced[t][k] / local for k in found[t]} for t in found}
     others = [found[t] for t in range(1, workers)] or [found[0]]
     per = {k: float(np.median([o[k] for o in others])) for k in others[0]}
     chief = found[0]
-    return {"exchange": exchange, "mode": mode, "workers": workers, "ps": ps,
+    extra = {}
+    if local > 1:
+        extra = {"local_step_rpcs": float(np.median([rpcs(found[t]) - rpcs(synced[t]) / local for t in found])),
+                 "sync_rpcs": float(np.median([rpcs(synced[t]) for t in range(1, workers)] or [rpcs(synced[0])])),
+                 "chief_sync_rpcs": rpcs(synced[0])}
+    return {"exchange": exchange if local == 1 else f"{exchange}+local{local}", "mode": mode, "workers": workers, "ps": ps, **extra,
             "worker_partitions": per["partitions"], "remote_partitions": per["remote_partitions"],
             "remote_tensors": per["remote_tensors"],
             "rpcs_per_worker_step": per["remote_partitions"] + per["remote_tensors"],
@@ -129,6 +163,7 @@ def main() -> None:
     ap.add_argument("--ps", default="1")
     ap.add_argument("--mode", default="sync,async")
     ap.add_argument("--exchange", default="variables,fused")
+    ap.add_argument("--local", default="1", help="--local-steps values, comma-separated (sync only) [1]")
     ap.add_argument("--keep", help="also write the rows to this CSV (for docs/data)")
     args = ap.parse_args()
     rows = []
@@ -136,13 +171,16 @@ def main() -> None:
         for mode in args.mode.split(","):
             for ps in (int(p) for p in args.ps.split(",")):
                 for workers in (int(w) for w in args.workers.split(",")):
-                    row = measure(exchange, mode, workers, ps)
-                    print(json.dumps(row), flush=True)
-                    rows.append(row)
+                    for local in (int(k) for k in args.local.split(",")):
+                        if local > 1 and mode != "sync":
+                            continue
+                        row = measure(exchange, mode, workers, ps, local=local)
+                        print(json.dumps(row), flush=True)
+                        rows.append(row)
     for path in [ROWS] + ([Path(args.keep)] if args.keep else []):
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w", newline="") as f:
-            w = csv.DictWriter(f, FIELDS)
+            w = csv.DictWriter(f, FIELDS, restval="")
             w.writeheader()
             w.writerows(rows)
 
