@@ -164,8 +164,9 @@ class Graph:
             if cluster is not None:
                 _check_shards(tf.train.ClusterSpec(cluster).num_tasks("ps"), tf.compat.v1.global_variables())
             self.parameters = int(sum(np.prod(v.shape) for v in self.variables))
-            # Beside the coordinator the evaluator reads every epoch's checkpoint: keep a few for it to catch up.
-            self.saver = tf.compat.v1.train.Saver(max_to_keep=2)  # a resume's fallback; the evaluator gets its own (trained.hand_over)
+            # The last two: a resume's fallback when the newest is damaged (checkpoints.py); an
+            # evaluator beside the coordinator gets each epoch's handed over (trained.hand_over).
+            self.saver = tf.compat.v1.train.Saver(max_to_keep=2)
             self.best_saver = tf.compat.v1.train.Saver(max_to_keep=1)
             self._exchange_probe(here)
 
