@@ -84,7 +84,6 @@ def test_local_steps_move_nothing_and_a_sync_leaves_every_worker_the_mean_model(
 
     def sync(t):
         try:
-            graphs[t].local_begun = True
             sessions[t].run(graphs[t].local_sync, {graphs[t].local_done: k})
         except BaseException as exc:
             errors.append(exc)

@@ -64,9 +64,14 @@ def damage(prefix: Path) -> str | None:
         for name in reader.get_variable_to_shape_map():
             reader.get_tensor(name)
     except Exception as exc:  # DataLossError, NotFoundError, OutOfRangeError, ...: all mean "cannot restore"
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return f"{type(exc).__name__}: {text[:80]}"
+        return unreadable(exc)
     return None
+
+
+def unreadable(exc: BaseException) -> str:
+    """Why a checkpoint could not be read, in a few words: the error's kind and its first line."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text[:80]}"
 
 
 def _listed(directory: Path) -> list[Path]:

@@ -14,7 +14,6 @@ one, checkpoints.prepare; a run without one is refused).
 import json
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -141,7 +140,7 @@ class Chief:
             self.with_raw(lambda s: self.g.best_saver.restore(s, str(prefix)))
             test = self.evaluate("test")
         else:
-            local = replace(self.cfg, standalone=True, local_steps=1)  # same variables, no ps, no sync queues
+            local = self.cfg.alone()
             g = Graph(local, 0, self.data)
             threads = self.cfg.threads or 0
             config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads)

@@ -8,7 +8,7 @@ needs one line here: ``name: float = within(default, low, high)``.
 
 import json
 import math
-from dataclasses import Field, asdict, dataclass, field, fields
+from dataclasses import Field, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +190,11 @@ class TrainConfig:
         windows = self.worker_batch(workers) * (workers if self.mode == "sync" and not self.standalone else 1)
         power = {"none": 0.0, "sqrt": 0.5, "linear": 1.0}[self.lr_scaling]
         return (windows / self.batch) ** power
+
+    def alone(self, **changes) -> "TrainConfig":
+        """The same model and variables in one process (an evaluator's graph, which restores a
+        cluster run's checkpoints): no ps, no sync queues, no local steps."""
+        return replace(self, standalone=True, local_steps=1, **changes)
 
     def steps_per_epoch(self, n_train: int, workers: int) -> tuple[int, int]:
         """(steps of each worker, global-step increments) per epoch: every worker takes the same

@@ -20,7 +20,6 @@ import os
 import signal
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -29,7 +28,7 @@ import tensorflow as tf
 
 from picluster.errors import UsageError
 from picluster.jobs.har import trained
-from picluster.jobs.har.checkpoints import Restore
+from picluster.jobs.har.checkpoints import Restore, unreadable
 from picluster.jobs.har.chief import Chief
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import load_data
@@ -44,7 +43,7 @@ POLL_S = 0.1  # a look at trained.jsonl: a local file (the coordinator mirrors a
 def follow(run: RunDir, launch: str, data_dir: str | None = None) -> None:
     tf.get_logger().setLevel("ERROR")  # TensorFlow's notes on its own deprecations are not the user's
     cfg = TrainConfig.load(run.config)
-    local = replace(cfg, standalone=True, local_steps=1, data_dir=data_dir or cfg.data_dir)  # same variables, no ps, no sync queues
+    local = cfg.alone(data_dir=data_dir or cfg.data_dir)
     data = load_data(local)
     tf.compat.v1.disable_eager_execution()
     g = Graph(local, 0, data)
@@ -91,7 +90,7 @@ def follow(run: RunDir, launch: str, data_dir: str | None = None) -> None:
                 except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as exc:
                     # Handed over for us alone (trained.hand_over): only a damaged disk gets here.
                     say(f"evaluator: epoch {epoch} not evaluated: checkpoint {record['checkpoint']} cannot be read "
-                        f"({type(exc).__name__}: {str(exc).strip().splitlines()[0][:80] if str(exc).strip() else ''})")
+                        f"({unreadable(exc)})")
                     continue
                 finally:
                     trained.release(run.to_evaluate, record["checkpoint"])
