@@ -252,26 +252,30 @@ def test_an_evaluator_that_falls_behind_still_records_every_epoch(state, tiny, t
     # A busy coordinator: its evaluator is held still while the chief trains on, far more epochs
     # than the chief's Saver keeps; once it runs again it must find every epoch's weights.
     run_dir = tmp_path / "run"
-    proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "14", "--mode", "sync", "--evaluator", "coordinator")
+    proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "24", "--mode", "sync", "--evaluator", "coordinator")
     try:
         _wait_for_epochs(run_dir, 1, proc)
         evaluator = _evaluator(run_dir)
         evaluator.suspend()
+        # The tiny model's epochs are short: the evaluator may have read several before it stopped,
+        # never one trained after this count.
+        suspended_at = _epochs_trained(run_dir)
+        assert suspended_at <= 16, suspended_at
         try:
             deadline = time.monotonic() + 120
-            while _epochs_trained(run_dir) < 10 and time.monotonic() < deadline:
+            while _epochs_trained(run_dir) < suspended_at + 6 and time.monotonic() < deadline:
                 assert proc.poll() is None, proc.communicate()
                 time.sleep(0.2)
-            assert _epochs_trained(run_dir) >= 10
+            assert _epochs_trained(run_dir) >= suspended_at + 6
             held = {p.name.removesuffix(".index") for p in (run_dir / "to-evaluate").glob("*.index")}
-            assert len(held) >= 8, held  # the chief's Saver keeps 2: these are the hand-overs
+            assert len(held) >= 6, held  # the chief's Saver keeps 2: these are the hand-overs
         finally:
             evaluator.resume()
         _out, err = proc.communicate(timeout=180)
     finally:
         proc.kill()
     assert proc.returncode == 0, err
-    assert [int(r["epoch"]) for r in _rows(run_dir)] == list(range(1, 15))
+    assert [int(r["epoch"]) for r in _rows(run_dir)] == list(range(1, 25))
     assert "not evaluated" not in (run_dir / "evaluator.log").read_text()
     assert not list((run_dir / "to-evaluate").iterdir())  # each read, each released
     assert len(list((run_dir / "checkpoints").glob("*.index"))) == 2
