@@ -156,7 +156,8 @@ def epoch_s(row: dict) -> float:
     """Wall seconds an epoch took, from the first step to the last epoch counted: its steps, the
     probe, the chief's validation where it ran on the path, and the rest."""
     path = sum(float(row.get(k) or 0) for k in ("steps_s", "probe_s", "rest_s"))
-    path += float(row.get("eval_s") or 0) if row.get("evaluator", "chief") == "chief" else 0.0
+    # "workers": har_allreduce.py's validation, shared by the workers between their epochs.
+    path += float(row.get("eval_s") or 0) if row.get("evaluator", "chief") in ("chief", "workers") else 0.0
     return path / int(row["epochs"])
 
 
