@@ -36,7 +36,6 @@ JSON line per epoch; rows go to --rows in har_wall.py's columns (config "allredu
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -164,6 +163,8 @@ def task_main(args: argparse.Namespace) -> None:
         jitter = np.random.default_rng([cfg.seed, epoch, task, 1])
         for step in range(steps):
             idx = order[step * batch:(step + 1) * batch]
+            # graph.learning_rate's rule (constant schedule), in float64 as the rows were measured:
+            # the same rule in float32 rounds the warm-up differently, and the runs part after epoch 1.
             lr = peak if warm <= 0 or peak == cfg.learning_rate else (
                 cfg.learning_rate + (peak - cfg.learning_rate) * min(1.0, update / warm))
             train_step(augment.augment(data.x_train[idx], jitter, spec), data.y_train[idx], tf.constant(lr, tf.float32))
@@ -184,27 +185,20 @@ def task_main(args: argparse.Namespace) -> None:
 
 
 def run_lab(args: argparse.Namespace) -> None:
-    from har_wall import load, report, save  # the same rows as its, to pair with its one-Pi rows
+    from har_wall import load, prepared_har, report, save, stage_har  # the same rows as its, to pair with its one-Pi rows
     from labcluster import lab_cluster
 
-    from picluster.data.har import har_dir
-    from picluster.data.har.dataset import CACHE_NAME
     from picluster.lab.limits import Limits, fair_share, machine, resolve
 
     rows = load(args.rows)
-    har = har_dir() / CACHE_NAME
-    if not har.exists():
-        raise SystemExit(f"no prepared HAR data at {har}: run 'picluster data har' first")
+    prepared_har()  # before a lab is built for nothing
     counts = [int(w) for w in args.workers.split(",")]
     hosts = max(counts)
     share = args.share_of or hosts
     cpu = fair_share(machine()[0], share)
     limits = Limits(cpu=cpu, memory=resolve(share, profile="pi3b").memory)
     with lab_cluster(hosts, limits, rate=args.link, start=False) as (lab, _inventory, inv):
-        for host in lab.hosts:
-            target = host.path(f"{inv.data_dir}/har")
-            target.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(har, target / CACHE_NAME)
+        stage_har(lab.hosts, inv)
         for seed in (int(s) for s in args.seeds.split(",")):
             for workers in counts:
                 if not args.again and rows.get(("allreduce", workers, seed), {}).get("ok") == "yes":
@@ -220,6 +214,8 @@ def run_lab(args: argparse.Namespace) -> None:
 
 def one_run(lab, inv, workers: int, seed: int, args: argparse.Namespace) -> dict:
     """Start one process per worker host, at once, and read worker 0's lines into a row."""
+    from har_wall import up_to_target
+
     chosen = lab.hosts[:workers]
     cluster = {"worker": [f"{h.address}:{PORT}" for h in chosen]}
     started = time.time()
@@ -249,13 +245,12 @@ def one_run(lab, inv, workers: int, seed: int, args: argparse.Namespace) -> dict
     head = next((line for line in lines if "started" in line), None)
     if not epochs or head is None:
         return row
-    reached = next((i for i, r in enumerate(epochs) if r["val_acc"] >= args.target), None)
-    upto = epochs[: (reached if reached is not None else len(epochs) - 1) + 1]
+    upto, reached = up_to_target(epochs, args.target)
     end = upto[-1]["time"]
     steps = sum(r["epoch_s"] for r in upto)
     evals = sum(r["eval_s"] for r in upto)
     test = next((line["test_acc"] for line in lines if "test_acc" in line), None)
-    return row | {"to_target_s": f"{end - started:.1f}" if reached is not None else "", "epochs": len(upto),
+    return row | {"to_target_s": f"{end - started:.1f}" if reached else "", "epochs": len(upto),
                   "startup_s": f"{head['started'] - started:.1f}", "steps_s": f"{steps:.1f}", "probe_s": "0.0",
                   "eval_s": f"{evals:.1f}", "rest_s": f"{end - head['started'] - steps - evals:.1f}",
                   "val_acc": f"{upto[-1]['val_acc']:.4f}", "test_acc": f"{test:.4f}" if test is not None else "",

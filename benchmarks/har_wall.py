@@ -82,6 +82,30 @@ def save(rows: dict[tuple[str, int, int], dict], path: Path = TABLE) -> None:
             writer.writerow({c: rows[key].get(c, "") for c in COLUMNS})
 
 
+def prepared_har() -> Path:
+    """This machine's prepared HAR cache, or the one line that says how to make it."""
+    har = har_dir() / CACHE_NAME
+    if not har.exists():
+        raise SystemExit(f"no prepared HAR data at {har}: run 'picluster data har' first")
+    return har
+
+
+def stage_har(hosts, inv) -> Path:
+    """The cache copied to each host's data folder, where its runs read it; returns this machine's copy."""
+    har = prepared_har()
+    for host in hosts:
+        target = host.path(f"{inv.data_dir}/har")
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(har, target / CACHE_NAME)
+    return har
+
+
+def up_to_target(epochs: list[dict], target: float) -> tuple[list[dict], bool]:
+    """The epochs counted: up to the first whose validation reached ``target``, else all; and whether one did."""
+    reached = next((i for i, r in enumerate(epochs) if float(r["val_acc"]) >= target), None)
+    return epochs[: (reached if reached is not None else len(epochs) - 1) + 1], reached is not None
+
+
 def measure(command: list[str], run_dir: Path, target: float, run) -> dict:
     """Run ``command`` (through ``run``, which returns its exit status and last error line) and read
     where its time went from the run directory."""
@@ -97,12 +121,11 @@ def measure(command: list[str], run_dir: Path, target: float, run) -> dict:
     first_step = json.loads((run_dir / "state.json").read_text())["started"]
     # Validation beside the coordinator overlaps the next epoch: only the chief's own is on the path.
     evaluator = json.loads((run_dir / "config.json").read_text()).get("evaluator", "chief")
-    reached = next((i for i, r in enumerate(rows) if float(r["val_acc"]) >= target), None)
-    upto = rows[: (reached if reached is not None else len(rows) - 1) + 1]
+    upto, reached = up_to_target(rows, target)
     end = float(upto[-1]["time"])
     total = lambda key: sum(float(r.get(key) or 0) for r in upto)
     startup = first_step - started
-    row |= {"to_target_s": f"{end - started:.1f}" if reached is not None else "", "epochs": len(upto),
+    row |= {"to_target_s": f"{end - started:.1f}" if reached else "", "epochs": len(upto),
             "startup_s": f"{startup:.1f}", "steps_s": f"{total('epoch_s'):.1f}", "probe_s": f"{total('probe_s'):.1f}",
             "eval_s": f"{total('eval_s'):.1f}",
             "rest_s": f"{end - first_step - total('epoch_s') - total('probe_s') - (total('eval_s') if evaluator == 'chief' else 0):.1f}",
@@ -215,9 +238,7 @@ def main() -> None:
         if args.keep:
             save(rows, args.keep)
         return
-    har = har_dir() / CACHE_NAME
-    if not har.exists():
-        raise SystemExit(f"no prepared HAR data at {har}: run 'picluster data har' first")
+    prepared_har()  # before a lab is built for nothing
     counts = [int(w) for w in args.workers.split(",")]
     hosts = 1 + max(counts)
     cpu = fair_share(machine()[0], hosts)
@@ -231,10 +252,7 @@ def main() -> None:
     compare = {int(s) for s in args.compare_seeds.split(",")} if args.compare_seeds else None
     common = ["--target-val-accuracy", str(args.target), "--epochs", str(args.epochs), "--no-live", "--json"]
     with lab_cluster(hosts, limits, rate=args.link) as (lab, inventory, inv):
-        for host in lab.hosts[1:]:
-            target = host.path(f"{inv.data_dir}/har")
-            target.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(har, target / CACHE_NAME)
+        har = stage_har(lab.hosts[1:], inv)
         pi_host = lab.hosts[1]
 
         def on_pi(command: list[str]) -> tuple[int, str]:
