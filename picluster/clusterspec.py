@@ -2,7 +2,7 @@
 
 import ipaddress
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from picluster.errors import UsageError
 from picluster.inventory import Inventory
@@ -36,6 +36,11 @@ class Layout:
     """Every task of a cluster, ps first, each job in index order."""
 
     tasks: tuple[Task, ...]
+
+    def with_ports(self, ps_port: int, worker_port: int) -> "Layout":
+        """The same tasks, the ps ones on ``ps_port`` and the workers on ``worker_port`` (a Slurm
+        job's servers take the ports Slurm reserved for their step)."""
+        return Layout(tuple(replace(t, port=ps_port if t.job == "ps" else worker_port) for t in self.tasks))
 
     def job(self, name: str) -> list[Task]:
         return [t for t in self.tasks if t.job == name]

@@ -23,6 +23,8 @@ Example::
     [slurm]                             # optional: Slurm as the cluster's queue (provision sets it up)
     controller = "node01"               # slurmctld's node; default: the NFS master
     partition = "picluster"             # the default partition, holding every node
+    default_time = "1:00:00"            # a job's limit when it gives none (sbatch's forms)
+    max_time = "1-00:00:00"             # the longest limit a job may ask for
 
 The file is untrusted input: every key is checked and errors name the key and the fix.  Strings
 are checked by what they become (picluster.tokens): paths and names end up in /etc/exports,
@@ -44,7 +46,7 @@ _CLUSTER_KEYS = {
 }
 _ROLE_KEYS = {"ps", "worker", "nfs_master"}
 _NODE_KEYS = {"name", "address"}
-_SLURM_KEYS = {"controller", "partition", "scheduler"}
+_SLURM_KEYS = {"controller", "partition", "scheduler", "default_time", "max_time"}
 # Slurm's scheduler plugins: backfill starts a later job early when that delays no earlier one;
 # builtin is first in, first out (docs/slurm.md measures the two).
 SCHEDULERS = ("backfill", "builtin")
@@ -83,6 +85,12 @@ class Slurm:
     controller: str
     partition: str = "picluster"
     scheduler: str = "backfill"  # SchedulerType=sched/<this>
+    # The partition's limits, in sbatch's forms.  A job without --time gets default_time, so the
+    # backfill scheduler can plan with it (a job without a limit is never backfilled); max_time
+    # bounds what anyone may ask for, so no one holds nodes for days.  An hour and a day: a class's
+    # exercises take minutes, a student's training runs overnight at most.
+    default_time: str = "1:00:00"
+    max_time: str = "1-00:00:00"
 
 
 @dataclass(frozen=True)
@@ -244,7 +252,7 @@ def _slurm(data: dict, names: list[str], nfs_master: str, fail) -> Slurm | None:
         return None
     table = data["slurm"]
     if not isinstance(table, dict):
-        raise fail("[slurm] must be a table (controller, partition, scheduler)")
+        raise fail("[slurm] must be a table (controller, partition, scheduler, default_time, max_time)")
     _check_keys(table, _SLURM_KEYS, "[slurm]", fail)
     controller = table.get("controller", nfs_master)
     if not isinstance(controller, str) or controller not in names:
@@ -253,7 +261,13 @@ def _slurm(data: dict, names: list[str], nfs_master: str, fail) -> Slurm | None:
     scheduler = table.get("scheduler", "backfill")
     if scheduler not in SCHEDULERS:
         raise fail(f"slurm.scheduler {tokens.show(scheduler)} must be \"backfill\" or \"builtin\" (first in, first out)")
-    return Slurm(controller=controller, partition=partition, scheduler=scheduler)
+    default_time = table.get("default_time", Slurm.default_time)
+    max_time = table.get("max_time", Slurm.max_time)
+    default_s = _checked(tokens.slurm_seconds, default_time, "slurm.default_time", fail)
+    max_s = _checked(tokens.slurm_seconds, max_time, "slurm.max_time", fail)
+    if default_s > max_s:
+        raise fail(f"slurm.default_time {default_time} is longer than slurm.max_time {max_time}: lower it or raise max_time")
+    return Slurm(controller=controller, partition=partition, scheduler=scheduler, default_time=default_time, max_time=max_time)
 
 
 def _nodes(data, cluster, fail) -> list[Node]:

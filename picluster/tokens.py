@@ -34,6 +34,11 @@ _USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")  # Debian's adduser NAME_REGEX, wi
 _WORD = re.compile(r"[A-Za-z0-9._/:-]+")
 # sshd(8) AUTHORIZED_KEYS FILE FORMAT without the options field: type, base64 key, optional comment.
 _PUBLIC_KEY = re.compile(r"(ssh|ecdsa|sk)-[A-Za-z0-9@.-]{1,64} [A-Za-z0-9+/]{1,16384}={0,3}( [ -~]{0,512})?")
+# sbatch --time: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
+# days-hours:minutes, days-hours:minutes:seconds (sbatch(1)); slurm.conf's times take the same.
+_TIME = re.compile(r"(?:(\d{1,3})-(\d{1,2})(?::(\d{1,2})(?::(\d{1,2}))?)?|(\d{1,6})(?::(\d{1,2})(?::(\d{1,2}))?)?)", re.ASCII)
+_MEM = re.compile(r"(\d{1,9})([KMGT]?)", re.ASCII)  # sbatch --mem: megabytes unless K, M, G or T follows
+MAX_TIME_S = 365 * 24 * 3600
 _SHOW = reprlib.Repr()
 _SHOW.maxstring = 60
 
@@ -130,3 +135,47 @@ def config_word(value: object, key: str) -> str:
     if not isinstance(value, str) or not _WORD.fullmatch(value):
         raise UsageError(f"{key} {show(value)} cannot go into a configuration file: only letters, digits and '._/:-' can")
     return value
+
+
+def slurm_seconds(value: object, key: str) -> int:
+    """A time limit in Slurm's forms (sbatch --time, slurm.conf's MaxTime), in seconds."""
+    m = _TIME.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        raise UsageError(f"{key} {show(value)}: use minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (as sbatch)")
+    days, dh, dm, ds, mins, ms, ss = m.groups()
+    if days is not None:
+        total = int(days) * 86400 + int(dh) * 3600 + int(dm or 0) * 60 + int(ds or 0)
+        parts = [int(dh), int(dm or 0), int(ds or 0)]
+        limits = [23, 59, 59]
+    elif ss is not None:  # HH:MM:SS
+        total, parts, limits = int(mins) * 3600 + int(ms) * 60 + int(ss), [int(ms), int(ss)], [59, 59]
+    else:  # minutes[:seconds]
+        total, parts, limits = int(mins) * 60 + int(ms or 0), [int(ms or 0)], [59]
+    if any(p > lim for p, lim in zip(parts, limits)):
+        raise UsageError(f"{key} {value}: hours go to 23, minutes and seconds to 59")
+    if total <= 0:
+        raise UsageError(f"{key} {value}: give a limit above zero")
+    if total > MAX_TIME_S:
+        raise UsageError(f"{key} {value}: more than 365 days")
+    return total
+
+
+def slurm_megabytes(value: object, key: str) -> int:
+    """A memory size in sbatch's forms (megabytes, or with K, M, G or T), in megabytes."""
+    m = _MEM.fullmatch(value) if isinstance(value, str) else None
+    if m is None:
+        raise UsageError(f"{key} {show(value)}: give a whole number of megabytes, or with K, M, G or T (e.g. 512M, 2G)")
+    number, unit = int(m.group(1)), m.group(2) or "M"
+    mb = {"K": number / 1024, "M": number, "G": number * 1024, "T": number * 1024 * 1024}[unit]
+    if mb < 1:
+        raise UsageError(f"{key} {value}: at least 1 megabyte")
+    return int(mb)
+
+
+def slurm_duration(seconds: int) -> str:
+    """Seconds as D-HH:MM:SS, one form Slurm reads and YAML cannot mistake for a number
+    (YAML 1.1 reads 1:00:00 as 3600, which Slurm then takes as minutes)."""
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"

@@ -54,15 +54,18 @@ TEMPLATE_VARS = {
     "slurm.conf.j2": {
         "cluster_name": "pi4", "slurm_controller": "node01", "slurm_controller_address": "192.168.1.16",
         "slurmctld_port": 6817, "slurmd_port": 6818, "srun_ports": "60001-60100", "slurm_scheduler": "backfill",
+        "job_ports": "2224-2287", "def_mem_per_cpu": 420, "proctrack": "proctrack/cgroup", "task_plugin": "task/cgroup",
+        "jobacct_gather": "jobacct_gather/cgroup",
     },
     "slurm-node.conf.j2": {"node": "node02", "address": "192.168.1.17", "cpus": 4, "memory": 3792},
-    "slurm-partition.conf.j2": {"slurm_partition": "picluster"},
-    "cgroup.conf.j2": {"cgroup_plugin": "cgroup/v2"},
+    "slurm-partition.conf.j2": {"slurm_partition": "picluster", "default_time": "0-01:00:00", "max_time": "1-00:00:00"},
+    "cgroup.conf.j2": {"cgroup_plugin": "cgroup/v2", "constrain": "yes"},
     "picluster-node.service.j2": {"user": "pi", "start_script": "/home/pi/.local/state/picluster/node/start.sh"},
 }  # fmt: skip
 # Template variables the Ansible inventory does not carry: the roles read them on each node
 # (coordinator, the nodes' sizes and cgroups, the user's home) or loop over the nodes (node, address).
-FROM_THE_NODE = {"coordinator", "node", "address", "cpus", "memory", "cgroup_plugin", "user", "start_script"}
+FROM_THE_NODE = {"coordinator", "node", "address", "cpus", "memory", "cgroup_plugin", "user", "start_script",
+                 "def_mem_per_cpu", "proctrack", "task_plugin", "jobacct_gather", "constrain"}
 SLURM_INV = {**INV, "slurm": {}}
 
 
@@ -309,50 +312,87 @@ def test_ansible_inventory_is_yaml_with_the_groups_and_template_variables(tmp_pa
     assert key == state / "slurm" / "pi4" / "munge.key" and not key.exists()
     assert v["slurm_controller"] == "node01" and v["slurm_partition"] == "picluster"
     assert "6817" in v["tcp_ports"] and "60001-60100" in v["tcp_ports"]
+    # Times as D-HH:MM:SS: YAML 1.1 (Ansible's) reads an unquoted 1:00:00 as the number 3600.
+    assert (v["default_time"], v["max_time"]) == ("0-01:00:00", "1-00:00:00")
     assert "slurm_controller" not in load_ansible_yaml(ansible_inventory(inv()))["all"]["vars"]
 
 
 # -- slurm --------------------------------------------------------------------------------------------
 
-def _slurm_ctx(sizes: dict[str, tuple[int, int, str]]):
-    shared = SimpleNamespace(facts={n: facts.Facts(**{**BASE_FACTS, "cpus": c, "mem_mb": m, "cgroup": g})
+def _slurm_ctx(sizes: dict[str, tuple[int, int, str]], **more):
+    shared = SimpleNamespace(facts={n: facts.Facts(**{**BASE_FACTS, "cpus": c, "mem_mb": m, "cgroup": g, **more})
                                     for n, (c, m, g) in sizes.items()})
     return SimpleNamespace(inv=parse_inventory(SLURM_INV), shared=shared)
 
 
 BASE_FACTS = {k: v for k, v in facts.parse("id=debian\ncodename=bookworm\n").__dict__.items()}
+CONFINING = {"systemd": True, "cgroup_controllers": ("cpuset", "cpu", "io", "memory", "pids")}
 
 
 def test_slurm_conf_lists_every_node_with_its_size_then_one_partition():
     ctx = _slurm_ctx({"node01": (4, 3792, "v2"), "node02": (4, 3792, "v2"), "node03": (4, 1848, "v2"), "node04": (2, 905, "v2")})
     text = slurm.conf_text(ctx)
     lines = text.splitlines()
+    # RealMemory: MemTotal less 5 %, at least 64 MiB; the partition's limits are the inventory's defaults.
     assert lines[-5:] == [
-        "NodeName=node01 NodeAddr=192.168.1.16 CPUs=4 RealMemory=3792 State=UNKNOWN",
-        "NodeName=node02 NodeAddr=192.168.1.17 CPUs=4 RealMemory=3792 State=UNKNOWN",
-        "NodeName=node03 NodeAddr=192.168.1.18 CPUs=4 RealMemory=1848 State=UNKNOWN",
-        "NodeName=node04 NodeAddr=192.168.1.19 CPUs=2 RealMemory=905 State=UNKNOWN",
-        "PartitionName=picluster Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+        "NodeName=node01 NodeAddr=192.168.1.16 CPUs=4 RealMemory=3603 State=UNKNOWN",
+        "NodeName=node02 NodeAddr=192.168.1.17 CPUs=4 RealMemory=3603 State=UNKNOWN",
+        "NodeName=node03 NodeAddr=192.168.1.18 CPUs=4 RealMemory=1756 State=UNKNOWN",
+        "NodeName=node04 NodeAddr=192.168.1.19 CPUs=2 RealMemory=841 State=UNKNOWN",
+        "PartitionName=picluster Nodes=ALL Default=YES DefaultTime=0-01:00:00 MaxTime=1-00:00:00 State=UP",
     ]
     for line in ("ClusterName=pi4", "SlurmctldHost=node01(192.168.1.16)", "AuthType=auth/munge", "SrunPortRange=60001-60100",
-                 "SchedulerType=sched/backfill", "SelectType=select/cons_tres", "ProctrackType=proctrack/linuxproc"):
+                 "SchedulerType=sched/backfill", "SelectType=select/cons_tres", "MpiParams=ports=2224-2287",
+                 # The smallest share: node04's 841 MiB over 2 CPUs.
+                 "DefMemPerCPU=420",
+                 # These facts name no controllers and no systemd: not confined.
+                 "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/linux"):
         assert line in lines, line
     assert slurm.cgroup_plugin(ctx) == "cgroup/v2"
     assert slurm.cgroup_plugin(_slurm_ctx({"node01": (1, 1, "v1"), "node02": (1, 1, "v1")})) == "cgroup/v1"
     assert slurm.cgroup_plugin(_slurm_ctx({"node01": (1, 1, "v1"), "node02": (1, 1, "v2")})) == "autodetect"
+    assert "\nConstrainRAMSpace=no\n" in slurm.cgroup_text(ctx)
+
+
+def test_jobs_are_confined_only_where_every_node_can_confine_them():
+    ctx = _slurm_ctx({f"node0{i}": (4, 3792, "v2") for i in range(1, 5)}, **CONFINING)
+    lines = slurm.conf_text(ctx).splitlines()
+    for line in ("ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup", "JobAcctGatherType=jobacct_gather/cgroup"):
+        assert line in lines, line
+    cgroup = slurm.cgroup_text(ctx)
+    for line in ("ConstrainCores=yes", "ConstrainRAMSpace=yes", "ConstrainSwapSpace=yes", "AllowedSwapSpace=0"):
+        assert f"\n{line}\n" in cgroup, line
+    assert slurm._containment(ctx).detail.startswith("jobs confined to their cores and memory")
+    # One node short of a controller (a Pi whose memory cgroup is off), one without systemd, one on v1:
+    # every node falls back (one slurm.conf), and the report names each and why.
+    nodes = {f"node0{i}": (4, 3792, "v2") for i in range(1, 5)}
+    ctx = _slurm_ctx(nodes, **CONFINING)
+    ctx.shared.facts["node02"] = facts.Facts(**{**ctx.shared.facts["node02"].__dict__, "cgroup_controllers": ("cpuset", "cpu")})
+    ctx.shared.facts["node03"] = facts.Facts(**{**ctx.shared.facts["node03"].__dict__, "systemd": False})
+    ctx.shared.facts["node04"] = facts.Facts(**{**ctx.shared.facts["node04"].__dict__, "cgroup": "v1", "cgroup_controllers": ()})
+    assert "ProctrackType=proctrack/linuxproc" in slurm.conf_text(ctx).splitlines()
+    assert slurm._containment(ctx).detail == (
+        "jobs tracked through their parents, not confined (proctrack/linuxproc): node02: cgroup v2 without the memory controller; "
+        "node03: no systemd to delegate slurmd a cgroup; node04: cgroup v1, not v2")
+
+
+def test_slurm_sizes_srun_ports_and_memory_from_the_cluster():
+    assert slurm.srun_ports(3) == "60001-60100"  # never fewer than 100
+    assert slurm.srun_ports(64) == "60001-60520"  # two 64-node jobs' 65 sruns, 4 ports each
+    assert [slurm.real_memory(m) for m in (905, 1848, 3792, 7812)] == [841, 1756, 3603, 7422]
 
 
 def test_facts_give_a_slurm_node_its_cpus_memory_and_cgroups():
-    f = facts.parse("id=debian\ncodename=bookworm\ncpus=4\nmem_kb=3883464\ncgroup=v2\n")
-    assert (f.cpus, f.mem_mb, f.cgroup) == (4, 3792, "v2")
+    f = facts.parse("id=debian\ncodename=bookworm\ncpus=4\nmem_kb=3883464\ncgroup=v2\ncgroup_controllers=cpuset cpu io memory pids\n")
+    assert (f.cpus, f.mem_mb, f.cgroup, f.cgroup_controllers) == (4, 3792, "v2", ("cpuset", "cpu", "io", "memory", "pids"))
     odd = facts.parse("id=debian\ncpus=four\nmem_kb=-1\ncgroup=v3\n")
-    assert (odd.cpus, odd.mem_mb, odd.cgroup) == (0, 0, "")
+    assert (odd.cpus, odd.mem_mb, odd.cgroup, odd.cgroup_controllers) == (0, 0, "", ())
 
 
 def test_firewall_admits_slurm_only_with_a_slurm_table():
     text = rules_text(parse_inventory(SLURM_INV), "192.168.7.2")
-    assert "ip saddr 192.168.1.0/26 tcp dport { 111, 2049, 2222, 2223, 19100, 20048, 2224-2225, 6817, 6818, 60001-60100 } accept" in text
-    assert "tcp dport { 111, 2049, 2222, 2223, 19100, 20048, 2224-2225, 6817, 6818, 60001-60100 } drop" in text
+    assert "ip saddr 192.168.1.0/26 tcp dport { 111, 2049, 2222, 2223, 19100, 20048, 2224-2287, 6817, 6818, 60001-60100 } accept" in text
+    assert "tcp dport { 111, 2049, 2222, 2223, 19100, 20048, 2224-2287, 6817, 6818, 60001-60100 } drop" in text
     assert "6817" not in rules_text(inv(), "192.168.7.2")
 
 

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
+from picluster.cluster.allocation import step_ports
 from picluster.inventory import load_inventory
 from picluster.lab import Lab
 from picluster.lab.host import HostOptions
@@ -122,16 +123,23 @@ def test_slurm_comes_up_on_every_node_and_a_second_run_changes_nothing(slurm_lab
         assert host.run(["stat", "-c", "%U:%G %a", "/etc/munge/munge.key"]).stdout.strip() == "munge:munge 400"
         assert host.read_file("/etc/munge/munge.key") == key
         assert host.read_file("/etc/slurm/slurm.conf") == conf  # Slurm refuses nodes whose files differ
-        assert host.read_file("/etc/slurm/cgroup.conf").endswith("CgroupPlugin=cgroup/v1\n")
+        assert "\nCgroupPlugin=cgroup/v1\n" in host.read_file("/etc/slurm/cgroup.conf")
         # The MOCK boot partition's command line, as a Pi's: the memory cgroup on from the next boot.
         assert host.read_file("/boot/firmware/cmdline.txt").endswith(" rootwait cgroup_enable=memory cgroup_memory=1\n")
         rules = host.run(["nft", "list", "table", "inet", "picluster"]).stdout
         # With a range in it the set is an interval set, and nft shows neighbours as ranges.
-        assert f"ip saddr {slurm_lab.subnet} tcp dport {{ 111, 2049, 2222-2225, 6817-6818, 19100, 20048, 60001-60100 }} accept" in rules
+        assert f"ip saddr {slurm_lab.subnet} tcp dport {{ 111, 2049, 2222-2287, 6817-6818, 19100, 20048, 60001-60100 }} accept" in rules
     cpus = os.cpu_count()
     for name, host in zip(NAMES, slurm_lab.hosts):
         assert f"NodeName={name} NodeAddr={host.address} CPUs={cpus} RealMemory=" in conf
-    assert conf.endswith("PartitionName=pis Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n")
+    assert conf.endswith("PartitionName=pis Nodes=ALL Default=YES DefaultTime=0-01:00:00 MaxTime=1-00:00:00 State=UP\n")
+    # These hosts see this machine's cgroup v1 hierarchies, read-only: jobs are tracked, not confined, and the report says so.
+    assert "\nProctrackType=proctrack/linuxproc\n" in conf and "\nMpiParams=ports=2224-2287\n" in conf
+    assert items(first[0], "slurm")["containment"] == (Status.OK, "jobs tracked through their parents, not confined "
+                                                       "(proctrack/linuxproc): node[01-03]: cgroup v1, not v2")
+    # Slurm reads it as written: a job without --mem gets DefMemPerCPU per CPU, not the whole node.
+    shown = node03.run(["scontrol", "show", "config"]).stdout
+    assert re.search(r"^DefMemPerCPU\s+= \d+$", shown, re.M) and re.search(r"^MpiParams\s+= ports=2224-2287$", shown, re.M), shown
     assert f"SlurmctldHost=node01({slurm_lab.host('node01').address})" in conf
 
     second = provision(inv, options(slurm_lab))
@@ -235,7 +243,7 @@ def test_the_ansible_twin_brings_up_the_same_slurm(lab_support, tmp_path):
         reports = provision(load_inventory(path), options(lab))
         for report in reports:
             assert not report.failed and report.changes == 0, [
-                (s.step, i) for s in report.steps for i in s.items if i.status is not Status.OK
+                (s.step, i) for s in report.steps for i in s.items if i.status in (Status.CHANGED, Status.FAILED)
             ]
         assert items(reports[1], "queue")["srun"] == (Status.OK, "hostname ran on all 3 nodes")
         assert "SlurmctldHost=node02(" in lab.host("node03").read_file("/etc/slurm/slurm.conf")
@@ -390,6 +398,85 @@ def test_the_queue_holds_backfills_times_out_and_cancels(slurm_lab, tmp_path):
     assert wait_state(path, big, ENDED, 120) == "COMPLETED"
     again = picluster("cancel", "-i", path, big)
     assert again.returncode == 0 and again.stdout == f"{big} is already COMPLETED; nothing to cancel\n"
+
+
+def test_jobs_share_a_node_on_ports_slurm_reserves_and_an_sge_script_runs_as_written(slurm_lab, tmp_path):
+    path = inventory_file(slurm_lab, tmp_path)
+    assert not any(r.failed for r in provision(load_inventory(path), options(slurm_lab, only=("slurm", "queue"))))
+
+    # Two picluster jobs on one node, a CPU each: the first runs until cancelled, the second starts
+    # beside it and completes.  Their servers listen on the ports Slurm reserved for each job's
+    # step, so the second's do not meet the first's (on fixed ports its servers could not bind).
+    # The first holds its servers idle (a launched task that sleeps): a Pi-shaped host's 0.3 core
+    # is not also spent on it, so the second's progress is not starved out.
+    (slurm_lab.share / "idle.py").write_text("import time\ntime.sleep(600)\n")
+    os.chown(slurm_lab.share / "idle.py", slurm_lab.user.uid, slurm_lab.user.gid)
+    held = submit(path, "--nodelist", "node02", "--cpus", "1", "--time", "5", "--name", "held", "--",
+                  "picluster", "launch", "--mode", "each-worker", "/mnt/picluster/idle.py")
+    wait_state(path, held, {"RUNNING"}, 60)
+    node01 = slurm_lab.host("node01")
+    deadline = time.monotonic() + 120
+    while not (first := servers_ports(node01).get(held)):
+        assert time.monotonic() < deadline and queue_states(path)[held] == "RUNNING", picluster("logs", "-i", path, held).stdout
+        time.sleep(1)
+    assert len(first) == 2 and set(first) <= set(range(2224, 2288)), first  # MpiParams=ports, above tf_port 2222 and 2223
+    beside = submit(path, "--nodelist", "node02", "--cpus", "1", "--time", "5", "--", "picluster", "run", "montecarlo",
+                    "--samples", "1e6", "--nodes", "1")
+    seen = {}
+    deadline = time.monotonic() + 240
+    while (state := queue_states(path)[beside]).split(" ")[0] not in ENDED:
+        seen |= servers_ports(node01)
+        assert time.monotonic() < deadline, f"{beside} still {state}"
+        time.sleep(1)
+    assert state == "COMPLETED", (state, first, seen, picluster("logs", "-i", path, beside).stdout[-3000:])
+    assert queue_states(path)[held] == "RUNNING"  # side by side on node02, not one after the other
+    log = picluster("logs", "-i", path, beside).stdout
+    assert re.search(r"^  estimate +3\.1", log, re.M), log[-2000:]
+    if beside in seen:  # its servers' step, when a look caught it: two other ports of the range
+        assert len(seen[beside]) == 2 and not set(seen[beside]) & set(first), (seen, first)
+    assert picluster("cancel", "-i", path, held).returncode == 0
+    assert none_left() == []
+
+    # A job script of SGE's, submitted as it is: each #$ line said as what it became, the job run
+    # with picluster on its PATH, its output where -o put it (stdout and stderr together: -j y).
+    (tmp_path / "mc.sh").write_text(
+        "#!/bin/sh\n#$ -N sge-mc\n#$ -l h=node03,mem_free=256M\n#$ -l h_rt=600\n#$ -o sge-$JOB_ID.out -j y\n"
+        "picluster run montecarlo --samples 1e6 --nodes 1\necho on stderr >&2\n")
+    done = picluster("submit", "-i", path, "mc.sh", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    job = done.stdout.strip()
+    assert re.fullmatch(r"slurm:\d+", job), done.stdout
+    said = done.stderr.splitlines()
+    assert said[:5] == [
+        "mc.sh:2: #$ -N sge-mc -> --job-name=sge-mc",
+        "mc.sh:3: #$ -l h=node03,mem_free=256M -> --nodelist=node03 --mem=256M",
+        "mc.sh:4: #$ -l h_rt=600 -> --time=00:10:00",
+        "mc.sh:5: #$ -o sge-$JOB_ID.out -> --output=sge-%j.out",
+        "mc.sh:5: #$ -j y -> stdout and stderr in one file (sbatch's default without --error)",
+    ], said
+    assert said[5].startswith(f"queued as Slurm job {job.split(':')[1]} (sge-mc); ")
+    assert wait_state(path, job, ENDED, 240) == "COMPLETED"
+    listed = picluster("jobs", "-i", path).stdout
+    assert re.search(rf"^\s*{job}\s+sge-mc\s", listed, re.M), listed
+    out = slurm_lab.host("node03").read_file(f"{slurm_lab.user.home}/sge-{job.split(':')[1]}.out")
+    assert re.search(r"^  estimate +3\.1", out, re.M) and out.rstrip().endswith("on stderr"), out[-2000:]
+    # One the cluster cannot honour is one line naming it, and nothing is queued.
+    before = queue_states(path)
+    (tmp_path / "gpu.sh").write_text("#!/bin/sh\n#$ -l gpus=1\nnvidia-smi\n")
+    refused = picluster("submit", "-i", path, "gpu.sh", cwd=tmp_path)
+    assert refused.returncode == 2 and refused.stderr == "picluster: error: gpu.sh:2: #$ -l gpus=1: the cluster has no GPUs; remove the request\n"
+    assert queue_states(path) == before
+
+
+def servers_ports(host) -> dict[str, list[int]]:
+    """slurm:ID -> the ports Slurm reserved for that job's servers' step, as scontrol shows steps."""
+    found = {}
+    for line in host.run(["scontrol", "-o", "show", "step"], check=False).stdout.splitlines():
+        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if fields.get("Name") == "picluster-servers" and fields.get("ResvPorts"):
+            job = fields["StepId"].split(".")[0]
+            found[f"slurm:{job}"] = step_ports(fields["ResvPorts"])
+    return found
 
 
 def test_requests_slurm_refuses_are_one_line_and_queue_nothing(slurm_lab, tmp_path):

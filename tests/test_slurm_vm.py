@@ -50,6 +50,27 @@ def test_slurm_runs_under_systemd_and_comes_back_after_every_vm_reboots(vm3, tmp
         again = provision(inv, opts)
         assert [r.changes for r in again] == [0, 0, 0]
 
+        # Debian 12's own kernel and systemd: cgroup v2 with its controllers, so jobs are confined.
+        assert items(first[0], "slurm")["containment"] == (
+            Status.OK, "jobs confined to their cores and memory (proctrack/cgroup, task/cgroup; cgroup v2)")
+        node02 = vm3.host("node02")
+        # A job over its memory is stopped by Slurm and recorded so, not left to the kernel's OOM killer.
+        hog = submit_wrap(node02, "--mem=64M", "python3 -c 'b = bytearray(512 * 2**20); import time; time.sleep(60)'")
+        assert ended(node02, hog, 120) == "OUT_OF_MEMORY"
+        # A job whose child leaves its process tree (setsid, reparented to init) leaves nothing after scancel.
+        held = submit_wrap(node02, "--nodelist=node03", "setsid -f sleep 4321; sleep 600")
+        deadline = time.monotonic() + 120
+        # Anchored: `sudo -n -- pgrep -f ...`, which runs it, holds the words too.
+        while vm3.host("node03").run(["pgrep", "-f", "^sleep 4321$"], check=False).returncode != 0:
+            assert time.monotonic() < deadline, "the job's detached child never started"
+            time.sleep(2)
+        node02.run(["scancel", held])
+        assert ended(node02, held, 60) == "CANCELLED"
+        deadline = time.monotonic() + 30
+        while vm3.host("node03").run(["pgrep", "-f", "^sleep 4321$"], check=False).returncode == 0:
+            assert time.monotonic() < deadline, "the detached child outlived scancel"
+            time.sleep(1)
+
         # Every VM reboots at once: the units start the daemons, and slurmctld takes each node back
         # as it registers (ReturnToService=2), with no provisioning in between.
         vm3.reboot()
@@ -60,3 +81,22 @@ def test_slurm_runs_under_systemd_and_comes_back_after_every_vm_reboots(vm3, tmp
         assert [r.changes for r in after] == [0, 0, 0]
     finally:
         forget_key(vm3)
+
+
+def submit_wrap(host, *args: str) -> str:
+    """sbatch --wrap on ``host``: the job's id."""
+    command = args[-1]
+    done = host.run(["sbatch", "--parsable", "--time=5", *args[:-1], "--wrap", command], timeout=60)
+    return done.stdout.strip().split(";")[0]
+
+
+def ended(host, job: str, seconds: float) -> str:
+    """The job's state once it has ended (scontrol keeps it for MinJobAge)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        shown = host.run(["scontrol", "-o", "show", "job", job], check=False).stdout
+        state = next((w.split("=", 1)[1] for w in shown.split() if w.startswith("JobState=")), "")
+        if state and state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
+            return state
+        assert time.monotonic() < deadline, f"job {job} still {state or 'unknown'} after {seconds:.0f} s"
+        time.sleep(2)

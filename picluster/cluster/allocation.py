@@ -31,10 +31,13 @@ from picluster.errors import ClusterError
 from picluster.inventory import NODES_PER_PS
 from picluster.paths import state_dir
 
-# The job's ps tasks listen on PORT, its workers on PORT + 1: two above the inventory's tf_port,
-# so a job's servers never meet the ones `cluster up` keeps on tf_port and tf_port + 1 (the
-# firewall admits all four).  `picluster submit` passes the inventory's; this is for tf_port 2222.
-PORT_ENV, DEFAULT_PORT = "PICLUSTER_SLURM_PORT", 2224
+# The job's ps tasks listen on the first of the two ports Slurm reserves for the servers' step
+# (srun --resv-ports, slurm.conf's MpiParams=ports), its workers on the second: slurmctld gives a
+# port of a node to one step at a time, so jobs sharing a node never collide, and the range lies
+# above the ports `cluster up` keeps.  The layout carries PLACEHOLDER until the step says its ports.
+PLACEHOLDER_PORT = 2224
+RESERVED = 2
+PORTS_LINE = re.compile(r"^\d+: picluster\.cluster\.server: reserved ports (\d+) (\d+)$", re.M)
 PS_ENV = "PICLUSTER_PS"  # ps tasks of the job (submit --ps); default: one per 12 nodes
 SHARE_ENV = "PICLUSTER_SHARE"  # the inventory's data_dir: data and runs that every node reads
 START_TIMEOUT = 180.0
@@ -83,9 +86,8 @@ class Allocation(Cluster):
         missing = [n for n in names if n not in addresses]
         if missing:
             raise ClusterError(f"Slurm job {job}: scontrol gives no address for {nodeset.fold(missing)}")
-        port = _whole(environ, PORT_ENV, DEFAULT_PORT, 1024, 65534)
         ps = _whole(environ, PS_ENV, default_ps(len(names)), 0, len(names))
-        return cls(job, layout_of(names, addresses, ps, port))
+        return cls(job, layout_of(names, addresses, ps, PLACEHOLDER_PORT))
 
     # -- the servers, one job step ------------------------------------------------------------
     def start(self, timeout: float = START_TIMEOUT) -> None:
@@ -94,7 +96,7 @@ class Allocation(Cluster):
         cmd = ["srun", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
                f"--nodelist={','.join(nodes)}",
                # Later steps of the job (and the command itself) share the CPUs with the servers.
-               "--overlap", "--kill-on-bad-exit=1", "--label", "--job-name=picluster-servers",
+               "--overlap", "--kill-on-bad-exit=1", "--label", "--job-name=picluster-servers", f"--resv-ports={RESERVED}",
                sys.executable, "-m", "picluster.cluster.server", "--slurm-node",
                "--layout", json.dumps(self.layout.to_json())]
         root = state_dir() / "tmp"
@@ -112,16 +114,28 @@ class Allocation(Cluster):
 
     def _wait(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
+        ports = None
         pending = list(self.layout.tasks)
         while pending:
-            assert self._step is not None
+            assert self._step is not None and self._log is not None
             if self._step.poll() is not None:
-                tail = file_tail(self._log) if self._log else ()
                 error = ClusterError(f"Slurm job {self.job}: the servers' step ended with status {self._step.returncode}")
-                error.details = tail
+                error.details = file_tail(self._log)
                 raise error
-            pending = [t for t in pending if not answers(t.host, t.port)]
+            if ports is None:  # the ports Slurm reserved, said by the step's tasks before anything else
+                said = PORTS_LINE.findall(self._log.read_text(errors="replace"))
+                if said:
+                    ports = said[0]
+                    if len(set(said)) > 1:
+                        raise ClusterError(f"Slurm job {self.job}: the servers' step was given different ports on its nodes "
+                                           f"({', '.join(sorted({' '.join(p) for p in said}))})")
+                    self.layout = self.layout.with_ports(int(ports[0]), int(ports[1]))
+                    pending = list(self.layout.tasks)
+            if ports is not None:
+                pending = [t for t in pending if not answers(t.host, t.port)]
             if pending and time.monotonic() > deadline:
+                if ports is None:
+                    raise ClusterError(f"Slurm job {self.job}: the servers' step said no reserved ports after {timeout:.0f} s")
                 labels = ", ".join(t.label for t in pending)
                 raise ClusterError(f"Slurm job {self.job}: {nodeset.fold(t.node for t in pending)} not answering "
                                    f"after {timeout:.0f} s ({labels})")
@@ -276,3 +290,14 @@ def _whole(environ: Mapping[str, str], key: str, default: int, low: int, high: i
     if not re.fullmatch(r"\d{1,6}", value) or not low <= int(value) <= high:
         raise ClusterError(f"{key}={value!r} must be a whole number from {low} to {high}")
     return int(value)
+
+
+def step_ports(value: str) -> list[int]:
+    """SLURM_STEP_RESV_PORTS ("12000-12001", "12000,12005") as ports."""
+    ports: list[int] = []
+    for part in filter(None, value.split(",")):
+        first, _, last = part.strip().partition("-")
+        if not first.isdigit() or (last and not last.isdigit()):
+            raise ValueError(f"SLURM_STEP_RESV_PORTS {value!r} is not a list of ports")
+        ports += range(int(first), int(last or first) + 1)
+    return ports

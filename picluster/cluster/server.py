@@ -16,7 +16,7 @@ from pathlib import Path
 
 from picluster import atomic, cpus
 from picluster.cluster.lifetime import die_with_parent
-from picluster.cluster.shim import only_on, reexec_with_shim
+from picluster.cluster.shim import SHIM_MARK, only_on, reexec_with_shim
 
 
 def ready_name(job: str, index: int) -> str:
@@ -54,6 +54,22 @@ def main(argv: list[str] | None = None) -> int:
 
     layout = Layout.from_json(json.loads(args.layout) if args.layout else json.loads(args.cluster_file.read_text())["layout"])
     if args.slurm_node:
+        from picluster.cluster.allocation import RESERVED, step_ports
+
+        # The two ports Slurm reserved for this step, the same on every node of it: said first,
+        # so the job's coordinator knows where the servers will listen.
+        try:
+            ports = step_ports(os.environ.get("SLURM_STEP_RESV_PORTS", ""))
+        except ValueError as exc:
+            print(f"picluster.cluster.server: {exc}", file=sys.stderr)
+            return 2
+        if len(ports) < RESERVED:
+            print(f"picluster.cluster.server: Slurm reserved {len(ports)} port(s) for this step, not {RESERVED} "
+                  "(slurm.conf needs MpiParams=ports: provision the cluster again)", file=sys.stderr)
+            return 2
+        layout = layout.with_ports(ports[0], ports[1])
+        if os.environ.get(SHIM_MARK) != "1":  # once, before the re-execution below
+            print(f"picluster.cluster.server: reserved ports {ports[0]} {ports[1]}", flush=True)
         node = os.environ.get("SLURMD_NODENAME", "")
         mine = [t for t in layout.tasks if t.node == node]
         if not mine:

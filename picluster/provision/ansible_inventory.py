@@ -45,6 +45,7 @@ def ansible_inventory(inv: Inventory, known_hosts: Path | None = None, public_ke
     }
     if inv.slurm is not None:
         variables.update(slurm.template_vars(inv))
+        variables.update(slurm_headroom_mb=slurm.HEADROOM_MB, slurm_headroom_share=slurm.HEADROOM_SHARE)
         # This machine's copy of the cluster's key, as `picluster provision` keeps it; the slurm
         # role fills it from the controller (or makes the first key) when it is missing.
         variables["munge_key_file"] = str(munge.key_path(inv))

@@ -49,7 +49,7 @@ echo "glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | cut -d' ' -f2)"
 echo "coordinator=${SSH_CONNECTION%% *}"
 echo "cpus=$(nproc 2>/dev/null)"
 echo "mem_kb=$(awk '$1 == "MemTotal:" {print $2}' /proc/meminfo 2>/dev/null)"
-if [ -f /sys/fs/cgroup/cgroup.controllers ]; then echo "cgroup=v2"
+if [ -f /sys/fs/cgroup/cgroup.controllers ]; then echo "cgroup=v2"; echo "cgroup_controllers=$(cat /sys/fs/cgroup/cgroup.controllers)"
 elif [ -d /sys/fs/cgroup/cpu ] || [ -d /sys/fs/cgroup/memory ]; then echo "cgroup=v1"; fi
 """
 
@@ -79,6 +79,7 @@ class Facts:
     cpus: int = 0  # online CPUs (nproc): a Slurm node's CPUs
     mem_mb: int = 0  # MemTotal in MiB: a Slurm node's RealMemory (slurmd -C reports the same)
     cgroup: str = ""  # "v2" (unified), "v1" (one mount per controller) or "" (none mounted)
+    cgroup_controllers: tuple[str, ...] = ()  # v2: the controllers the root offers (a Pi's lacks memory unless turned on)
 
     @property
     def is_pi(self) -> bool:
@@ -136,6 +137,7 @@ def parse(text: str) -> Facts:
         cpus=_count(values.get("cpus")),
         mem_mb=_count(values.get("mem_kb")) // 1024,
         cgroup=values.get("cgroup", "") if values.get("cgroup") in ("v1", "v2") else "",
+        cgroup_controllers=tuple(values.get("cgroup_controllers", "").split()),
     )
 
 

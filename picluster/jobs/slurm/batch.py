@@ -1,4 +1,5 @@
-"""What ``picluster submit`` asks Slurm for, checked before anything connects, and the batch script.
+"""What ``picluster submit`` asks Slurm for, checked before anything connects, and the batch script:
+picluster's own around a command, or the user's job script (script.py) with sbatch's options.
 
 Every value is checked here against what Slurm accepts, so that a request Slurm would refuse is
 one line and exit 2 with nothing queued; the command is quoted word by word, and the script
@@ -10,15 +11,11 @@ import shlex
 from dataclasses import dataclass
 
 from picluster import nodeset, tokens
-from picluster.cluster.allocation import PORT_ENV, PS_ENV, SHARE_ENV
+from picluster.cluster.allocation import PS_ENV, SHARE_ENV
 from picluster.errors import UsageError
 from picluster.inventory import Inventory
+from picluster.jobs.slurm.script import JobScript
 
-# sbatch --time: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
-# days-hours:minutes, days-hours:minutes:seconds (sbatch(1)).
-_TIME = re.compile(r"(?:(\d{1,3})-(\d{1,2})(?::(\d{1,2})(?::(\d{1,2}))?)?|(\d{1,6})(?::(\d{1,2})(?::(\d{1,2}))?)?)", re.ASCII)
-_MEM = re.compile(r"(\d{1,9})([KMGT]?)", re.ASCII)  # sbatch --mem: megabytes unless K, M, G or T follows
-MAX_TIME_S = 365 * 24 * 3600
 OUTPUT = "picluster-slurm-%j.out"  # in the job's working directory: the user's home on the batch node
 
 
@@ -31,48 +28,26 @@ class Request:
     time: str | None = None
     mem: str | None = None
     nodelist: tuple[str, ...] = ()
+    cpus: int | None = None  # CPUs per node; None: whole nodes (--exclusive)
+    job_script: JobScript | None = None  # a job script, instead of a command
+    given_nodes: bool = False  # --nodes was given (a script's own count stands otherwise)
 
 
 def seconds(value: str) -> int:
-    """--time in seconds, or UsageError naming the forms Slurm takes."""
-    m = _TIME.fullmatch(value)
-    if m is None:
-        raise UsageError(f"--time {tokens.show(value)}: use minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (as sbatch)")
-    days, dh, dm, ds, mins, ms, ss = m.groups()
-    if days is not None:
-        total = int(days) * 86400 + int(dh) * 3600 + int(dm or 0) * 60 + int(ds or 0)
-        parts = [int(dh), int(dm or 0), int(ds or 0)]
-        limits = [23, 59, 59]
-    elif ss is not None:  # HH:MM:SS
-        total, parts, limits = int(mins) * 3600 + int(ms) * 60 + int(ss), [int(ms), int(ss)], [59, 59]
-    else:  # minutes[:seconds]
-        total, parts, limits = int(mins) * 60 + int(ms or 0), [int(ms or 0)], [59]
-    if any(p > lim for p, lim in zip(parts, limits)):
-        raise UsageError(f"--time {value}: hours go to 23, minutes and seconds to 59")
-    if total <= 0:
-        raise UsageError(f"--time {value}: give a limit above zero (without --time the partition's applies)")
-    if total > MAX_TIME_S:
-        raise UsageError(f"--time {value}: more than 365 days")
-    return total
+    return tokens.slurm_seconds(value, "--time")
 
 
 def megabytes(value: str) -> int:
-    m = _MEM.fullmatch(value)
-    if m is None:
-        raise UsageError(f"--mem {tokens.show(value)}: give a whole number of megabytes, or with K, M, G or T (e.g. 512M, 2G)")
-    number, unit = int(m.group(1)), m.group(2) or "M"
-    mb = {"K": number / 1024, "M": number, "G": number * 1024, "T": number * 1024 * 1024}[unit]
-    if mb < 1:
-        raise UsageError(f"--mem {value}: at least 1 megabyte")
-    return int(mb)
+    return tokens.slurm_megabytes(value, "--mem")
 
 
 def check(inv: Inventory, command: tuple[str, ...], nodes: int | None, ps: int | None, time: str | None,
-          mem: str | None, nodelist: str | None, name: str | None) -> Request:
+          mem: str | None, nodelist: str | None, name: str | None, cpus: int | None = None,
+          job_script: JobScript | None = None) -> Request:
     """The request, or UsageError for the first thing Slurm (or the inventory) would refuse."""
     if inv.slurm is None:
         raise UsageError(f"inventory {inv.source or inv.name} has no [slurm] table: add one and run 'picluster provision' (see docs/slurm.md)")
-    if not command:
+    if not command and job_script is None:
         raise UsageError("give the command after '--', e.g. picluster submit -- picluster run montecarlo --samples 1e8")
     if any("\0" in word for word in command):
         raise UsageError("the command holds a NUL character")
@@ -93,11 +68,29 @@ def check(inv: Inventory, command: tuple[str, ...], nodes: int | None, ps: int |
     if ps is not None and ps > count:
         raise UsageError(f"--ps {ps} is more than the job's {count} node(s)")
     if time is not None:
-        seconds(time)
+        limit = tokens.slurm_seconds(inv.slurm.max_time, "slurm.max_time")
+        if seconds(time) > limit:
+            raise UsageError(f"--time {time} is over the cluster's longest, {inv.slurm.max_time} (slurm.max_time): "
+                             "Slurm would hold the job forever; ask for less")
     if mem is not None:
         megabytes(mem)
-    job_name = tokens.label(name, "--name") if name is not None else _default_name(command)
-    return Request(tuple(command), count, ps if ps is not None else -1, job_name, time, mem, chosen)
+    if name is not None:
+        job_name = tokens.label(name, "--name")
+    elif job_script is not None:
+        job_name = job_script.sbatch.get("job-name") or _script_name(job_script)
+    else:
+        job_name = _default_name(command)
+    return Request(tuple(command), count, ps if ps is not None else -1, job_name, time, mem, chosen, cpus, job_script,
+                   nodes is not None)
+
+
+def _script_name(job: JobScript) -> str:
+    """A script's own -N, else its file name (sbatch reading stdin would call it "sbatch")."""
+    for option in job.options:
+        if option.startswith("--job-name="):
+            return option.split("=", 1)[1]
+    stem = job.name.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    return re.sub(r"[^A-Za-z0-9-]+", "-", stem).strip("-")[:63] or "job"
 
 
 def _default_name(command: tuple[str, ...]) -> str:
@@ -112,14 +105,16 @@ def _default_name(command: tuple[str, ...]) -> str:
 
 
 def script(inv: Inventory, req: Request) -> str:
-    """The batch script: its #SBATCH lines, the job's environment for picluster, the command."""
+    """The batch script: its #SBATCH lines, the job's environment for picluster, the command; or
+    the user's job script as it is (its options go on sbatch's command line: sbatch_args)."""
     assert inv.slurm is not None
+    if req.job_script is not None:
+        return req.job_script.text
     lines = ["#!/bin/sh",
              f"#SBATCH --job-name={req.name}",
              f"#SBATCH --partition={inv.slurm.partition}",
              f"#SBATCH --nodes={req.nodes}",
-             # Whole nodes: a job's servers take every core, and their ports are the node's.
-             "#SBATCH --exclusive",
+             *_cpus_lines(req),
              f"#SBATCH --output={OUTPUT}"]
     if req.time is not None:
         lines.append(f"#SBATCH --time={req.time}")
@@ -130,10 +125,53 @@ def script(inv: Inventory, req: Request) -> str:
     # The nodes' picluster first on PATH, so `picluster ...` is the one provisioning installed.
     venv = inv.venv if inv.venv.startswith("/") else f"$HOME/{inv.venv.removeprefix('~/')}"
     venv_bin = f'"{venv}/bin"'  # inventory.venv holds no shell metacharacters (tokens.node_path)
-    lines += [f"export {PORT_ENV}={inv.tf_port + 2}",
-              f"export {SHARE_ENV}={shlex.quote(str(inv.data_dir))}"]
+    lines += [f"export {SHARE_ENV}={shlex.quote(str(inv.data_dir))}"]
     if req.ps >= 0:
         lines.append(f"export {PS_ENV}={req.ps}")
     lines += [f"PATH={venv_bin}:$PATH; export PATH",
               f"exec {shlex.join(req.command)}", ""]
     return "\n".join(lines)
+
+
+def _cpus_lines(req: Request) -> list[str]:
+    if req.cpus is None:
+        # Whole nodes: the job's servers and clients use every core of them.
+        return ["#SBATCH --exclusive"]
+    # One task per node with its CPUs: the rest of each node stays free for other jobs.
+    return ["#SBATCH --ntasks-per-node=1", f"#SBATCH --cpus-per-task={req.cpus}"]
+
+
+def sbatch_args(inv: Inventory, req: Request) -> str:
+    """sbatch's command-line options for a job script, as shell words (they win over the script's
+    own lines, as in sbatch), or "" for picluster's own script, which carries its options."""
+    assert inv.slurm is not None
+    job = req.job_script
+    if job is None:
+        return ""
+    given = []
+    if req.given_nodes:
+        given.append(f"--nodes={req.nodes}")
+    if req.nodelist:
+        given.append(f"--nodelist={','.join(req.nodelist)}")
+    if req.time is not None:
+        given.append(f"--time={req.time}")
+    if req.mem is not None:
+        given.append(f"--mem={req.mem}")
+    if req.cpus is not None:
+        given.append(f"--cpus-per-task={req.cpus}")
+    options = [o for o in job.options if not o.startswith("--job-name=")] + given + [f"--job-name={req.name}"]
+    if not job.has("partition"):
+        options.append(f"--partition={inv.slurm.partition}")
+    if not job.has("output"):
+        options.append(f"--output={OUTPUT}")
+    words = [shlex.quote(o) for o in options]
+    own = job.sbatch.get("export")
+    if own is None or own.startswith("ALL"):
+        # The job's environment for picluster: its virtualenv first on PATH (as the controller's
+        # shell sees $HOME and $PATH), the share, and the script's own -v pairs.
+        pairs = [*(own.split(",")[1:] if own else []), *job.exports, f"{SHARE_ENV}={inv.data_dir}"]
+        if req.ps >= 0:
+            pairs.append(f"{PS_ENV}={req.ps}")
+        venv = inv.venv if inv.venv.startswith("/") else f"$HOME/{inv.venv.removeprefix('~/')}"
+        words.append(shlex.quote("--export=ALL," + ",".join(pairs) + ",") + f'"PATH={venv}/bin:$PATH"')
+    return " ".join(words)

@@ -18,7 +18,7 @@ from picluster.cluster.ssh import CommandFailed, Remote
 from picluster.errors import ClusterError, UsageError
 from picluster.fanout import GroupError, fan_out
 from picluster.inventory import Inventory, Node
-from picluster.jobs.slurm.batch import OUTPUT, Request, script
+from picluster.jobs.slurm.batch import OUTPUT, Request, sbatch_args, script
 
 # squeue's fields, the name last so that a '|' in it cannot shift the others.
 _FORMAT = "%i|%u|%T|%r|%D|%N|%M|%l|%j"
@@ -98,13 +98,14 @@ def _slurm(inv: Inventory, remote: Remote, command: str, what: str, then: str = 
 def submit(inv: Inventory, req: Request) -> Submitted:
     """Queue the job; its Slurm id, and the nodes Slurm cannot run it on now."""
     encoded = base64.b64encode(script(inv, req).encode()).decode()
+    args = sbatch_args(inv, req)  # shell words, each quoted (batch.py)
     nothing = "; nothing was queued"
     remote = _open(inv, nothing)
     try:
         # A request Slurm refuses after giving it an id (more memory than any node has) would stay
         # in the queue as FAILED: ask with --test-only first, which queues nothing.
         try:
-            _slurm(inv, remote, f"echo {encoded} | base64 -d | sbatch --test-only", "Slurm refused the job")
+            _slurm(inv, remote, f"echo {encoded} | base64 -d | sbatch --test-only {args}", "Slurm refused the job")
         except UsageError as refused:
             # --test-only also refuses a job that needs a node that is down now (sbatch would
             # leave it pending): name those nodes, since they are the likelier cause.
@@ -113,7 +114,7 @@ def submit(inv: Inventory, req: Request) -> Submitted:
                 raise UsageError(f"{refused}{nothing}") from None
             raise UsageError(f"{refused}; not available now: {describe(down)} (bring {'it' if len(down) == 1 else 'them'} back with "
                              f"'picluster provision -i INVENTORY --only slurm,queue', or ask for fewer nodes){nothing}") from None
-        out = _slurm(inv, remote, f"echo {encoded} | base64 -d | sbatch --parsable", "Slurm refused the job", nothing)
+        out = _slurm(inv, remote, f"echo {encoded} | base64 -d | sbatch --parsable {args}", "Slurm refused the job", nothing)
         job = out.strip().split(";", 1)[0]
         if not _ID.fullmatch(job):
             raise ClusterError(f"sbatch answered {out.strip()[:80]!r}, not a job id")

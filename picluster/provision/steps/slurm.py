@@ -18,7 +18,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from picluster import nodeset
+from picluster import nodeset, tokens
 from picluster.cluster.allocation import SINFO_NODES, scontrol_nodes, sinfo_states
 from picluster.errors import PiclusterError
 from picluster.provision import templates
@@ -29,7 +29,24 @@ SLURM_CONF = "/etc/slurm/slurm.conf"
 CGROUP_CONF = "/etc/slurm/cgroup.conf"
 SLURMCTLD_PORT = 6817
 SLURMD_PORT = 6818
-SRUN_PORTS = "60001-60100"  # 100 concurrent srun: far beyond a 64-node cluster's jobs
+# srun listens on ports of this range for its tasks' I/O: "a single srun opens 4 listening ports"
+# (slurm.conf(5), SrunPortRange; 2 more per 48 nodes past 48).  A picluster job runs from its
+# batch node one srun per node (clients, tasks) plus its servers' step, so the range holds two
+# jobs the size of the cluster launched from one node at once, and never fewer than 100 ports.
+SRUN_PORT_FIRST = 60001
+SRUN_PORTS_PER_STEP = 4
+# A job's servers take two ports Slurm reserves for their step (srun --resv-ports, MpiParams=ports):
+# slurmctld never gives the same port of a node to two steps at once, so jobs sharing a node never
+# collide.  The range sits above tf_port + 1 (the servers `cluster up` keeps) and holds this many
+# jobs' servers on one node at once.
+JOB_PORT_PAIRS = 32
+# RealMemory: MemTotal less this headroom, so a kernel that reports a few MiB less after an upgrade
+# does not make slurmctld drain the node ("Low RealMemory"), and the OS keeps room beside the jobs.
+HEADROOM_MB, HEADROOM_SHARE = 64, 20  # at least 64 MiB, else 1/20 (5 %) of MemTotal
+# Jobs are confined (proctrack/cgroup, task/cgroup) where every node has cgroup v2 with these
+# controllers and systemd to delegate a subtree to slurmd (Slurm 22.05's cgroup/v2 asks systemd
+# for its scope); elsewhere they are tracked through their parents and not confined.
+CONTAIN_CONTROLLERS = ("cpuset", "memory")
 REGISTER_WAIT = 60.0  # seconds for every slurmd to register as idle
 TESTED = "22.05"  # Debian 12's Slurm, and Raspberry Pi OS bookworm's: what slurm.conf is written for
 VERSION = re.compile(r"\b\d{2}\.\d{2}\.\d+\b")  # slurmd -V: "slurm-wlm 22.05.8"
@@ -72,12 +89,56 @@ def packages(ctx: Context) -> list[str]:
     return ["munge", "slurmd", "slurm-client", *(["slurmctld"] if ctx.node.name == slurm.controller else [])]
 
 
+def srun_ports(nodes: int) -> str:
+    """SrunPortRange for a cluster of ``nodes``: two whole-cluster jobs' sruns on one node."""
+    count = max(100, 2 * SRUN_PORTS_PER_STEP * (nodes + 1))
+    return f"{SRUN_PORT_FIRST}-{SRUN_PORT_FIRST + count - 1}"
+
+
+def job_ports(inv) -> str:
+    """MpiParams=ports: the range Slurm reserves job servers' ports from."""
+    return f"{inv.tf_port + 2}-{inv.tf_port + 1 + 2 * JOB_PORT_PAIRS}"
+
+
+def real_memory(mem_mb: int) -> int:
+    """A node's RealMemory in slurm.conf: MemTotal less the headroom."""
+    return mem_mb - max(HEADROOM_MB, mem_mb // HEADROOM_SHARE)
+
+
+def def_mem_per_cpu(facts) -> int:
+    """DefMemPerCPU: what a job that gives no --mem gets per CPU, the smallest node's share, so a
+    job without --mem takes its CPUs' part of a node, not the whole node."""
+    return min(real_memory(f.mem_mb) // f.cpus for f in facts.values())
+
+
+def uncontained(facts) -> dict[str, str]:
+    """Node -> why jobs cannot be confined there (no cgroup v2, a controller off, no systemd)."""
+    why = {}
+    for name, f in sorted(facts.items()):
+        missing = [c for c in CONTAIN_CONTROLLERS if c not in f.cgroup_controllers]
+        if f.cgroup != "v2":
+            why[name] = f"cgroup {f.cgroup}, not v2" if f.cgroup else "no cgroup file system"
+        elif missing:
+            why[name] = f"cgroup v2 without the {' and '.join(missing)} controller"
+        elif not f.systemd:
+            why[name] = "no systemd to delegate slurmd a cgroup"
+    return why
+
+
+def plugins(contained: bool) -> dict[str, str]:
+    """slurm.conf's tracking, confinement and accounting plugins, confined or not."""
+    if contained:
+        return {"proctrack": "proctrack/cgroup", "task_plugin": "task/cgroup",
+                "jobacct_gather": "jobacct_gather/cgroup"}
+    return {"proctrack": "proctrack/linuxproc", "task_plugin": "task/none", "jobacct_gather": "jobacct_gather/linux"}
+
+
 def firewall_ports(inv) -> list[int | str]:
-    """The TCP ports Slurm listens on, and those of the servers Slurm jobs start (tf_port + 2 and
-    + 3, beside the ones `cluster up` keeps), for the firewall (the cluster and the coordinator only)."""
+    """The TCP ports Slurm listens on, and those Slurm reserves for the servers jobs start (above
+    the ones `cluster up` keeps), for the firewall (the cluster and the coordinator only)."""
     if inv.slurm is None:
         return []
-    return [f"{inv.tf_port + 2}-{inv.tf_port + 3}", SLURMCTLD_PORT, SLURMD_PORT, SRUN_PORTS]
+    return [job_ports(inv), SLURMCTLD_PORT, SLURMD_PORT, srun_ports(len(inv.nodes))]
 
 
 def prepare(contexts: list[Context]) -> None:
@@ -90,7 +151,8 @@ def prepare(contexts: list[Context]) -> None:
 
 
 def template_vars(inv) -> dict[str, object]:
-    """slurm.conf.j2's and slurm-partition.conf.j2's variables (Ansible's inventory carries the same)."""
+    """slurm.conf.j2's and slurm-partition.conf.j2's variables from the inventory (Ansible's inventory
+    carries the same; the role works out the ones from the nodes' facts as conf_text does)."""
     assert inv.slurm is not None
     return {
         "slurm_controller": inv.slurm.controller,
@@ -99,7 +161,11 @@ def template_vars(inv) -> dict[str, object]:
         "slurm_scheduler": inv.slurm.scheduler,
         "slurmctld_port": SLURMCTLD_PORT,
         "slurmd_port": SLURMD_PORT,
-        "srun_ports": SRUN_PORTS,
+        "srun_ports": srun_ports(len(inv.nodes)),
+        "job_ports": job_ports(inv),
+        # Written as D-HH:MM:SS whatever form the inventory gave: Ansible's YAML would read 1:00:00 as 3600.
+        "default_time": tokens.slurm_duration(tokens.slurm_seconds(inv.slurm.default_time, "slurm.default_time")),
+        "max_time": tokens.slurm_duration(tokens.slurm_seconds(inv.slurm.max_time, "slurm.max_time")),
     }
 
 
@@ -112,13 +178,19 @@ def cgroup_plugin(ctx: Context) -> str:
 def conf_text(ctx: Context) -> str:
     inv, facts = ctx.inv, ctx.shared.facts
     variables = template_vars(inv)
-    head = templates.render("slurm.conf.j2", cluster_name=inv.name, **variables)
+    head = templates.render("slurm.conf.j2", cluster_name=inv.name, def_mem_per_cpu=def_mem_per_cpu(facts),
+                            **plugins(not uncontained(facts)), **variables)
     nodes = "".join(
         templates.render("slurm-node.conf.j2", node=n.name, address=n.address, cpus=facts[n.name].cpus,
-                         memory=facts[n.name].mem_mb)
+                         memory=real_memory(facts[n.name].mem_mb))
         for n in inv.nodes
     )  # fmt: skip
-    return head + nodes + templates.render("slurm-partition.conf.j2", slurm_partition=variables["slurm_partition"])
+    return head + nodes + templates.render("slurm-partition.conf.j2", **variables)
+
+
+def cgroup_text(ctx: Context) -> str:
+    return templates.render("cgroup.conf.j2", cgroup_plugin=cgroup_plugin(ctx),
+                            constrain="yes" if not uncontained(ctx.shared.facts) else "no")
 
 
 def run(ctx: Context):
@@ -133,6 +205,11 @@ def run(ctx: Context):
     if unsized:
         yield Item("slurm_conf", Status.FAILED, f"{unsized[0]} did not report its CPUs and memory (nproc, /proc/meminfo)")
         return
+    small = [n for n, f in ctx.shared.facts.items() if real_memory(f.mem_mb) < f.cpus]
+    if small:
+        yield Item("slurm_conf", Status.FAILED, f"{small[0]} has {ctx.shared.facts[small[0]].mem_mb} MiB: too little for Slurm's "
+                   f"{HEADROOM_MB} MiB headroom and a MiB per CPU")
+        return
     if not ctx.facts.cgroup:
         yield Item("cgroups", Status.FAILED, "no cgroup file system on /sys/fs/cgroup: slurmd cannot start without one")
         return
@@ -143,8 +220,9 @@ def run(ctx: Context):
         return  # munged would refuse every other node's credentials
     conf = file_item(ctx, "slurm_conf", SLURM_CONF, conf_text(ctx))
     yield conf
-    cgroup = file_item(ctx, "cgroup_conf", CGROUP_CONF, templates.render("cgroup.conf.j2", cgroup_plugin=cgroup_plugin(ctx)))
+    cgroup = file_item(ctx, "cgroup_conf", CGROUP_CONF, cgroup_text(ctx))
     yield cgroup
+    yield _containment(ctx)
     slurm_changed = Status.CHANGED in (conf.status, cgroup.status)
     yield from _daemon(ctx, MUNGED, key_changed)
     if ctx.node.name == inv.slurm.controller:
@@ -173,6 +251,15 @@ def _daemon(ctx: Context, daemon: Daemon, config_changed: bool):
         return
     if not ctx.dry_run and not _came_up(ctx, daemon):
         yield Item(daemon.name, Status.FAILED, f"{daemon.name} did not stay up: {_log_tail(ctx, daemon)}")
+
+
+def _containment(ctx: Context) -> Item:
+    """Whether jobs are confined, and where not, why (the same for every node: one slurm.conf)."""
+    why = uncontained(ctx.shared.facts)
+    if not why:
+        return Item("containment", Status.OK, "jobs confined to their cores and memory (proctrack/cgroup, task/cgroup; cgroup v2)")
+    reasons = "; ".join(f"{nodes}: {reason}" for reason, nodes in nodeset.fold_by(why).items())  # in node order
+    return Item("containment", Status.OK, f"jobs tracked through their parents, not confined (proctrack/linuxproc): {reasons}")
 
 
 def _version(ctx: Context) -> Item:
