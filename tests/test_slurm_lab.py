@@ -103,6 +103,7 @@ def test_slurm_comes_up_on_every_node_and_a_second_run_changes_nothing(slurm_lab
     assert queue["controller"] == (Status.OK, "Slurmctld(primary) at node01 is UP")
     assert queue["nodes"] == (Status.OK, "3 idle in partition pis")
     assert queue["srun"] == (Status.OK, "hostname ran on all 3 nodes")
+    assert queue["confined"] == (Status.SKIPPED, "jobs are not confined here (the slurm step's containment line says why)")
     assert all(items(r, "queue")["queue"][0] is Status.SKIPPED for r in first[1:])
 
     # What the running system says, asked from a node that is not the controller.

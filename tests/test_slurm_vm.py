@@ -53,6 +53,10 @@ def test_slurm_runs_under_systemd_and_comes_back_after_every_vm_reboots(vm3, tmp
         # Debian 12's own kernel and systemd: cgroup v2 with its controllers, so jobs are confined.
         assert items(first[0], "slurm")["containment"] == (
             Status.OK, "jobs confined to their cores and memory (proctrack/cgroup, task/cgroup; cgroup v2)")
+        # The queue step reads it back: a step over its memory stopped, a step's detached child gone.
+        read_back = items(first[0], "queue")
+        assert read_back["memory"] == (Status.OK, "a step over its --mem (32M) was stopped by Slurm (oom-kill event)")
+        assert read_back["processes"][0] is Status.OK and "detached child (setsid) ended with the step" in read_back["processes"][1]
         node02 = vm3.host("node02")
         # A job over its memory is stopped by Slurm and recorded so, not left to the kernel's OOM killer.
         hog = submit_wrap(node02, "--mem=64M", "python3 -c 'b = bytearray(512 * 2**20); import time; time.sleep(60)'")

@@ -6,8 +6,9 @@ a node given its own file becomes a one-node cluster), cgroup.conf, then munged,
 controller and slurmd, each restarted when a file it reads changed.
 
 queue (the controller): what the running system says, never what was written: `scontrol ping`,
-every node `idle` in `sinfo` (nodes take a few seconds to register), and `srun` on every node
-returning each one's host name.
+every node `idle` in `sinfo` (nodes take a few seconds to register), `srun` on every node
+returning each one's host name, and, where jobs are confined, a step over its memory stopped by
+Slurm and a step's detached child gone with it.
 
 Under systemd the daemons are Debian's units, enabled at boot.  A test host has no init: there
 the same daemons are started directly and found again through their pid files in the host's own
@@ -338,6 +339,43 @@ def queue(ctx: Context):
         yield Item("srun", Status.FAILED, f"srun on {len(names)} nodes: {why}")
         return
     yield Item("srun", Status.OK, f"hostname ran on all {len(names)} nodes")
+    yield from _confinement(ctx)
+
+
+# What confinement promises, tried with two short steps: one over its memory, one whose child
+# leaves its process tree (setsid), as a job's daemon would.
+OOM_STEP = "python3 -c 'b = bytearray(256 * 2**20)'"  # 256 MiB under a 32 MiB limit
+# slurmstepd: "Detected 1 oom_kill event in StepId=..."; srun: "task 0: Out Of Memory"
+OOM_SAID = re.compile(r"oom[-_ ]kill|out of memory", re.IGNORECASE)
+DETACHED = "sleep 86399"  # the detached child's command line, anchored in pgrep
+CHECK = "srun --nodes=1 --ntasks=1 --time=1 --job-name=picluster-check"
+
+
+def _confinement(ctx: Context):
+    if uncontained(ctx.shared.facts):
+        yield Item("confined", Status.SKIPPED, "jobs are not confined here (the slurm step's containment line says why)")
+        return
+    remote = ctx.remote
+    hog = remote.run(f"{CHECK} --mem=32M {OOM_STEP}", check=False, timeout=120)
+    if hog.exited == 0 or not OOM_SAID.search(hog.stdout + hog.stderr):
+        why = (hog.stderr.strip().splitlines() or [f"exit status {hog.exited}"])[-1]
+        yield Item("memory", Status.FAILED, f"a step over its --mem was not stopped by Slurm: {why}")
+        return
+    yield Item("memory", Status.OK, "a step over its --mem (32M) was stopped by Slurm (oom-kill event)")
+    ran = remote.run(f"{CHECK} sh -c {q(f'setsid -f {DETACHED}; echo $SLURMD_NODENAME')}", check=False, timeout=120)
+    node = ran.stdout.strip()
+    if ran.exited != 0 or node not in {n.name for n in ctx.inv.nodes}:
+        yield Item("processes", Status.FAILED, f"the detaching step did not run: {(ran.stderr.strip().splitlines() or ['no output'])[-1]}")
+        return
+    look = f"{CHECK} --nodelist={q(node)} pgrep -f {q('^' + DETACHED + '$')}"
+    deadline = time.monotonic() + 15.0
+    while remote.run(look, check=False, timeout=120).exited == 0:  # still there: Slurm ends a step's leftovers
+        if time.monotonic() > deadline:
+            remote.run(f"{CHECK} --nodelist={q(node)} pkill -f {q('^' + DETACHED + '$')}", check=False, timeout=120)
+            yield Item("processes", Status.FAILED, f"a step's detached child outlived it on {node} (killed now)")
+            return
+        time.sleep(1.0)
+    yield Item("processes", Status.OK, f"a step's detached child (setsid) ended with the step on {node}")
 
 
 def _versions(ctx: Context) -> dict[str, str]:
