@@ -25,6 +25,7 @@ Example::
     partition = "picluster"             # the default partition, holding every node
     default_time = "1:00:00"            # a job's limit when it gives none (sbatch's forms)
     max_time = "1-00:00:00"             # the longest limit a job may ask for
+    accounting = false                  # slurmdbd and MariaDB on the controller: sacct, fair share
 
 The file is untrusted input: every key is checked and errors name the key and the fix.  Strings
 are checked by what they become (picluster.tokens): paths and names end up in /etc/exports,
@@ -46,7 +47,7 @@ _CLUSTER_KEYS = {
 }
 _ROLE_KEYS = {"ps", "worker", "nfs_master"}
 _NODE_KEYS = {"name", "address"}
-_SLURM_KEYS = {"controller", "partition", "scheduler", "default_time", "max_time"}
+_SLURM_KEYS = {"controller", "partition", "scheduler", "default_time", "max_time", "accounting"}
 # Slurm's scheduler plugins: backfill starts a later job early when that delays no earlier one;
 # builtin is first in, first out (docs/slurm.md measures the two).
 SCHEDULERS = ("backfill", "builtin")
@@ -91,6 +92,9 @@ class Slurm:
     # exercises take minutes, a student's training runs overnight at most.
     default_time: str = "1:00:00"
     max_time: str = "1-00:00:00"
+    # slurmdbd with Debian's MariaDB on the controller: every job recorded (sacct), and priorities
+    # from each user's past use (fair share).  Off by default: it costs the controller memory.
+    accounting: bool = False
 
 
 @dataclass(frozen=True)
@@ -252,7 +256,7 @@ def _slurm(data: dict, names: list[str], nfs_master: str, fail) -> Slurm | None:
         return None
     table = data["slurm"]
     if not isinstance(table, dict):
-        raise fail("[slurm] must be a table (controller, partition, scheduler, default_time, max_time)")
+        raise fail("[slurm] must be a table (controller, partition, scheduler, default_time, max_time, accounting)")
     _check_keys(table, _SLURM_KEYS, "[slurm]", fail)
     controller = table.get("controller", nfs_master)
     if not isinstance(controller, str) or controller not in names:
@@ -267,7 +271,11 @@ def _slurm(data: dict, names: list[str], nfs_master: str, fail) -> Slurm | None:
     max_s = _checked(tokens.slurm_seconds, max_time, "slurm.max_time", fail)
     if default_s > max_s:
         raise fail(f"slurm.default_time {default_time} is longer than slurm.max_time {max_time}: lower it or raise max_time")
-    return Slurm(controller=controller, partition=partition, scheduler=scheduler, default_time=default_time, max_time=max_time)
+    accounting = table.get("accounting", False)
+    if not isinstance(accounting, bool):
+        raise fail(f"slurm.accounting {tokens.show(accounting)} must be true or false")
+    return Slurm(controller=controller, partition=partition, scheduler=scheduler, default_time=default_time, max_time=max_time,
+                 accounting=accounting)
 
 
 def _nodes(data, cluster, fail) -> list[Node]:

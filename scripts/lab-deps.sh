@@ -23,6 +23,7 @@ packages=(
     python3-apt      # Ansible's apt module on the test hosts (else it installs it itself)
     python3-packaging  # Ansible's pip module on the test hosts (the runtime role)
     munge slurmd slurmctld slurm-client  # the queue of an inventory with [slurm] (service starts blocked)
+    slurmdbd mariadb-server  # its accounting ([slurm] accounting = true), on the controller
     # Not for the lab: only its promtool, which lints the node agent's metrics page in the
     # tests (`promtool check metrics`).  Its service is never started (policy below).
     prometheus
@@ -82,7 +83,7 @@ if (( ${#missing[@]} )); then
     # Under systemd the unit may be enabled (or socket-activated) regardless.
     if [[ -d /run/systemd/system ]]; then
         systemctl disable --now ssh.service ssh.socket prometheus.service \
-            munge.service slurmd.service slurmctld.service >/dev/null 2>&1 || true
+            munge.service slurmd.service slurmctld.service slurmdbd.service mariadb.service >/dev/null 2>&1 || true
     fi
     if [[ $had_sshd == no ]] && sshd_on_22; then
         if [[ -x /etc/init.d/ssh ]]; then
@@ -102,7 +103,7 @@ for tool in /usr/sbin/sshd /usr/lib/openssh/sftp-server; do
     [[ -x $tool ]] || { echo "lab-deps: $tool missing after install" >&2; exit 1; }
 done
 for tool in ip tc unshare nsenter mount umount findmnt sudo nft promtool qemu-system-x86_64 qemu-system-aarch64 qemu-img \
-            debootstrap mkfs.ext4 munged slurmd slurmctld sinfo; do
+            debootstrap mkfs.ext4 munged slurmd slurmctld sinfo slurmdbd mariadbd; do
     command -v "$tool" >/dev/null || { echo "lab-deps: $tool missing after install" >&2; exit 1; }
 done
 

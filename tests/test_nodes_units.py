@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from test_cli_input import assert_one_line_usage_error
@@ -15,6 +16,7 @@ from picluster.inventory import load_inventory, select
 from picluster.provision import templates
 from picluster.provision.ansible_inventory import ansible_inventory
 from picluster.upkeep import chores, health, order
+from picluster.upkeep.drain import NoQueue, time_left
 
 from conftest import ROOT, picluster
 
@@ -170,6 +172,8 @@ def test_apt_output_is_read_for_failed_fetches_and_counts():
 
 def test_shutdown_counts_a_node_already_off_as_off_and_asks_only_the_others(inv_path, monkeypatch):
     inv = load_inventory(inv_path)
+    # The order alone: the queue's part (drain, wait, resume) runs against Slurm in test_slurm_lab.py.
+    monkeypatch.setattr(chores.Queue, "of", classmethod(lambda cls, inv_: NoQueue()))
     asked: list[str] = []
     monkeypatch.setattr(health, "silent", lambda address, *a, **k: address == "127.0.1.4")  # node04: nothing answers
     monkeypatch.setattr(chores, "_ask", lambda inv_, node, command: asked.append(f"{node.name} {command}"))
@@ -180,3 +184,55 @@ def test_shutdown_counts_a_node_already_off_as_off_and_asks_only_the_others(inv_
     assert asked == ["node05 systemctl poweroff", "node01 systemctl poweroff"]
     assert said == ["node04: already off", "node05: off after 1 s", "node01: off after 1 s"]
     assert done == {"node04": "already off", "node05": "off after 1 s", "node01": "off after 1 s"}
+
+
+def test_with_slurm_a_chore_whose_controller_does_not_answer_touches_nothing(inv_path):
+    # node03, the controller, is 127.0.1.3: nothing listens there.
+    done = picluster("nodes", "reboot", "node05", "-i", inv_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.startswith("picluster: error: the Slurm controller on node03 does not answer (") and done.stderr.endswith(
+        "nothing was drained or touched; start it with 'picluster provision --only slurm,queue' first\n"), done.stderr
+    assert len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("shown", "seconds"), [
+    ("1-02:03:04", 93784), ("2:03:04", 7384), ("3:04", 184), ("0:00", 0), ("12", 12),
+    ("UNLIMITED", 60), ("NOT_SET", 60), ("INVALID", 60), ("", 60), ("1-x:00", 60),
+])
+def test_squeues_time_left_is_read_in_its_forms(shown, seconds):
+    assert time_left(shown) == seconds
+
+
+class ScriptedNode:
+    """Stands in for an SSH connection: answers each apt-get with the next of ``answers``."""
+
+    def __init__(self, *answers):
+        self.answers, self.asked = list(answers), []
+
+    def run(self, command, **kwargs):
+        self.asked.append(command)
+        exited, err = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        return SimpleNamespace(exited=exited, stdout="", stderr=err)
+
+
+LISTS_LOCKED = (100, "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 2023 (unattended-upgr)\nE: Unable to lock directory /var/lib/apt/lists/\n")
+
+
+def test_apt_waits_for_its_lock_and_says_once_who_holds_it(inv_path, monkeypatch):
+    monkeypatch.setattr(chores, "LOCK_POLL_S", 0.01)
+    node = load_inventory(inv_path).node("node05")
+    said: list[str] = []
+    remote = ScriptedNode(LISTS_LOCKED, LISTS_LOCKED, (0, ""))
+    assert chores._apt(remote, node, "update", 60, said.append).exited == 0
+    assert len(remote.asked) == 3
+    assert said == ["node05: waiting for apt's lock /var/lib/apt/lists/lock by process 2023 (unattended-upgr)"]
+
+    stuck = ScriptedNode(LISTS_LOCKED)
+    with pytest.raises(chores.ClusterError) as refused:
+        chores._apt(stuck, node, "update", 0.05, said.append)
+    assert str(refused.value) == ("apt's lock /var/lib/apt/lists/lock still held by process 2023 (unattended-upgr) after 0 s; "
+                                  "nothing was upgraded there")
+    # Another failure is apt's own, returned as it is.
+    assert chores._apt(ScriptedNode((100, "E: Unable to locate package x")), node, "install x", 60, said.append).exited == 100
+    older = chores.LOCKED.search("E: Could not get lock /var/lib/dpkg/lock-frontend - open (11: Resource temporarily unavailable)")
+    assert older.group("path") == "/var/lib/dpkg/lock-frontend" and chores._holder(older) == ""

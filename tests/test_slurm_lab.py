@@ -183,7 +183,7 @@ def test_a_stopped_slurmd_is_seen_and_the_next_run_starts_it(slurm_lab, tmp_path
     seen = provision(inv, options(slurm_lab, only=("queue",)))
     status, detail = items(seen[0], "queue")["nodes"]
     # "down*" once slurmctld's own ping of the node has gone unanswered too.
-    assert status is Status.FAILED and re.fullmatch(r"not idle after 60 s: node02 down\*? \(test-stopped\)", detail), detail
+    assert status is Status.FAILED and re.fullmatch(r"not serving after 60 s: node02 down\*? \(test-stopped\)", detail), detail
 
     again = provision(inv, options(slurm_lab, only=("slurm", "queue")))
     assert items(again[1], "slurm")["slurmd"] == (Status.CHANGED, "start slurmd")
@@ -491,3 +491,142 @@ def test_requests_slurm_refuses_are_one_line_and_queue_nothing(slurm_lab, tmp_pa
     assert queue_states(path) == before
     gone = picluster("logs", "-i", path, "slurm:999999")
     assert gone.returncode == 2 and "slurm:999999" not in gone.stdout and len(gone.stderr.splitlines()) == 1
+
+
+def scontrol_node(host, name: str) -> tuple[str, str]:
+    """(State, Reason) of ``name`` as slurmctld has it."""
+    line = host.run(["scontrol", "-o", "show", "node", name]).stdout.strip()
+    state = re.search(r"\bState=(\S+)", line).group(1)
+    reason = re.search(r" Reason=(.*?)(?= [A-Za-z]+=|$)", line)
+    return state, reason.group(1) if reason else ""
+
+
+def sbatch(host, *args: str) -> str:
+    return host.run(["sbatch", "--parsable", *args], timeout=60).stdout.strip().split(";")[0]
+
+
+def job_state(host, job: str) -> str:
+    shown = host.run(["scontrol", "-o", "show", "job", job], check=False).stdout
+    return next((w.split("=", 1)[1] for w in shown.split() if w.startswith("JobState=")), "")
+
+
+def test_a_busy_cluster_provisions_and_a_chore_drains_a_node_waits_for_its_job_and_resumes_it(slurm_lab, tmp_path):
+    """What `picluster nodes reboot|upgrade|shutdown` does in the queue around a node (the reboot
+    itself needs an init: test_slurm_vm.py), and `provision` while users' jobs run."""
+    from picluster.cluster import hostkeys
+    from picluster.upkeep.drain import Queue
+
+    inv = inventory(slurm_lab, tmp_path)
+    assert not any(r.failed for r in provision(inv, options(slurm_lab, only=("slurm", "queue"))))
+    node01 = slurm_lab.host("node01")
+    job = sbatch(node01, "--nodelist=node02", "--exclusive", "--time=2", "--wrap", "sleep 20")
+    deadline = time.monotonic() + 60
+    while job_state(node01, job) != "RUNNING":
+        assert time.monotonic() < deadline, job_state(node01, job)
+        time.sleep(1)
+
+    # provision on a busy cluster: the node running a job is not waited for nor tried.
+    busy = provision(inv, options(slurm_lab, only=("slurm", "queue")))
+    assert not any(r.failed for r in busy), [r.first_failure() for r in busy]
+    read = items(busy[0], "queue")
+    assert read["nodes"] == (Status.OK, "3 serving in partition pis: node02 allocated (running jobs)")
+    assert read["srun"] == (Status.OK, "hostname ran on the 2 idle nodes (node[01,03]); node02 not tried (running jobs)")
+    assert job_state(node01, job) == "RUNNING"
+
+    hostkeys.use(hostkeys.strict(slurm_lab.known_hosts_path))
+    try:
+        queue = Queue.of(inv)
+        said: list[str] = []
+        started = time.monotonic()
+        held = queue.hold(inv.node("node02"), "reboot", requeue=False, say=said.append)
+        waited = time.monotonic() - started
+        # Drained with the chore's reason, and back only once the job ended by itself.
+        assert job_state(node01, job) == "COMPLETED" and waited > 5, (job_state(node01, job), waited)
+        assert len(said) == 1 and re.fullmatch(rf"node02: drained in Slurm; waiting for job {job} \(root; time limit ends \d\d:\d\d:\d\d\)",
+                                                said[0]), said
+        assert scontrol_node(node01, "node02")[0] == "IDLE+DRAIN"
+        assert scontrol_node(node01, "node02")[1].startswith("picluster nodes reboot [root@")
+        pinned = sbatch(node01, "--nodelist=node02", "--time=1", "--wrap", "true")
+        time.sleep(3)
+        assert job_state(node01, pinned) == "PENDING"  # nothing starts on a drained node
+        assert queue.release(held, rebooted=False, timeout=60) == "resumed in Slurm"
+        assert scontrol_node(node01, "node02")[0] in ("IDLE", "ALLOCATED", "MIXED")
+
+        # --requeue: a batch job on the node goes back to the queue at once instead of being waited for.
+        long = sbatch(node01, "--nodelist=node03", "--time=5", "--wrap", "sleep 300")
+        deadline = time.monotonic() + 60
+        while job_state(node01, long) != "RUNNING":
+            assert time.monotonic() < deadline, job_state(node01, long)
+            time.sleep(1)
+        said.clear()
+        started = time.monotonic()
+        held = queue.hold(inv.node("node03"), "upgrade", requeue=True, say=said.append)
+        assert time.monotonic() - started < 60 and said == [f"node03: job {long} (root) requeued"], said
+        requeued = node01.run(["scontrol", "-o", "show", "job", long]).stdout
+        assert "Restarts=1" in requeued and "JobState=PENDING" in requeued, requeued
+        assert queue.release(held, rebooted=False, timeout=60) == "resumed in Slurm"
+        node01.run(["scancel", long])
+
+        # A node drained by someone else, for something else, is left as it was.
+        node01.run(["scontrol", "update", "nodename=node03", "state=drain", "reason=fan noise"])
+        said.clear()
+        held = queue.hold(inv.node("node03"), "reboot", requeue=False, say=said.append)
+        assert said == ["node03: idle+drain in Slurm already (fan noise [root@" + said[0].split("[root@", 1)[-1]], said
+        assert queue.release(held, rebooted=False, timeout=60).startswith("left idle+drain: fan noise [root@")
+        assert scontrol_node(node01, "node03")[1].startswith("fan noise")
+    finally:
+        hostkeys.use(None)
+        node01.run(["scontrol", "update", "nodename=node[02-03]", "state=resume"], check=False)
+        node01.run(["scancel", "--user=root"], check=False)
+
+
+def test_accounting_records_jobs_enforces_registered_users_and_keeps_its_password_private(slurm_lab, tmp_path):
+    """`[slurm] accounting = true`: MariaDB and slurmdbd on the controller, run here without init
+    (test_slurm_vm.py runs them under systemd).  Last in this module: it leaves accounting on."""
+    from picluster.provision.steps.accounting import SLURMDBD_CONF, password_path
+
+    path = inventory_file(slurm_lab, tmp_path)
+    path.write_text(path.read_text() + "accounting = true\n")
+    inv = load_inventory(path)
+    first = provision(inv, options(slurm_lab, only=("slurm", "queue")))
+    logs = "".join(slurm_lab.host("node01").run(["tail", "-n", "15", f], check=False).stdout for f in
+                   ("/var/log/slurm/slurmctld.log", "/var/log/slurm/slurmdbd.log"))
+    assert not any(r.failed for r in first), [r.first_failure() for r in first] + [logs]
+    made = items(first[0], "slurm")
+    assert made["database"][0] is Status.CHANGED and made["database"][1].startswith("slurm_acct_db and its user slurm (password: ")
+    assert made["slurmdbd_conf"] == (Status.CHANGED, f"wrote {SLURMDBD_CONF} (0600, slurm)")
+    assert made["registered"] == (Status.CHANGED, f"registered cluster {inv.name}, account picluster, users {inv.user}")
+    assert "database" not in items(first[1], "slurm")  # the controller only
+    read = items(first[0], "queue")
+    assert read["accounting"][0] is Status.OK and read["accounting"][1].endswith(
+        "(COMPLETED); priorities by fair share (priority/multifactor)"), read["accounting"]
+
+    # The password: made here 0600, in slurmdbd.conf 0600 owned by slurm, and nowhere else.
+    secret = password_path(inv).read_text().strip()
+    assert stat.S_IMODE(os.stat(password_path(inv)).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(password_path(inv).parent).st_mode) == 0o700
+    conf = slurm_lab.host("node01").path(SLURMDBD_CONF)
+    info = os.stat(conf)
+    assert stat.S_IMODE(info.st_mode) == 0o600 and str(info.st_uid) == slurm_lab.host("node01").run(["id", "-u", "slurm"]).stdout.strip()
+    assert f"StoragePass={secret}\n" in conf.read_text()
+    said = "\n".join(f"{i.name} {i.detail}" for r in first for s in r.steps for i in s.items)
+    assert secret not in said and secret not in slurm_lab.host("node01").path("/etc/slurm/slurm.conf").read_text()
+    assert secret not in slurm_lab.host("node01").run(["ps", "-eo", "args"]).stdout
+
+    again = provision(inv, options(slurm_lab, only=("slurm", "queue")))
+    assert [r.changes for r in again] == [0, 0, 0], [[(i.name, i.detail) for s in r.steps for i in s.items if i.status is Status.CHANGED]
+                                                     for r in again]
+
+    # A job through picluster is recorded; sacct on another node asks slurmdbd for it.
+    job = submit(path, "--nodes", "2", "--", "hostname")
+    assert wait_state(path, job, ENDED, 120) == "COMPLETED"
+    recorded = slurm_lab.host("node03").run(["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={job.split(':')[1]}",
+                                             "--format=JobID,User,State,NNodes"]).stdout
+    assert recorded == f"{job.split(':')[1]}|{inv.user}|COMPLETED|2\n", recorded
+    assert queue_states(path)[job] == "COMPLETED"
+    # A user slurmdbd does not know cannot submit (AccountingStorageEnforce=associations).
+    refused = slurm_lab.host("node01").run(["runuser", "-u", "nobody", "--", "sbatch", "--time=1", "--chdir=/tmp", "--wrap", "true"],
+                                           check=False)
+    assert refused.returncode != 0 and "Invalid account" in refused.stderr, refused.stderr
+    rss = slurm_lab.host("node01").run(["ps", "-o", "rss=,comm=", "-C", "mariadbd,slurmdbd"]).stdout
+    print(f"accounting on the controller (resident KiB): {' '.join(rss.split())}")

@@ -4,6 +4,7 @@ writes, how squeue's and scontrol's answers are read, and the layout of an alloc
 
 import base64
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 
@@ -286,3 +287,34 @@ def test_submit_with_a_script_refuses_in_one_line_and_queues_nothing(tmp_path):
     done = picluster("submit", "-i", path, "job.sh", cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.startswith("picluster: error: Slurm's controller node01 cannot be reached (")
     assert len(done.stderr.splitlines()) == 1, done.stderr
+
+
+class Answers:
+    """Stands in for the controller's connection: each Slurm command gets its canned output."""
+
+    def __init__(self, **outputs):
+        self.outputs, self.asked = outputs, []
+
+    def run(self, command, **kwargs):
+        self.asked.append(command)
+        return SimpleNamespace(stdout=self.outputs[command.split()[0]], stderr="", exited=0)
+
+
+def test_with_accounting_ended_jobs_slurmctld_forgot_come_from_sacct():
+    from picluster.jobs.slurm.queue import _squeue
+
+    counted = inventory(INVENTORY + "accounting = true\n")
+    remote = Answers(
+        squeue="12|pi|RUNNING|None|2|node[01-02]|1:02|5:00|har\n",
+        sacct="9|alice|CANCELLED by 1001|1|node03|00:00:41|01:00:00|sweep|with|bars\n"
+              "12|pi|RUNNING|2|node[01-02]|00:01:02|00:05:00|har\n"
+              "11.batch|alice|COMPLETED|1|node03|00:00:01||batch\n"
+              "garbage\n",
+    )
+    rows = _squeue(counted, remote)
+    assert [(r.id, r.user, r.state, r.nodes, r.name) for r in rows] == [
+        ("12", "pi", "RUNNING", 2, "har"), ("9", "alice", "CANCELLED", 1, "sweep|with|bars")]
+    assert remote.asked[1].startswith("sacct --noheader --parsable2 --allusers --allocations --starttime=now-7days ")
+    # Without accounting, squeue alone (sacct would answer nothing).
+    plain = Answers(squeue=remote.outputs["squeue"])
+    assert [r.id for r in _squeue(inventory(), plain)] == ["12"] and len(plain.asked) == 1

@@ -6,7 +6,12 @@ here `provision` goes through systemd, as on a Pi.  The image carries the Slurm 
 carries every package provisioning installs (the lab has no internet).
 """
 
+import os
+import shlex
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from test_slurm_lab import forget_key, items, sinfo
@@ -16,12 +21,21 @@ from picluster.provision.result import Status
 from picluster.provision.runner import provision
 from picluster.provision.steps import Options
 
+from conftest import ROOT, one_line, picluster
 from vm_checks import inventory
 
 # Long: about 8 minutes of TCG; the queue itself is tested on namespace hosts in every run.
 pytestmark = [pytest.mark.long, pytest.mark.timeout(1800)]
 NAMES = ["node01", "node02", "node03"]
 UNITS = {"node01": ["munge", "slurmctld", "slurmd"], "node02": ["munge", "slurmd"], "node03": ["munge", "slurmd"]}
+
+
+def slurm_inventory(vm3, tmp_path, extra: str = ""):
+    """The VMs' inventory with [slurm] (and ``extra`` lines in it), and provisioning's options for
+    the slurm and queue steps."""
+    path = inventory(vm3, tmp_path / "picluster.toml")
+    path.write_text(path.read_text() + "\n[slurm]\n" + extra)
+    return path, load_inventory(path), Options(known_hosts=vm3.known_hosts_path, only=("slurm", "queue"))
 
 
 def idle_within(host, seconds: float) -> dict[str, str]:
@@ -32,10 +46,7 @@ def idle_within(host, seconds: float) -> dict[str, str]:
 
 
 def test_slurm_runs_under_systemd_and_comes_back_after_every_vm_reboots(vm3, tmp_path):
-    path = inventory(vm3, tmp_path / "picluster.toml")
-    path.write_text(path.read_text() + "\n[slurm]\n")
-    inv = load_inventory(path)
-    opts = Options(known_hosts=vm3.known_hosts_path, only=("slurm", "queue"))
+    _, inv, opts = slurm_inventory(vm3, tmp_path)
     try:
         first = provision(inv, opts)
         assert not any(r.failed for r in first), [r.first_failure() for r in first]
@@ -85,6 +96,101 @@ def test_slurm_runs_under_systemd_and_comes_back_after_every_vm_reboots(vm3, tmp
         assert [r.changes for r in after] == [0, 0, 0]
     finally:
         forget_key(vm3)
+
+
+def test_a_rolling_reboot_waits_for_each_workers_job_requeues_on_request_and_an_upgrade_waits_for_apts_lock(vm3, tmp_path):
+    """`picluster nodes reboot|upgrade` as typed, around users' jobs: a node drained with a reason,
+    its job ended (not NODE_FAIL), the node resumed once slurmd is back from the new boot."""
+    path, inv, opts = slurm_inventory(vm3, tmp_path, "accounting = true\n")
+    try:
+        first = provision(inv, opts)
+        assert not any(r.failed for r in first), [r.first_failure() for r in first]
+        # Accounting under systemd: Debian's units for MariaDB and slurmdbd, enabled at boot.
+        assert items(first[0], "slurm")["mariadbd_at_boot"][1] == "mariadb.service enabled" or \
+            items(first[0], "slurm")["mariadbd_at_boot"][0] is Status.CHANGED
+        assert items(first[0], "queue")["accounting"][0] is Status.OK, items(first[0], "queue")
+        node01 = vm3.host("node01")
+        for unit in ("mariadb", "slurmdbd"):
+            assert node01.run(["systemctl", "is-active", unit]).stdout.strip() == "active"
+        memory = {u: int(node01.run(["systemctl", "show", "-p", "MemoryCurrent", "--value", u]).stdout) // 2**20
+                  for u in ("mariadb", "slurmdbd", "slurmctld")}
+        print(f"controller memory by unit (MiB, systemd's MemoryCurrent): {memory}")
+        node01, node02, node03 = vm3.host("node01"), vm3.host("node02"), vm3.host("node03")
+        node02.run(["rm", "-f", DONE])
+        job = submit_wrap(node01, "--nodelist=node02", f"sleep 45 && touch {DONE}")
+        running_within(node01, job, 120)
+        boots = {name: vm3.host(name).boot_id() for name in ("node02", "node03")}
+        started = time.monotonic()
+        done = picluster("nodes", "reboot", "node[02-03]", "-i", path, timeout=2400)
+        took = time.monotonic() - started
+        assert done.returncode == 0, done.stdout + done.stderr
+        lines = [line.strip() for line in done.stdout.splitlines()]
+        waited = next(line for line in lines if line.startswith("node02: drained in Slurm; waiting for job"))
+        assert waited.startswith(f"node02: drained in Slurm; waiting for job {job} (root; time limit ends "), done.stdout
+        for name in ("node02", "node03"):
+            line = next(line for line in lines if line.startswith(f"{name}: rebooted"))
+            assert line.endswith("; resumed in Slurm"), done.stdout
+            assert vm3.host(name).boot_id() != boots[name]
+        assert node02.run(["test", "-e", DONE], check=False).returncode == 0  # it ran to its end: the node went only after
+        assert idle_within(node01, 60) == {name: "idle" for name in NAMES}
+        accounted = node01.run(["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={job}", "--format=State,NodeList"]).stdout
+        assert accounted == "COMPLETED|node02\n", accounted  # recorded, and not NODE_FAIL
+        print(f"rolling reboot of node[02-03] around a 45 s job: {took:.0f} s\n{done.stdout}")
+
+        # --requeue: the job goes back to the queue at once and runs again once a node is free.
+        held = submit_wrap(node01, "--nodelist=node03", "sleep 600")
+        running_within(node01, held, 120)
+        done = picluster("nodes", "reboot", "node03", "--requeue", "-i", path, timeout=1800)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"node03: job {held} (root) requeued" in done.stdout, done.stdout
+        shown = node01.run(["scontrol", "-o", "show", "job", held]).stdout
+        assert "Restarts=1" in shown, shown
+        running_within(node01, held, 180)  # again, on node03 back in service
+        node01.run(["scancel", held])
+
+        # upgrade: apt's lock held by another process is waited for, and who holds it is said.
+        hold = "import fcntl, sys, time; f = open('/var/lib/apt/lists/lock', 'w'); fcntl.lockf(f, fcntl.LOCK_EX); time.sleep(float(sys.argv[1]))"
+        node03.run(["sh", "-c", f"setsid -f python3 -c {shlex.quote(hold)} 60 >/dev/null 2>&1"])
+        time.sleep(2)
+        held_by = node03.run(["pgrep", "-f", "^python3 -c import fcntl"]).stdout.split()[0]
+        stuck = picluster("nodes", "upgrade", "node03", "--timeout", "10", "-i", path, timeout=600)
+        one_line(stuck, 1, f"node03: apt's lock /var/lib/apt/lists/lock still held by process {held_by} (python3) after 10 s; "
+                           "nothing was upgraded there")
+        assert f"node03: waiting for apt's lock /var/lib/apt/lists/lock by process {held_by} (python3)" in stuck.stdout, stuck.stdout
+        assert idle_within(node01, 30)["node03"] == "idle"  # drained for the upgrade, served again as nothing changed
+        node03.run(["pkill", "-f", "^python3 -c import fcntl"], check=False)
+
+        # The Ansible twin drains, waits for the job, reboots and resumes the same way.
+        hosts = tmp_path / "hosts.yml"
+        made = picluster("inventory", "--ansible", "-i", path, "--known-hosts", vm3.known_hosts_path, "--out", hosts)
+        assert made.returncode == 0, made.stderr
+        node03.run(["rm", "-f", DONE])
+        job = submit_wrap(node01, "--nodelist=node03", f"sleep 30 && touch {DONE}")
+        running_within(node01, job, 120)
+        boot = node03.boot_id()
+        played = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", str(hosts), "reboot.yml", "--limit", "node03"],
+                                cwd=ROOT / "ansible", capture_output=True, text=True, timeout=1800,
+                                env=dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0"))
+        assert played.returncode == 0, played.stdout[-4000:]
+        assert node03.run(["test", "-e", DONE], check=False).returncode == 0 and node03.boot_id() != boot
+        assert idle_within(node01, 60) == {name: "idle" for name in NAMES}
+    finally:
+        forget_key(vm3)
+
+
+DONE = "/var/tmp/picluster-job-done"  # kept across a reboot
+
+
+def running_within(host, job: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while (state := job_state(host, job)) != "RUNNING":
+        assert time.monotonic() < deadline, f"job {job} still {state} after {seconds:.0f} s"
+        time.sleep(2)
+
+
+def job_state(host, job: str) -> str:
+    shown = host.run(["scontrol", "-o", "show", "job", job], check=False).stdout
+    return next((w.split("=", 1)[1] for w in shown.split() if w.startswith("JobState=")), "")
 
 
 def submit_wrap(host, *args: str) -> str:

@@ -74,12 +74,16 @@ def test_recipe_hash_is_stable_and_covers_the_guest_files(monkeypatch):
     assert image.image_dir(Path("/c")).name == image.recipe_hash()
 
 
+ACCOUNTING_PACKAGES = ("mariadb-server", "slurmdbd")
+
+
 def test_image_preinstalls_every_package_provisioning_installs():
     wanted = set(provision_packages.EVERYWHERE) | set(provision_packages.MASTER)
     defaults = yaml.safe_load((REPO / "ansible/roles/common/defaults/main.yml").read_text())
     wanted |= set(defaults["common_packages"])
     slurm = yaml.safe_load((REPO / "ansible/roles/slurm/defaults/main.yml").read_text())
     wanted |= set(slurm["slurm_packages"]) | set(slurm["slurm_controller_packages"])
+    wanted |= set(ACCOUNTING_PACKAGES)  # `[slurm] accounting = true`, on the controller
     for tasks in (REPO / "ansible/roles").glob("*/tasks/main.yml"):
         for task in yaml.safe_load(tasks.read_text()) or []:
             apt = task.get("ansible.builtin.apt") or {}

@@ -17,6 +17,8 @@ def nodes() -> None:
 
 
 def _common(command):
+    command = click.option("--requeue", is_flag=True,
+                           help="With Slurm: put the batch jobs running on a node back in the queue instead of waiting for them to end.")(command)
     command = click.option("--yes", is_flag=True, help="Also when the node set holds the machine this command runs on (it goes last).")(command)
     command = click.option("--dry-run", is_flag=True, help="Show the order and do nothing.")(command)
     command = node_inventory_option(command)
@@ -30,39 +32,43 @@ def _parallel(command):
 
 def _timeout(default: float):
     return click.option("--timeout", type=Real(1, 7200), default=default, show_default=True,
-                        help="Seconds each node may take (to come back after a reboot, or to go off).")
+                        help="Seconds each node may take: to come back after a reboot, to go off, to get apt's lock.")
 
 
 @nodes.command(epilog=NODESET_HELP)
 @_common
 @_parallel
 @_timeout(600.0)
-def reboot(nodeset_, inventory, dry_run, yes, parallel, timeout) -> None:
-    """Reboot nodes one at a time; after each, wait for SSH from its new boot and for its tasks
-    and agent (what answered before) to answer again; stop at the first that does not."""
-    _run("reboot", "rebooted", nodeset_, inventory, dry_run, yes, parallel, timeout)
+def reboot(nodeset_, inventory, dry_run, yes, requeue, parallel, timeout) -> None:
+    """Reboot nodes one at a time; after each, wait for SSH from its new boot and for its tasks,
+    agent and share (what answered before) to answer again; stop at the first that does not.
+    With Slurm, each node is drained and its jobs end first, and it is resumed once back."""
+    _run("reboot", "rebooted", nodeset_, inventory, dry_run, yes, requeue, parallel, timeout)
 
 
 @nodes.command(epilog=NODESET_HELP)
 @_common
 @_parallel
 @_timeout(600.0)
-def upgrade(nodeset_, inventory, dry_run, yes, parallel, timeout) -> None:
+def upgrade(nodeset_, inventory, dry_run, yes, requeue, parallel, timeout) -> None:
     """apt-get update and dist-upgrade, one node at a time (configuration files kept); a node
-    that then asks for a reboot (/var/run/reboot-required) is rebooted and checked back."""
-    _run("upgrade", "upgraded", nodeset_, inventory, dry_run, yes, parallel, timeout)
+    that then asks for a reboot (/var/run/reboot-required) is rebooted and checked back.  With
+    Slurm, drained first and resumed after, as for reboot."""
+    _run("upgrade", "upgraded", nodeset_, inventory, dry_run, yes, requeue, parallel, timeout)
 
 
 @nodes.command(epilog=NODESET_HELP)
 @_common
 @_timeout(300.0)
-def shutdown(nodeset_, inventory, dry_run, yes, timeout) -> None:
+def shutdown(nodeset_, inventory, dry_run, yes, requeue, timeout) -> None:
     """Power nodes off: the workers together, then the ps nodes, the NFS master last, each kind
-    off before the next is asked."""
-    _run("shut down", "shut down", nodeset_, inventory, dry_run, yes, None, timeout)
+    off before the next is asked.  With Slurm, each node is drained and its jobs end first; it
+    stays drained until 'picluster nodes reboot' brings it back."""
+    _run("shut down", "shut down", nodeset_, inventory, dry_run, yes, requeue, None, timeout)
 
 
-def _run(verb: str, past: str, pattern: str, inventory, dry_run: bool, yes: bool, parallel: int | None, timeout: float) -> None:
+def _run(verb: str, past: str, pattern: str, inventory, dry_run: bool, yes: bool, requeue: bool, parallel: int | None,
+         timeout: float) -> None:
     from picluster import nodeset
     from picluster.inventory import select
     from picluster.upkeep import chores, order
@@ -83,5 +89,5 @@ def _run(verb: str, past: str, pattern: str, inventory, dry_run: bool, yes: bool
         return
     started = time.monotonic()
     work = {"reboot": chores.reboot, "upgrade": chores.upgrade, "shut down": chores.shutdown}[verb]
-    done = work(inventory, plan, timeout, lambda line: click.echo(f"  {line}"))
+    done = work(inventory, plan, timeout, lambda line: click.echo(f"  {line}"), requeue=requeue)
     click.echo(f"{past} {len(done)} node(s) in {time.monotonic() - started:.0f} s")

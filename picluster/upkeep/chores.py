@@ -7,7 +7,9 @@ the chore, naming that node and the nodes left untouched.
     shutdown(inv, plan, timeout=300, say=print)          # each wave off before the next is asked
 
 The commands are the node's own: ``systemctl reboot`` and ``poweroff``, apt-get.  Packages keep
-the configuration files provisioning wrote (--force-confold).
+the configuration files provisioning wrote (--force-confold).  With [slurm], each node is drained
+and its jobs end (or are requeued) before it goes, and it is resumed once slurmd is back
+(drain.py); a node shut down stays drained until a reboot brings it back.
 """
 
 import re
@@ -21,6 +23,7 @@ from picluster.errors import ClusterError
 from picluster.fanout import fan_out, fold
 from picluster.inventory import Inventory, Node
 from picluster.upkeep import health
+from picluster.upkeep.drain import NoQueue, Queue
 from picluster.upkeep.order import RANKS, Wave
 
 Say = Callable[[str], None]
@@ -31,18 +34,25 @@ REBOOT_REQUIRED = "/var/run/reboot-required"  # written by the packages that hoo
 FETCH_FAILED = re.compile(r"^(W|E): (Failed to fetch|Some index files failed)", re.MULTILINE)
 UPGRADED = re.compile(r"^(\d+) upgraded, (\d+) newly installed", re.MULTILINE)
 APT_TIMEOUT = 3600.0
+# apt 2.6: "E: Could not get lock /var/lib/dpkg/lock-frontend. It is held by process 1234 (unattended-upgr)";
+# apt-get update's lists lock is not covered by DPkg::Lock::Timeout, so picluster waits itself.
+LOCKED = re.compile(r"Could not get lock (?P<path>/[^\s]+?)\.?(?:\s|$)(?:It is held by process (?P<pid>\d+)(?: \((?P<name>[^)]*)\))?)?")
+LOCK_POLL_S = 5.0
 THIS_MACHINE = RANKS[-1]
 
 
-def reboot(inv: Inventory, plan: list[Wave], timeout: float, say: Say) -> dict[str, str]:
-    return _by_waves(inv, plan, "rebooted", lambda node: _reboot(inv, node, timeout), say)
+def reboot(inv: Inventory, plan: list[Wave], timeout: float, say: Say, requeue: bool = False) -> dict[str, str]:
+    queue = Queue.of(inv)
+    return _by_waves(inv, plan, "rebooted", lambda node: _reboot(inv, queue, node, timeout, requeue, say), say)
 
 
-def upgrade(inv: Inventory, plan: list[Wave], timeout: float, say: Say) -> dict[str, str]:
-    return _by_waves(inv, plan, "upgraded", lambda node: _upgrade(inv, node, timeout), say)
+def upgrade(inv: Inventory, plan: list[Wave], timeout: float, say: Say, requeue: bool = False) -> dict[str, str]:
+    queue = Queue.of(inv)
+    return _by_waves(inv, plan, "upgraded", lambda node: _upgrade(inv, queue, node, timeout, requeue, say), say)
 
 
-def shutdown(inv: Inventory, plan: list[Wave], timeout: float, say: Say) -> dict[str, str]:
+def shutdown(inv: Inventory, plan: list[Wave], timeout: float, say: Say, requeue: bool = False) -> dict[str, str]:
+    queue = Queue.of(inv)
     done: dict[str, str] = {}
     for index, wave in enumerate(plan):
         nodes = [inv.node(name) for name in wave.nodes]
@@ -55,6 +65,11 @@ def shutdown(inv: Inventory, plan: list[Wave], timeout: float, say: Say) -> dict
         nodes = [node for node in nodes if node.name not in off]
         if not nodes:
             continue
+        held = fan_out(lambda node: queue.hold(node, "shutdown", requeue, say), nodes)
+        if held.failed:
+            for h in held.succeeded.values():
+                queue.undo(h)
+            raise ClusterError(_stopped("shut down", held.failed, plan[index:]))
         asked = fan_out(lambda node: _ask(inv, node, "systemctl poweroff"), nodes)
         if asked.failed:
             raise ClusterError(_stopped("shut down", asked.failed, plan[index + 1:]))
@@ -65,6 +80,8 @@ def shutdown(inv: Inventory, plan: list[Wave], timeout: float, say: Say) -> dict
                 line = f"off after {health.wait_gone(nodes, timeout, started):.0f} s"
             except ClusterError as exc:
                 raise ClusterError(f"{exc}; not shut down: {_names(plan[index + 1:])}") from None
+        if any(h.ours for h in held.succeeded.values()):
+            line += "; drained in Slurm until 'picluster nodes reboot' brings it back"
         for node in nodes:
             done[node.name] = line
         say(f"{nodeset.fold(n.name for n in nodes)}: {line}")
@@ -74,24 +91,39 @@ def shutdown(inv: Inventory, plan: list[Wave], timeout: float, say: Say) -> dict
 # -- one node -------------------------------------------------------------------------------------
 
 
-def _reboot(inv: Inventory, node: Node, timeout: float) -> str:
-    before = health.look(inv, node)
-    started = time.monotonic()
-    _ask(inv, node, "systemctl reboot")
-    return f"rebooted, {health.wait_back(inv, node, before, timeout, started).describe()}"
-
-
-def _upgrade(inv: Inventory, node: Node, timeout: float) -> str:
-    before = health.look(inv, node)
-    remote = open_node(inv, node)
+def _reboot(inv: Inventory, queue: Queue | NoQueue, node: Node, timeout: float, requeue: bool, say: Say) -> str:
+    held = queue.hold(node, "reboot", requeue, say)
     try:
-        update = remote.run(f"{APT} update", sudo=True, check=False, timeout=APT_TIMEOUT)
+        before = health.look(inv, node)
+        started = time.monotonic()
+        _ask(inv, node, "systemctl reboot")
+    except BaseException:
+        queue.undo(held)  # it did not go: serve again
+        raise
+    back = health.wait_back(inv, node, before, timeout, started)
+    return _served(f"rebooted, {back.describe()}", queue.release(held, rebooted=True, timeout=timeout))
+
+
+def _upgrade(inv: Inventory, queue: Queue | NoQueue, node: Node, timeout: float, requeue: bool, say: Say) -> str:
+    held = queue.hold(node, "upgrade", requeue, say)
+    remote = None
+    try:
+        before = health.look(inv, node)
+        remote = open_node(inv, node)
+        update = _apt(remote, node, "update", timeout, say)
         said = f"{update.stdout}\n{update.stderr}"
         if update.exited != 0 or FETCH_FAILED.search(said):
             raise ClusterError(f"apt-get update failed ({_apt_line(said)}); nothing was upgraded there")
-        result = remote.run(f"{APT} -y {KEEP_CONFIG} dist-upgrade", sudo=True, check=False, timeout=APT_TIMEOUT)
+    except BaseException:
+        queue.undo(held)  # nothing was changed on it
+        if remote is not None:
+            remote.close()
+        raise
+    try:
+        result = _apt(remote, node, f"-y {KEEP_CONFIG} dist-upgrade", timeout, say)
         if result.exited != 0:
-            raise ClusterError(f"apt-get dist-upgrade failed: {_apt_line(result.stdout + result.stderr)}")
+            stuck = "; left drained in Slurm" if held.ours else ""
+            raise ClusterError(f"apt-get dist-upgrade failed: {_apt_line(result.stdout + result.stderr)}{stuck}")
         counts = UPGRADED.search(result.stdout)
         upgraded = f"{counts.group(1)} upgraded, {counts.group(2)} newly installed" if counts else "apt said nothing"
         needs_reboot = remote.ok(f"test -f {REBOOT_REQUIRED}")
@@ -99,10 +131,40 @@ def _upgrade(inv: Inventory, node: Node, timeout: float) -> str:
         remote.close()
     if not needs_reboot:
         health.still_answering(inv, node, before)
-        return f"{upgraded}; no reboot required"
+        return _served(f"{upgraded}; no reboot required", queue.release(held, rebooted=False, timeout=timeout))
     started = time.monotonic()
     _ask(inv, node, "systemctl reboot")
-    return f"{upgraded}; reboot required: rebooted, {health.wait_back(inv, node, before, timeout, started).describe()}"
+    back = health.wait_back(inv, node, before, timeout, started)
+    return _served(f"{upgraded}; reboot required: rebooted, {back.describe()}", queue.release(held, rebooted=True, timeout=timeout))
+
+
+def _apt(remote, node: Node, args: str, wait: float, say: Say):
+    """apt-get ``args`` as root; while another apt or dpkg holds its lock (unattended-upgrades at
+    boot, a user's apt), try again every few seconds for ``wait`` s, saying once who holds it."""
+    deadline = time.monotonic() + wait
+    told = ""
+    while True:
+        result = remote.run(f"{APT} {args}", sudo=True, check=False, timeout=APT_TIMEOUT)
+        locked = LOCKED.search(f"{result.stdout}\n{result.stderr}") if result.exited != 0 else None
+        if locked is None:
+            return result
+        holder = _holder(locked)
+        if time.monotonic() > deadline:
+            raise ClusterError(f"apt's lock {locked.group('path')} still held{holder} after {wait:.0f} s; nothing was upgraded there")
+        if holder != told:
+            say(f"{node.name}: waiting for apt's lock {locked.group('path')}{holder}")
+            told = holder
+        time.sleep(LOCK_POLL_S)
+
+
+def _holder(locked: re.Match) -> str:
+    if not locked.group("pid"):
+        return ""
+    return f" by process {locked.group('pid')}" + (f" ({locked.group('name')})" if locked.group("name") else "")
+
+
+def _served(line: str, queue_said: str) -> str:
+    return f"{line}; {queue_said}" if queue_said else line
 
 
 def _ask(inv: Inventory, node: Node, command: str) -> None:

@@ -13,6 +13,7 @@ import errno
 import socket
 import time
 from dataclasses import dataclass
+from shlex import quote as q
 
 from picluster import nodeset
 from picluster.cluster.nodes import open_node
@@ -22,6 +23,7 @@ from picluster.errors import ClusterError
 from picluster.inventory import Inventory, Node
 
 SSH_PORT = 22
+SHARE = "share"  # the label of the NFS share among what answered
 POLL_S = 2.0
 AGENT = "agent"
 
@@ -29,7 +31,8 @@ AGENT = "agent"
 @dataclass(frozen=True)
 class Before:
     boot_id: str
-    answering: tuple[str, ...]  # labels: "ps:0", "worker:1", "agent"
+    answering: tuple[str, ...]  # labels: "ps:0", "worker:1", "agent", "share"
+    share: str = ""  # what was mounted on the inventory's data_dir (findmnt's SOURCE), "" if nothing
 
 
 @dataclass(frozen=True)
@@ -57,9 +60,29 @@ def boot_id(inv: Inventory, node: Node, timeout: float = 10.0) -> str:
         remote.close()
 
 
+def mounted(inv: Inventory, node: Node, timeout: float = 10.0) -> str:
+    """The source mounted on the node's data_dir (the NFS share), "" if none."""
+    remote = open_node(inv, node, timeout)
+    try:
+        return remote.run(f"findmnt -n -o SOURCE --mountpoint {q(str(inv.data_dir))}", check=False).stdout.strip()
+    finally:
+        remote.close()
+
+
 def look(inv: Inventory, node: Node) -> Before:
     answering = tuple(label for label, (host, port) in endpoints(inv, node).items() if answers(host, port, 2.0))
-    return Before(boot_id(inv, node), answering)
+    share = mounted(inv, node)
+    return Before(boot_id(inv, node), answering + ((SHARE,) if share else ()), share)
+
+
+def _answers(inv: Inventory, node: Node, label: str, before: Before) -> bool:
+    if label == SHARE:
+        try:
+            return mounted(inv, node) == before.share
+        except ClusterError:
+            return False
+    host, port = endpoints(inv, node)[label]
+    return answers(host, port, 2.0)
 
 
 def wait_back(inv: Inventory, node: Node, before: Before, timeout: float, started: float | None = None) -> Back:
@@ -79,10 +102,12 @@ def wait_back(inv: Inventory, node: Node, before: Before, timeout: float, starte
         if time.monotonic() > deadline:
             raise ClusterError(f"did not come back within {timeout:.0f} s ({seen})")
         time.sleep(POLL_S)
-    wanted = endpoints(inv, node)
     missing = list(before.answering)
     while missing:
-        missing = [label for label in missing if not answers(*wanted[label], 2.0)]
+        missing = [label for label in missing if not _answers(inv, node, label, before)]
+        if SHARE in missing and time.monotonic() > deadline:
+            raise ClusterError(f"back (SSH after {ssh_s:.0f} s) but the share ({before.share}) is not mounted on "
+                               f"{inv.data_dir} after {timeout:.0f} s: see 'systemctl status {_mount_unit(inv)}' there")
         if missing and time.monotonic() > deadline:
             raise ClusterError(f"back (SSH after {ssh_s:.0f} s) but {', '.join(missing)} did not answer "
                                f"within {timeout:.0f} s: see ~/.local/state/picluster/node/*.log and "
@@ -94,10 +119,14 @@ def wait_back(inv: Inventory, node: Node, before: Before, timeout: float, starte
 
 def still_answering(inv: Inventory, node: Node, before: Before) -> None:
     """After a chore that did not reboot: what answered before still answers."""
-    wanted = endpoints(inv, node)
-    missing = [label for label in before.answering if not answers(*wanted[label], 2.0)]
+    missing = [label for label in before.answering if not _answers(inv, node, label, before)]
     if missing:
         raise ClusterError(f"{', '.join(missing)} stopped answering")
+
+
+def _mount_unit(inv: Inventory) -> str:
+    """systemd's mount unit for data_dir (/mnt/picluster -> mnt-picluster.mount)."""
+    return str(inv.data_dir).strip("/").replace("-", "\\x2d").replace("/", "-") + ".mount"
 
 
 def silent(address: str, port: int = SSH_PORT, timeout: float = 3.0) -> bool:

@@ -25,6 +25,9 @@ _FORMAT = "%i|%u|%T|%r|%D|%N|%M|%l|%j"
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 CANCEL_WAIT_S = 60.0
 _ID = re.compile(r"\d{1,12}")
+# sacct's fields in squeue's order, the name last; its states read "CANCELLED by 1000".
+_SACCT = "JobID,User,State,NNodes,NodeList,Elapsed,Timelimit,JobName"
+ACCOUNTED_DAYS = 7  # how far back `picluster jobs` lists ended jobs from the accounting records
 
 
 @dataclass(frozen=True)
@@ -148,14 +151,35 @@ def overview(inv: Inventory) -> tuple[list[SlurmJob], dict[str, str]]:
 
 
 def _squeue(inv: Inventory, remote: Remote, job: str | None = None) -> list[SlurmJob]:
+    """squeue's jobs; with accounting, the ended jobs slurmctld has forgotten, from sacct, after them."""
     which = f" --jobs={job}" if job is not None else ""
     try:
         out = _slurm(inv, remote, f"squeue --noheader --states=all{which} --format={shlex.quote(_FORMAT)}", "squeue")
     except UsageError as exc:
         if job is not None and "Invalid job id" in str(exc):
-            return []
-        raise
-    return parse(out)
+            out = ""
+        else:
+            raise
+    rows = parse(out)
+    assert inv.slurm is not None  # controller(inv) has refused an inventory without [slurm]
+    if inv.slurm.accounting:
+        seen = {r.id for r in rows}
+        rows += [r for r in _sacct(inv, remote, job) if r.id not in seen and not r.active]
+    return rows
+
+
+def _sacct(inv: Inventory, remote: Remote, job: str | None = None) -> list[SlurmJob]:
+    """Jobs of the last week as slurmdbd recorded them (one line per job, not per step)."""
+    which = f"--jobs={job}" if job is not None else f"--starttime=now-{ACCOUNTED_DAYS}days"
+    out = _slurm(inv, remote, f"sacct --noheader --parsable2 --allusers --allocations {which} --format={_SACCT}", "sacct")
+    rows = []
+    for line in out.splitlines():
+        parts = line.split("|", 7)
+        if len(parts) != 8 or not _ID.fullmatch(parts[0]) or not parts[3].isdigit():
+            continue
+        jid, user, state, nodes, nodelist, used, limit, name = parts
+        rows.append(SlurmJob(jid, user, state.split(" ", 1)[0], "None", int(nodes), nodelist, used, limit, name))
+    return rows
 
 
 def parse(text: str) -> list[SlurmJob]:
@@ -172,7 +196,9 @@ def parse(text: str) -> list[SlurmJob]:
 def find(inv: Inventory, job: str) -> SlurmJob:
     found = [j for j in listing(inv, job) if j.id == job]
     if not found:
-        raise UsageError(f"Slurm knows no job {job} (an ended job is forgotten 10 minutes after it ends)")
+        kept = "its accounting keeps ended jobs" if inv.slurm is not None and inv.slurm.accounting else \
+            "an ended job is forgotten 10 minutes after it ends; [slurm] accounting = true keeps them"
+        raise UsageError(f"Slurm knows no job {job} ({kept})")
     return found[0]
 
 

@@ -69,6 +69,8 @@ PACKAGES = (
     "slurmd",
     "slurm-client",
     "slurmctld",  # provisioning with [slurm]: the controller
+    "slurmdbd",  # provisioning with [slurm] accounting = true: the controller
+    "mariadb-server",
 )
 # ext4 made from a directory (mkfs.ext4 -d): no loop mount, no root-only kernel features.  The file
 # is sparse (unwritten inode tables stay holes), so 8 GiB costs what the files take (~0.6 GiB),

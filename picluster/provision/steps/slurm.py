@@ -6,9 +6,10 @@ a node given its own file becomes a one-node cluster), cgroup.conf, then munged,
 controller and slurmd, each restarted when a file it reads changed.
 
 queue (the controller): what the running system says, never what was written: `scontrol ping`,
-every node `idle` in `sinfo` (nodes take a few seconds to register), `srun` on every node
-returning each one's host name, and, where jobs are confined, a step over its memory stopped by
-Slurm and a step's detached child gone with it.
+every node serving in `sinfo` (registered: idle, or running users' jobs; nodes take a few seconds
+to register), `srun` on every idle node returning each one's host name, and, where jobs are
+confined, a step over its memory stopped by Slurm and a step's detached child gone with it.  A
+node running jobs is not waited for: provisioning a busy cluster reads back what it can.
 
 Under systemd the daemons are Debian's units, enabled at boot.  A test host has no init: there
 the same daemons are started directly and found again through their pid files in the host's own
@@ -17,14 +18,14 @@ the same daemons are started directly and found again through their pid files in
 
 import re
 import time
-from dataclasses import dataclass
 
 from picluster import nodeset, tokens
-from picluster.cluster.allocation import SINFO_NODES, scontrol_nodes, sinfo_states
+from picluster.cluster.allocation import SINFO_NODES, not_serving, scontrol_nodes, sinfo_states
 from picluster.errors import PiclusterError
 from picluster.provision import templates
 from picluster.provision.result import Item, Status
-from picluster.provision.steps import Context, action_item, file_item, munge, q
+from picluster.provision.steps import Context, accounting, file_item, munge, q
+from picluster.provision.steps.daemon import Daemon, keep_up
 
 SLURM_CONF = "/etc/slurm/slurm.conf"
 CGROUP_CONF = "/etc/slurm/cgroup.conf"
@@ -49,29 +50,10 @@ HEADROOM_MB, HEADROOM_SHARE = 64, 20  # at least 64 MiB, else 1/20 (5 %) of MemT
 # for its scope); elsewhere they are tracked through their parents and not confined.
 CONTAIN_CONTROLLERS = ("cpuset", "memory")
 REGISTER_WAIT = 60.0  # seconds for every slurmd to register as idle
+PING_WAIT = 30.0  # seconds for slurmctld to answer scontrol ping
+ACCOUNTED_WAIT = 30.0  # seconds for a job's record to reach slurmdbd
 TESTED = "22.05"  # Debian 12's Slurm, and Raspberry Pi OS bookworm's: what slurm.conf is written for
 VERSION = re.compile(r"\b\d{2}\.\d{2}\.\d+\b")  # slurmd -V: "slurm-wlm 22.05.8"
-
-
-@dataclass(frozen=True)
-class Daemon:
-    """One daemon as Debian packages it: its unit, and how a host without init runs it."""
-
-    name: str  # the executable in /usr/sbin
-    unit: str  # its systemd unit
-    pidfile: str
-    log: str
-    start: str  # without systemd (as root)
-
-    def running(self) -> str:
-        """Shell test: the pid file names a live process of this executable."""
-        # Debian's /usr/sbin/slurmd is an alternatives link to slurmd-wlm: compare where both lead.
-        return (f"p=$(cat {self.pidfile} 2>/dev/null) && [ -n \"$p\" ] && "
-                f"[ \"$(readlink /proc/$p/exe)\" = \"$(readlink -f /usr/sbin/{self.name})\" ]")
-
-    def stop(self) -> str:
-        return (f"p=$(cat {self.pidfile} 2>/dev/null); [ -n \"$p\" ] && kill \"$p\" 2>/dev/null; "
-                f"for i in $(seq 50); do [ -d /proc/\"$p\" ] || break; sleep 0.2; done; rm -f {self.pidfile}")
 
 
 MUNGED = Daemon("munged", "munge", "/run/munge/munged.pid", "/var/log/munge/munged.log",
@@ -87,7 +69,7 @@ def packages(ctx: Context) -> list[str]:
     slurm = ctx.inv.slurm
     if slurm is None:
         return []
-    return ["munge", "slurmd", "slurm-client", *(["slurmctld"] if ctx.node.name == slurm.controller else [])]
+    return ["munge", "slurmd", "slurm-client", *(["slurmctld"] if ctx.node.name == slurm.controller else []), *accounting.packages(ctx)]
 
 
 def srun_ports(nodes: int) -> str:
@@ -139,7 +121,8 @@ def firewall_ports(inv) -> list[int | str]:
     the ones `cluster up` keeps), for the firewall (the cluster and the coordinator only)."""
     if inv.slurm is None:
         return []
-    return [job_ports(inv), SLURMCTLD_PORT, SLURMD_PORT, srun_ports(len(inv.nodes))]
+    dbd = [accounting.SLURMDBD_PORT] if inv.slurm.accounting else []  # sacct and sacctmgr on any node ask slurmdbd
+    return [job_ports(inv), SLURMCTLD_PORT, SLURMD_PORT, *dbd, srun_ports(len(inv.nodes))]
 
 
 def prepare(contexts: list[Context]) -> None:
@@ -167,6 +150,8 @@ def template_vars(inv) -> dict[str, object]:
         # Written as D-HH:MM:SS whatever form the inventory gave: Ansible's YAML would read 1:00:00 as 3600.
         "default_time": tokens.slurm_duration(tokens.slurm_seconds(inv.slurm.default_time, "slurm.default_time")),
         "max_time": tokens.slurm_duration(tokens.slurm_seconds(inv.slurm.max_time, "slurm.max_time")),
+        "slurm_accounting": "yes" if inv.slurm.accounting else "no",  # a word: Ansible reads it with | bool
+        "slurmdbd_port": accounting.SLURMDBD_PORT,
     }
 
 
@@ -186,7 +171,8 @@ def conf_text(ctx: Context) -> str:
                          memory=real_memory(facts[n.name].mem_mb))
         for n in inv.nodes
     )  # fmt: skip
-    return head + nodes + templates.render("slurm-partition.conf.j2", **variables)
+    counted = templates.render("slurm-accounting.conf.j2", **variables) if variables["slurm_accounting"] == "yes" else ""
+    return head + counted + nodes + templates.render("slurm-partition.conf.j2", **variables)
 
 
 def cgroup_text(ctx: Context) -> str:
@@ -225,33 +211,15 @@ def run(ctx: Context):
     yield cgroup
     yield _containment(ctx)
     slurm_changed = Status.CHANGED in (conf.status, cgroup.status)
-    yield from _daemon(ctx, MUNGED, key_changed)
+    yield from keep_up(ctx, MUNGED, key_changed)
+    if ctx.node.name == inv.slurm.controller and inv.slurm.accounting:
+        kept = list(accounting.controller(ctx))  # before slurmctld, which sends slurmdbd its records
+        yield from kept
+        if any(i.status is Status.FAILED for i in kept):
+            return
     if ctx.node.name == inv.slurm.controller:
-        yield from _daemon(ctx, SLURMCTLD, slurm_changed or key_changed)
-    yield from _daemon(ctx, SLURMD, slurm_changed or key_changed)
-
-
-def _daemon(ctx: Context, daemon: Daemon, config_changed: bool):
-    remote, unit = ctx.remote, daemon.unit
-    if ctx.facts.systemd:
-        if remote.ok(f"systemctl is-enabled --quiet {unit}"):
-            yield Item(f"{daemon.name}_at_boot", Status.OK, f"{unit}.service enabled")
-        else:
-            yield action_item(ctx, f"{daemon.name}_at_boot", f"systemctl enable {unit}", f"enable {unit}.service")
-        running = remote.ok(f"systemctl is-active --quiet {unit}")
-        start, restart = f"systemctl start {unit}", f"systemctl restart {unit}"
-    else:
-        running = remote.ok(daemon.running(), sudo=True)
-        start, restart = daemon.start, f"{daemon.stop()}; {daemon.start}"
-    if not running:
-        yield action_item(ctx, daemon.name, start, f"start {daemon.name}")
-    elif config_changed:
-        yield action_item(ctx, daemon.name, restart, f"restart {daemon.name} (its configuration changed)")
-    else:
-        yield Item(daemon.name, Status.OK, "running, configuration unchanged")
-        return
-    if not ctx.dry_run and not _came_up(ctx, daemon):
-        yield Item(daemon.name, Status.FAILED, f"{daemon.name} did not stay up: {_log_tail(ctx, daemon)}")
+        yield from keep_up(ctx, SLURMCTLD, slurm_changed or key_changed)
+    yield from keep_up(ctx, SLURMD, slurm_changed or key_changed)
 
 
 def _containment(ctx: Context) -> Item:
@@ -279,22 +247,6 @@ def _version(ctx: Context) -> Item:
     return Item("version", Status.OK, f"slurm {version}")
 
 
-def _came_up(ctx: Context, daemon: Daemon, wait: float = 10.0) -> bool:
-    test = f"systemctl is-active --quiet {daemon.unit}" if ctx.facts.systemd else daemon.running()
-    deadline = time.monotonic() + wait
-    while True:
-        if ctx.remote.ok(test, sudo=True):
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.5)
-
-
-def _log_tail(ctx: Context, daemon: Daemon) -> str:
-    line = ctx.remote.out(f"grep -h error {q(daemon.log)} 2>/dev/null | tail -n 1 || true", sudo=True)
-    return line or f"see {daemon.log}"
-
-
 def queue(ctx: Context):
     """Read back on the controller, once every node's daemons have had their step."""
     slurm = ctx.inv.slurm
@@ -306,7 +258,9 @@ def queue(ctx: Context):
         yield Item("queue", Status.SKIPPED, "dry run: nothing was started to read back")
         return
     remote = ctx.remote
-    ping = remote.run("scontrol ping", check=False)
+    deadline = time.monotonic() + PING_WAIT  # a slurmctld just (re)started loads its state, and with accounting asks slurmdbd
+    while ((ping := remote.run("scontrol ping", check=False)).exited != 0 or "UP" not in ping.stdout) and time.monotonic() < deadline:
+        time.sleep(1.0)
     if ping.exited != 0 or "UP" not in ping.stdout:
         yield Item("controller", Status.FAILED, f"scontrol ping: {(ping.stdout + ping.stderr).strip() or 'no answer'}")
         return
@@ -314,16 +268,23 @@ def queue(ctx: Context):
     names = [n.name for n in ctx.inv.nodes]
     deadline = time.monotonic() + REGISTER_WAIT
     while True:
+        # Registered and serving: idle, or running jobs (a busy cluster is provisioned too).
         states = _states(ctx)
-        waiting = {n: s for n, s in states.items() if s != "idle"} | {n: "unknown to slurmctld" for n in names if n not in states}
+        waiting = not_serving(states) | {n: "unknown to slurmctld" for n in names if n not in states}
         if not waiting or time.monotonic() > deadline:
             break
         time.sleep(1.0)
     if waiting:
         reasons = "; ".join(f"{n} {s}" for n, s in sorted(waiting.items()))
-        yield Item("nodes", Status.FAILED, f"not idle after {REGISTER_WAIT:.0f} s: {reasons}")
+        yield Item("nodes", Status.FAILED, f"not serving after {REGISTER_WAIT:.0f} s: {reasons}")
         return
-    yield Item("nodes", Status.OK, f"{len(names)} idle in partition {slurm.partition}")
+    idle = [n for n in names if states[n] == "idle"]
+    busy = {n: states[n] for n in names if n not in idle}
+    if not busy:
+        yield Item("nodes", Status.OK, f"{len(names)} idle in partition {slurm.partition}")
+    else:
+        listed = "; ".join(f"{nodes} {state}" for state, nodes in sorted(nodeset.fold_by(busy).items()))
+        yield Item("nodes", Status.OK, f"{len(names)} serving in partition {slurm.partition}: {listed} (running jobs)")
     versions = _versions(ctx)
     if len(set(versions.values())) > 1:
         mine = versions.get(ctx.node.name, "?")
@@ -331,15 +292,45 @@ def queue(ctx: Context):
         listed = "; ".join(f"{nodes} {v}" for v, nodes in sorted(nodeset.fold_by(other).items()))
         yield Item("versions", Status.FAILED, f"slurmd versions differ: {slurm.controller} runs {mine}, {listed}")
         return
-    ran = remote.run(f"srun --nodes={len(names)} --ntasks-per-node=1 --time=1 --job-name=picluster-check hostname",
-                     check=False, timeout=120)
-    seen = sorted(ran.stdout.split())
-    if ran.exited != 0 or seen != sorted(names):
-        why = (ran.stderr.strip().splitlines() or [f"got {' '.join(seen) or 'nothing'}"])[-1]
-        yield Item("srun", Status.FAILED, f"srun on {len(names)} nodes: {why}")
+    if not idle:
+        yield Item("srun", Status.SKIPPED, "every node is running jobs: no step was tried")
         return
-    yield Item("srun", Status.OK, f"hostname ran on all {len(names)} nodes")
+    # Only where nothing runs: a step never waits behind users' jobs (--immediate: the nodes may
+    # have been taken since sinfo answered).
+    ran = remote.run(f"srun --nodes={len(idle)} --nodelist={q(nodeset.fold(idle))} --ntasks-per-node=1 --time=1 "
+                     f"--immediate=60 --job-name=picluster-check hostname", check=False, timeout=120)
+    seen = sorted(ran.stdout.split())
+    if ran.exited != 0 or seen != sorted(idle):
+        why = (ran.stderr.strip().splitlines() or [f"got {' '.join(seen) or 'nothing'}"])[-1]
+        yield Item("srun", Status.FAILED, f"srun on {len(idle)} nodes: {why}")
+        return
+    if busy:
+        yield Item("srun", Status.OK, f"hostname ran on the {len(idle)} idle nodes ({nodeset.fold(idle)}); {nodeset.fold(busy)} not tried (running jobs)")
+    else:
+        yield Item("srun", Status.OK, f"hostname ran on all {len(names)} nodes")
+    if slurm.accounting:
+        yield _accounted(ctx)
     yield from _confinement(ctx)
+
+
+def _accounted(ctx: Context) -> Item:
+    """The check step just run is in slurmdbd's records (sacct), and priorities use fair share."""
+    remote = ctx.remote
+    deadline = time.monotonic() + ACCOUNTED_WAIT
+    while True:  # slurmctld sends its records as it can: seconds, not at once
+        listed = remote.run("sacct --noheader --parsable2 --allocations --name=picluster-check --starttime=now-600 "
+                            "--format=JobID,State", check=False)
+        done = [line.split("|") for line in listed.stdout.splitlines() if line.endswith("|COMPLETED")]
+        if done or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
+    if not done:
+        why = (listed.stderr.strip().splitlines() or ["no record of it"])[-1]
+        return Item("accounting", Status.FAILED, f"sacct does not list the check step's job: {why}")
+    config = remote.run("scontrol show config", check=False).stdout
+    if not re.search(r"^PriorityType\s*=\s*priority/multifactor$", config, re.MULTILINE):
+        return Item("accounting", Status.FAILED, "slurmctld does not run priority/multifactor (fair share)")
+    return Item("accounting", Status.OK, f"sacct lists the check job {done[-1][0]} (COMPLETED); priorities by fair share (priority/multifactor)")
 
 
 # What confinement promises, tried with two short steps: one over its memory, one whose child
@@ -348,7 +339,7 @@ OOM_STEP = "python3 -c 'b = bytearray(256 * 2**20)'"  # 256 MiB under a 32 MiB l
 # slurmstepd: "Detected 1 oom_kill event in StepId=..."; srun: "task 0: Out Of Memory"
 OOM_SAID = re.compile(r"oom[-_ ]kill|out of memory", re.IGNORECASE)
 DETACHED = "sleep 86399"  # the detached child's command line, anchored in pgrep
-CHECK = "srun --nodes=1 --ntasks=1 --time=1 --job-name=picluster-check"
+CHECK = "srun --nodes=1 --ntasks=1 --time=1 --immediate=60 --job-name=picluster-check"
 
 
 def _confinement(ctx: Context):
