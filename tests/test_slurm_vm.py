@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_slurm_lab import forget_key, items, sinfo
+from test_slurm_lab import forget_key, items, job_state, sinfo
 
 from picluster.inventory import load_inventory
 from picluster.provision.result import Status
@@ -186,11 +186,6 @@ def running_within(host, job: str, seconds: float) -> None:
     while (state := job_state(host, job)) != "RUNNING":
         assert time.monotonic() < deadline, f"job {job} still {state} after {seconds:.0f} s"
         time.sleep(2)
-
-
-def job_state(host, job: str) -> str:
-    shown = host.run(["scontrol", "-o", "show", "job", job], check=False).stdout
-    return next((w.split("=", 1)[1] for w in shown.split() if w.startswith("JobState=")), "")
 
 
 def submit_wrap(host, *args: str) -> str:

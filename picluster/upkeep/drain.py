@@ -42,7 +42,6 @@ class Held:
     node: str
     ours: bool  # we drained it; a node drained before (by someone, for something) is left so
     started: str  # slurmd's SlurmdStartTime when it was drained: another one means a new registration
-    jobs: tuple[str, ...] = ()  # the jobs it waited for or requeued
 
 
 class Queue:
@@ -83,15 +82,14 @@ class Queue:
             say(f"{node.name}: {shown.get('State', '?').lower()} in Slurm already ({shown.get('Reason', 'no reason given')}): left so")
         held = Held(node.name, ours, shown.get("SlurmdStartTime", ""))
         try:
-            held.jobs = self._empty(node.name, requeue, say)
+            self._empty(node.name, requeue, say)
         except BaseException:
             self.undo(held)
             raise
         return held
 
-    def _empty(self, name: str, requeue: bool, say: Say) -> tuple[str, ...]:
+    def _empty(self, name: str, requeue: bool, say: Say) -> None:
         jobs = self._jobs(name)
-        seen = tuple(jobs)
         if jobs and requeue:
             for job in jobs:
                 done = self._run(f"scontrol requeue {q(job)}", sudo=True, check=False)
@@ -108,7 +106,6 @@ class Queue:
                                    "nothing was done there (resumed in Slurm)")
             time.sleep(POLL_S)
             jobs = self._jobs(name)
-        return seen
 
     # -- after ----------------------------------------------------------------------------------
 

@@ -71,18 +71,22 @@ def mounted(inv: Inventory, node: Node, timeout: float = 10.0) -> str:
 
 def look(inv: Inventory, node: Node) -> Before:
     answering = tuple(label for label, (host, port) in endpoints(inv, node).items() if answers(host, port, 2.0))
-    share = mounted(inv, node)
-    return Before(boot_id(inv, node), answering + ((SHARE,) if share else ()), share)
+    remote = open_node(inv, node)  # the boot id and the share over one connection
+    try:
+        boot = remote.out("cat /proc/sys/kernel/random/boot_id")
+        share = remote.run(f"findmnt -n -o SOURCE --mountpoint {q(str(inv.data_dir))}", check=False).stdout.strip()
+    finally:
+        remote.close()
+    return Before(boot, answering + ((SHARE,) if share else ()), share)
 
 
-def _answers(inv: Inventory, node: Node, label: str, before: Before) -> bool:
+def _answers(inv: Inventory, node: Node, label: str, before: Before, wanted: dict[str, tuple[str, int]]) -> bool:
     if label == SHARE:
         try:
             return mounted(inv, node) == before.share
         except ClusterError:
             return False
-    host, port = endpoints(inv, node)[label]
-    return answers(host, port, 2.0)
+    return answers(*wanted[label], 2.0)
 
 
 def wait_back(inv: Inventory, node: Node, before: Before, timeout: float, started: float | None = None) -> Back:
@@ -102,9 +106,10 @@ def wait_back(inv: Inventory, node: Node, before: Before, timeout: float, starte
         if time.monotonic() > deadline:
             raise ClusterError(f"did not come back within {timeout:.0f} s ({seen})")
         time.sleep(POLL_S)
+    wanted = endpoints(inv, node)
     missing = list(before.answering)
     while missing:
-        missing = [label for label in missing if not _answers(inv, node, label, before)]
+        missing = [label for label in missing if not _answers(inv, node, label, before, wanted)]
         if SHARE in missing and time.monotonic() > deadline:
             raise ClusterError(f"back (SSH after {ssh_s:.0f} s) but the share ({before.share}) is not mounted on "
                                f"{inv.data_dir} after {timeout:.0f} s: see 'systemctl status {_mount_unit(inv)}' there")
@@ -119,7 +124,8 @@ def wait_back(inv: Inventory, node: Node, before: Before, timeout: float, starte
 
 def still_answering(inv: Inventory, node: Node, before: Before) -> None:
     """After a chore that did not reboot: what answered before still answers."""
-    missing = [label for label in before.answering if not _answers(inv, node, label, before)]
+    wanted = endpoints(inv, node)
+    missing = [label for label in before.answering if not _answers(inv, node, label, before, wanted)]
     if missing:
         raise ClusterError(f"{', '.join(missing)} stopped answering")
 
