@@ -27,6 +27,10 @@ Example::
     max_time = "1-00:00:00"             # the longest limit a job may ask for
     accounting = false                  # slurmdbd and MariaDB on the controller: sacct, fair share
 
+    [users]                             # optional: the people who log in and queue jobs (a class)
+    alice = "ssh-ed25519 AAAA... alice@laptop"          # name = their SSH public key
+    bob = { key = "ssh-ed25519 AAAA...", uid = 2002 }   # or a table, with the uid they keep
+
 The file is untrusted input: every key is checked and errors name the key and the fix.  Strings
 are checked by what they become (picluster.tokens): paths and names end up in /etc/exports,
 /etc/fstab, /etc/hosts, firewall rules and shell commands on every node.
@@ -51,7 +55,14 @@ _SLURM_KEYS = {"controller", "partition", "scheduler", "default_time", "max_time
 # Slurm's scheduler plugins: backfill starts a later job early when that delays no earlier one;
 # builtin is first in, first out (docs/slurm.md measures the two).
 SCHEDULERS = ("backfill", "builtin")
-_TOP_KEYS = {"cluster", "roles", "node", "slurm"}
+_USER_KEYS = {"key", "uid"}
+_TOP_KEYS = {"cluster", "roles", "node", "slurm", "users"}
+# Accounts of the system and of the daemons picluster installs: never a person of [users].
+RESERVED_USERS = {"root", "daemon", "bin", "sys", "nobody", "sshd", "slurm", "munge", "mysql", "_apt", "systemd-network"}
+# The uids of people: Debian's range for ordinary accounts (adduser.conf FIRST_UID..LAST_UID).
+UID_RANGE = (1000, 59999)
+# With [users] and no cluster.venv: the runtime outside any one account's home, so every account runs it.
+SHARED_VENV = "/opt/picluster-venv"
 MAX_BYTES = 1024 * 1024  # 64 nodes as [[node]] tables take about 4 KiB
 
 # Without [roles], one ps task per this many nodes (rounded up), each on a node of its own.  On
@@ -98,6 +109,18 @@ class Slurm:
 
 
 @dataclass(frozen=True)
+class User:
+    """A person of the [users] table: an account on every node, with the same uid (and a group of
+    its own with that number as gid) everywhere, because NFS and Slurm's munge credentials carry
+    numbers, not names.  uid None: provisioning keeps the one the account has, or picks one free
+    on every node."""
+
+    name: str
+    key: str  # one OpenSSH public key line, their authorized_keys
+    uid: int | None = None
+
+
+@dataclass(frozen=True)
 class Inventory:
     name: str
     user: str
@@ -113,6 +136,7 @@ class Inventory:
     ssh_key: Path | None = None
     venv: str = "picluster-venv"
     slurm: Slurm | None = None
+    users: tuple[User, ...] = ()
     source: Path | None = field(default=None, compare=False)
 
     def node(self, name: str) -> Node:
@@ -232,6 +256,12 @@ def parse_inventory(data: dict, where: str = "inventory", source: Path | None = 
     if agent_port in (tf_port, tf_port + 1):
         raise fail("cluster.agent_port clashes with the TensorFlow ports (tf_port and tf_port+1)")
 
+    users = _users(data, user, fail)
+    if users and isinstance(cluster.get("venv"), str) and not cluster["venv"].startswith("/"):
+        raise fail(f"cluster.venv {tokens.show(cluster['venv'])} is in {user}'s home, which the accounts of [users] cannot use: "
+                   f"give an absolute path such as {SHARED_VENV!r} (the default with [users])")
+    venv = cluster.get("venv", SHARED_VENV if users else "picluster-venv")
+
     return Inventory(
         name=name,
         user=user,
@@ -245,8 +275,9 @@ def parse_inventory(data: dict, where: str = "inventory", source: Path | None = 
         data_dir=Path(_checked(tokens.node_path, cluster.get("data_dir", "/mnt/picluster"), "cluster.data_dir", fail)),
         subnet=subnet,
         ssh_key=Path(_checked(tokens.local_path, cluster["ssh_key"], "cluster.ssh_key", fail)).expanduser() if "ssh_key" in cluster else None,
-        venv=_checked(venv_path, cluster.get("venv", "picluster-venv"), "cluster.venv", fail),
+        venv=_checked(venv_path, venv, "cluster.venv", fail),
         slurm=_slurm(data, names, masters[0], fail),
+        users=users,
         source=source,
     )
 
@@ -276,6 +307,42 @@ def _slurm(data: dict, names: list[str], nfs_master: str, fail) -> Slurm | None:
         raise fail(f"slurm.accounting {tokens.show(accounting)} must be true or false")
     return Slurm(controller=controller, partition=partition, scheduler=scheduler, default_time=default_time, max_time=max_time,
                  accounting=accounting)
+
+
+def _users(data: dict, admin: str, fail) -> tuple[User, ...]:
+    """[users]: name = "public key", or name = { key = "...", uid = N }."""
+    if "users" not in data:
+        return ()
+    table = data["users"]
+    if not isinstance(table, dict):
+        raise fail('[users] must be a table of name = "ssh-ed25519 AAAA..." (or name = { key = "...", uid = 2001 })')
+    users: list[User] = []
+    uids: dict[int, str] = {}
+    for name, entry in table.items():
+        _checked(tokens.user_name, name, "[users] name", fail)
+        if name == admin:
+            raise fail(f"users.{name} is cluster.user, the account picluster itself logs in as: list only the other people in [users]")
+        if name in RESERVED_USERS:
+            raise fail(f"users.{name}: {name!r} is a system account's name; choose another name")
+        if isinstance(entry, str):
+            key, uid = entry, None
+        elif isinstance(entry, dict):
+            _check_keys(entry, _USER_KEYS, f"users.{name}", fail)
+            if "key" not in entry:
+                raise fail(f'users.{name}.key is missing (their SSH public key, e.g. "ssh-ed25519 AAAA... {name}@laptop")')
+            key, uid = entry["key"], entry.get("uid")
+            if uid is not None and (isinstance(uid, bool) or not isinstance(uid, int) or not UID_RANGE[0] <= uid <= UID_RANGE[1]):
+                raise fail(f"users.{name}.uid {tokens.show(uid)} must be a number from {UID_RANGE[0]} to {UID_RANGE[1]} "
+                           "(the range Debian keeps for people)")
+            if uid in uids:
+                raise fail(f"users.{name}.uid {uid} is users.{uids[uid]}'s too: every person needs a uid of their own")
+            if uid is not None:
+                uids[uid] = name
+        else:
+            raise fail(f'users.{name} must be their SSH public key ("ssh-ed25519 AAAA...") or a table {{ key = "...", uid = 2001 }}')
+        key = _checked(tokens.public_key_line, key.strip() if isinstance(key, str) else key, f"users.{name} key", fail)
+        users.append(User(name, key, uid))
+    return tuple(users)
 
 
 def _nodes(data, cluster, fail) -> list[Node]:

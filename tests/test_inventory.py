@@ -9,7 +9,7 @@ from picluster import nodeset
 from picluster.errors import UsageError
 from picluster.inventory import load_inventory
 
-from conftest import ROOT, cli, one_line
+from conftest import ROOT, cli, one_line, picluster
 
 GOOD = """
 [cluster]
@@ -168,3 +168,52 @@ def test_the_shipped_example_is_the_docs_and_describes_a_16_pi_cluster():
     layout = from_inventory(inv)
     assert [t.label for t in layout.ps] == ["ps:0"] and len(layout.workers) == 15
     assert layout.workers[0].address == "192.168.1.17:2222"
+
+
+ALICE = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOdD0pZwRK6Bjq0n6e1r2Yh2Vq0oGx3c8a1vWbq2Zk9a alice@laptop"
+BOB = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB0bB0bB0bB0bB0bB0bB0bB0bB0bB0bB0bB0bB0bB0bB bob"
+
+
+def test_users_map_names_to_keys_or_tables_and_move_the_runtime_out_of_the_home(tmp_path):
+    inv = load_inventory(write(tmp_path, GOOD + f'\n[users]\nalice = "{ALICE}"\nbob = {{ key = "{BOB}", uid = 2002 }}\n'))
+    assert [(u.name, u.key, u.uid) for u in inv.users] == [("alice", ALICE, None), ("bob", BOB, 2002)]
+    assert inv.venv == "/opt/picluster-venv"  # every account runs it; a home is its owner's
+    assert load_inventory(write(tmp_path, GOOD)).venv == "picluster-venv" and load_inventory(write(tmp_path, GOOD)).users == ()
+    given = GOOD.replace("tf_port = 2222", 'tf_port = 2222\nvenv = "/srv/venv"') + f'\n[users]\nalice = "{ALICE}"\n'
+    assert load_inventory(write(tmp_path, given)).venv == "/srv/venv"
+
+
+@pytest.mark.parametrize("users,message", [
+    (f'alice = "{ALICE}"\nbob = {{ key = "{BOB}", uid = 2001 }}\ncarol = {{ key = "{BOB}", uid = 2001 }}',
+     "users.carol.uid 2001 is users.bob's too: every person needs a uid of their own"),
+    (f'alice = "{ALICE}"\nalice = "{BOB}"', "invalid TOML"),  # a duplicate name
+    (f'pi = "{ALICE}"', "users.pi is cluster.user, the account picluster itself logs in as"),
+    (f'slurm = "{ALICE}"', "users.slurm: 'slurm' is a system account's name; choose another name"),
+    (f'"Alice Smith" = "{ALICE}"', "[users] name 'Alice Smith' is not a valid user name"),
+    ('alice = "AAAAC3Nza alice"', "users.alice key is not one OpenSSH public key line"),
+    (f'alice = "command=\\"sh\\" {ALICE}"', "users.alice key is not one OpenSSH public key line"),
+    (f'alice = {{ key = "{ALICE}", uid = 0 }}', "users.alice.uid 0 must be a number from 1000 to 59999"),
+    (f'alice = {{ key = "{ALICE}", uid = "2001" }}', "users.alice.uid '2001' must be a number from 1000 to 59999"),
+    (f'alice = {{ key = "{ALICE}", home = "/root" }}', "unknown key 'home' in users.alice (known: key, uid)"),
+    ('alice = { uid = 2001 }', "users.alice.key is missing"),
+    ('alice = 2001', "users.alice must be their SSH public key"),
+])
+def test_bad_users_are_one_line_naming_the_key(tmp_path, users, message):
+    with pytest.raises(UsageError) as err:
+        load_inventory(write(tmp_path, GOOD + "\n[users]\n" + users + "\n"))
+    assert message in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_a_runtime_in_the_admins_home_is_refused_with_users(tmp_path):
+    text = GOOD.replace("tf_port = 2222", 'tf_port = 2222\nvenv = "picluster-venv"') + f'\n[users]\nalice = "{ALICE}"\n'
+    with pytest.raises(UsageError, match=r"cluster.venv 'picluster-venv' is in pi's home, which the accounts of \[users\] cannot use"):
+        load_inventory(write(tmp_path, text))
+
+
+def test_a_duplicate_user_through_the_cli_is_exit_2_and_one_line(tmp_path):
+    path = write(tmp_path, GOOD + f'\n[slurm]\n[users]\nbob = {{ key = "{BOB}", uid = 2001 }}\ncarol = {{ key = "{BOB}", uid = 2001 }}\n')
+    one_line(picluster("provision", "-i", path, "--dry-run"), 2, "users.carol.uid 2001 is users.bob's too")
+    path.write_text(GOOD + f'\n[users]\nbob = "{BOB}"\n')
+    one_line(picluster("inventory", "-i", path, "--ansible"), 2, "[users] (accounts, keys, work folders) is set up by 'picluster provision' only")
+    one_line(picluster("provision", "-i", path, "--venv", "my-venv", "--dry-run"), 2,
+             "--venv my-venv: with [users], the runtime must be where every account can run it: give an absolute path")

@@ -341,3 +341,24 @@ def test_a_new_coordinator_key_is_appended_once(lab4, tmp_path, monkeypatch):
         assert host.run(["stat", "-c", "%U %a", "/home/pi/.ssh/authorized_keys"]).stdout.strip() == "pi 600"
     with lab4.connect("node01") as conn:  # the lab's key still logs in
         assert conn.run("hostname", hide=True).stdout.strip() == "node01"
+
+
+def test_a_runtime_outside_the_home_is_made_by_root_owned_by_the_user_and_run_by_every_account(lab4, tmp_path):
+    """With [users], cluster.venv is an absolute path (/opt/picluster-venv by default; /var here,
+    which each test host has of its own): root makes the folder, the inventory's user installs
+    into it, and another account runs it."""
+    from picluster.provision.steps import Runtime
+
+    shared = "/var/lib/picluster-venv"
+    runtime = Runtime(requirements=("psutil>=5.9,<8",), imports=("psutil",))
+    inv = load_inventory(inventory(lab4, tmp_path))
+    first = provision(inv, options(lab4, only=("runtime",), venv=shared, runtime=runtime))
+    assert not any(r.failed for r in first), [r.first_failure() for r in first]
+    host = lab4.host("node02")
+    assert host.run(["stat", "-c", "%U %a", shared]).stdout.strip() == "pi 755"
+    ran = host.run(["runuser", "-u", "nobody", "--", f"{shared}/bin/python", "-c", "import psutil; print('ok')"])
+    assert ran.stdout.strip() == "ok"
+    again = provision(inv, options(lab4, only=("runtime",), venv=shared, runtime=runtime))
+    assert all(items(r, "runtime")["venv"][0] is Status.OK for r in again)
+    for h in lab4.hosts:
+        h.run(["rm", "-rf", shared])

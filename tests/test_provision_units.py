@@ -64,6 +64,7 @@ TEMPLATE_VARS = {
                          "password": "0123456789abcdef0123456789abcdef0123456789abcdef"},
     "cgroup.conf.j2": {"cgroup_plugin": "cgroup/v2", "constrain": "yes"},
     "picluster-node.service.j2": {"user": "pi", "start_script": "/home/pi/.local/state/picluster/node/start.sh"},
+    "picluster-profile.sh.j2": {"venv": "/opt/picluster-venv", "inventory": "/etc/picluster/picluster.toml"},
 }  # fmt: skip
 # Template variables the Ansible inventory does not carry: the roles read them on each node
 # (coordinator, the nodes' sizes and cgroups, the user's home) or loop over the nodes (node, address).
@@ -71,7 +72,7 @@ FROM_THE_NODE = {"coordinator", "node", "address", "cpus", "memory", "cgroup_plu
                  "def_mem_per_cpu", "proctrack", "task_plugin", "jobacct_gather", "constrain"}
 # slurmdbd.conf is written by `picluster provision` only (the Ansible role refuses accounting):
 # its password never enters an inventory file.
-PROVISION_ONLY = {"dbd_host", "dbd_port", "database", "db_user", "password"}
+PROVISION_ONLY = {"dbd_host", "dbd_port", "database", "db_user", "password", "venv", "inventory"}
 SLURM_INV = {**INV, "slurm": {}}
 
 
@@ -259,8 +260,11 @@ def test_parse_only():
 
 
 def test_slurm_steps_run_only_for_an_inventory_with_slurm():
-    assert run_order(None, slurm=True) == STEP_NAMES and STEP_NAMES[-2:] == ("slurm", "queue")
-    assert run_order(None, slurm=False) == STEP_NAMES[:-2]
+    assert run_order(None, slurm=True, users=True) == STEP_NAMES and STEP_NAMES[-2:] == ("slurm", "queue")
+    assert run_order(None, slurm=False, users=True) == STEP_NAMES[:-2]
+    assert run_order(None, slurm=False) == tuple(s for s in STEP_NAMES[:-2] if s != "users")
+    with pytest.raises(UsageError, match="--only users: the inventory has no \\[users\\] table"):
+        run_order(parse_only("users"), slurm=True)
     assert run_order(parse_only("queue"), slurm=True) == ("facts", "queue")
     with pytest.raises(UsageError, match=r"^--only queue: the inventory has no \[slurm\] table"):
         run_order(parse_only("firewall,queue"), slurm=False)
@@ -461,7 +465,8 @@ def test_ansible_playbook_syntax_check(tmp_path):
 
 def test_ansible_templates_are_the_shared_ones():
     links = sorted((ROOT / "ansible" / "roles").glob("*/templates/*.j2"))
-    assert {p.name for p in links} == set(TEMPLATE_VARS) - {"slurmdbd.conf.j2"}  # written by `picluster provision` only
+    # written by `picluster provision` only (accounting, [users])
+    assert {p.name for p in links} == set(TEMPLATE_VARS) - {"slurmdbd.conf.j2", "picluster-profile.sh.j2"}
     for link in links:
         assert link.is_symlink() and link.resolve() == templates.template_path(link.name).resolve(), link
 
@@ -476,3 +481,47 @@ def test_the_kernel_command_line_gets_the_memory_cgroup_and_keeps_its_words():
     assert cmdline_text("a\r\nb\n\n") == "a b cgroup_enable=memory cgroup_memory=1\n"  # one line, as the firmware reads it
 
 
+def _users_contexts(users: str, passwd: dict[str, str], groups: dict[str, str] | None = None):
+    """Contexts for users.prepare: each node answers getent passwd and group from the tables given."""
+    from picluster.provision.steps import Shared
+    from picluster.provision.steps import users as users_step
+
+    inv = parse_inventory({"cluster": {"name": "c", "user": "pi", "nodes": "node[1-3]", "addresses": "10.0.0.[1-3]"},
+                           "users": users})
+    shared = Shared(public_key=None)
+
+    def node(name):
+        def run(command, check=True):
+            table = (groups or {}) if command == "getent group" else passwd
+            return SimpleNamespace(stdout=table.get(name, ""), exited=0)
+        return SimpleNamespace(inv=inv, node=SimpleNamespace(name=name), remote=SimpleNamespace(run=run), shared=shared)
+
+    contexts = [node(n) for n in ("node1", "node2", "node3")]
+    users_step.prepare(contexts)
+    return shared.users
+
+
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOdD0pZwRK6Bjq0n6e1r2Yh2Vq0oGx3c8a1vWbq2Zk9a x"
+PI = "pi:x:1000:1000::/home/pi:/bin/bash\n"
+
+
+def test_a_person_gets_one_uid_on_every_node_kept_given_or_free_everywhere():
+    # Free on every node: 2001 is taken on node2 by someone else, and as a group on node3.
+    decided = _users_contexts({"alice": KEY, "bob": KEY, "carol": {"key": KEY, "uid": 2005}},
+                              {"node1": PI, "node2": PI + "dave:x:2001:2001::/home/dave:/bin/sh\n", "node3": PI},
+                              {"node3": "staff:x:2002:\n"})
+    assert decided == {"alice": 2003, "bob": 2004, "carol": 2005}
+    # An account that exists keeps its number, wherever it exists.
+    assert _users_contexts({"alice": KEY}, {"node2": PI + "alice:x:2500:2500::/home/alice:/bin/bash\n"}) == {"alice": 2500}
+
+
+def test_a_uid_the_nodes_disagree_on_or_another_holds_is_named():
+    split = _users_contexts({"alice": KEY}, {"node1": "alice:x:2001:2001::/h:/bin/sh\n", "node3": "alice:x:2002:2002::/h:/bin/sh\n"})
+    assert split["alice"] == ("alice has different uids on the nodes (2001 on node1, 2002 on node3): give users.alice.uid "
+                              "and make the accounts agree (usermod -u)")
+    given = _users_contexts({"alice": {"key": KEY, "uid": 2010}}, {"node2": "alice:x:2001:2001::/h:/bin/sh\n"})
+    assert given["alice"].startswith("users.alice.uid is 2010, but alice is uid 2001 on node2: give uid = 2001")
+    held = _users_contexts({"alice": {"key": KEY, "uid": 2010}}, {"node3": "eve:x:2010:2010::/h:/bin/sh\n"})
+    assert held["alice"] == "uid 2010 for alice is eve's on node3: give users.alice.uid another number"
+    group = _users_contexts({"alice": {"key": KEY, "uid": 2010}}, {}, {"node1": "alice:x:3000:\n"})
+    assert group["alice"] == "group alice is gid 3000 on node1, not 2010: remove or renumber that group (groupmod -g)"

@@ -12,6 +12,7 @@ nodes mount the NFS share (these hosts cannot mount NFS).
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import sys
@@ -43,7 +44,8 @@ NAMES = ["node01", "node02", "node03"]
 def slurm_lab(lab_support, tmp_path_factory):
     share = tmp_path_factory.mktemp("share")
     shared = HostOptions(share=str(share))
-    lab = Lab(nodes=3, limits=Limits(cpu=0.3, memory=2**30), host_options={name: shared for name in NAMES})
+    master = HostOptions(share=str(share), exports_share=True)  # node01: the NFS master, its export the share
+    lab = Lab(nodes=3, limits=Limits(cpu=0.3, memory=2**30), host_options={name: master if name == NAMES[0] else shared for name in NAMES})
     lab.up()
     try:
         os.chown(share, lab.user.uid, lab.user.gid)
@@ -595,7 +597,7 @@ def test_accounting_records_jobs_enforces_registered_users_and_keeps_its_passwor
     made = items(first[0], "slurm")
     assert made["database"][0] is Status.CHANGED and made["database"][1].startswith("slurm_acct_db and its user slurm (password: ")
     assert made["slurmdbd_conf"] == (Status.CHANGED, f"wrote {SLURMDBD_CONF} (0600, slurm)")
-    assert made["registered"] == (Status.CHANGED, f"registered cluster {inv.name}, account picluster, users {inv.user}")
+    assert made["registered"] == (Status.CHANGED, f"registered cluster {inv.name}, account picluster, users {inv.user} ({inv.user} an operator)")
     assert "database" not in items(first[1], "slurm")  # the controller only
     read = items(first[0], "queue")
     assert read["accounting"][0] is Status.OK and read["accounting"][1].endswith(
@@ -630,3 +632,123 @@ def test_accounting_records_jobs_enforces_registered_users_and_keeps_its_passwor
     assert refused.returncode != 0 and "Invalid account" in refused.stderr, refused.stderr
     rss = slurm_lab.host("node01").run(["ps", "-o", "rss=,comm=", "-C", "mariadbd,slurmdbd"]).stdout
     print(f"accounting on the controller (resident KiB): {' '.join(rss.split())}")
+
+
+def as_person(lab, user: str, key, command: str, node: str = "node01"):
+    """`command` typed by `user` in a login shell on `node`, logged in over SSH with their own key."""
+    from picluster.cluster import hostkeys
+    from picluster.cluster.ssh import connect
+
+    with connect(lab.host(node).address, user, key.private_path, 10.0, hostkeys.strict(lab.known_hosts_path)) as conn:
+        return conn.run(f"bash -lc {shlex.quote(command)}", hide=True, warn=True, timeout=300, in_stream=False)
+
+
+def person_states(lab, user: str, key, everyone: bool = False) -> dict[str, str]:
+    """slurm:ID -> STATE as `picluster jobs` shows them to `user` on the controller."""
+    done = as_person(lab, user, key, "picluster jobs" + (" --all" if everyone else ""))
+    assert done.exited == 0, done.stderr
+    return dict(re.findall(r"^\s*(slurm:\d+)\s+\S+\s+\S+\s+([A-Z_]+)", done.stdout, re.M))
+
+
+def test_people_of_users_log_in_queue_as_themselves_and_see_and_cancel_only_their_own(slurm_lab, tmp_path):
+    """[users] with accounting (left on by the test before): each person an account with one uid on
+    every node, their key, a work folder on the share, a Slurm association; on the controller they
+    type picluster's commands as written, with no inventory, and Slurm runs their jobs as them."""
+    from picluster.lab.keys import make_keypair
+    from picluster.provision.steps.users import FIRST_UID
+
+    alice, bob = make_keypair(tmp_path / "alice", "alice@laptop"), make_keypair(tmp_path / "bob", "bob@laptop")
+    path = inventory_file(slurm_lab, tmp_path)
+    path.write_text(path.read_text() + f'accounting = true\n\n[users]\nalice = "{alice.public_line}"\n'
+                                       f'bob = {{ key = "{bob.public_line}", uid = 2345 }}\n')
+    inv = load_inventory(path)
+    steps = ("nfs-server", "users", "slurm", "queue")
+    first = provision(inv, options(slurm_lab, only=steps))
+    assert not any(r.failed for r in first), [r.first_failure() for r in first]
+    made = items(first[0], "users")
+    assert made["alice"] == (Status.CHANGED, f"made alice: account uid {FIRST_UID}, key")
+    assert made["bob"] == (Status.CHANGED, "made bob: account uid 2345, key")
+    assert made["work alice"] == (Status.CHANGED, "make /srv/picluster/users/alice (alice, 0700)")
+    assert "work alice" not in items(first[1], "users")  # on the NFS master only
+    assert items(first[0], "slurm")["registered"][1].endswith(f"users {inv.user}, alice, bob ({inv.user} an operator)")
+    for name in NAMES:  # one number per person on every node: NFS and munge carry numbers
+        assert slurm_lab.host(name).run(["id", "alice"]).stdout.strip() == f"uid={FIRST_UID}(alice) gid={FIRST_UID}(alice) groups={FIRST_UID}(alice)"
+        assert slurm_lab.host(name).run(["id", "-u", "bob"]).stdout.strip() == "2345"
+    again = provision(inv, options(slurm_lab, only=steps))
+    assert [r.changes for r in again] == [0, 0, 0], [[(i.name, i.detail) for s in r.steps for i in s.items if i.status is Status.CHANGED]
+                                                     for r in again]
+    work = slurm_lab.share / "users"
+    assert {p.name: (p.stat().st_uid, stat.S_IMODE(p.stat().st_mode)) for p in work.iterdir()} == {
+        inv.user: (slurm_lab.user.uid, 0o700), "alice": (FIRST_UID, 0o700), "bob": (2345, 0o700)}
+
+    # Bob queues with plain sbatch, a CPU of node02; Alice logs in with her key and types the
+    # card's command, a CPU on each of two nodes: node02 is shared by the two of them.
+    held = as_person(slurm_lab, "bob", bob, "sbatch --parsable --nodes 1 --nodelist node02 --cpus-per-task 1 --time 10 --wrap 'sleep 300'")
+    assert held.exited == 0, held.stderr
+    sleeper = f"slurm:{held.stdout.strip()}"
+    deadline = time.monotonic() + 60
+    while job_state(slurm_lab.host("node01"), held.stdout.strip()) != "RUNNING":
+        assert time.monotonic() < deadline, "bob's job did not start"
+        time.sleep(1)
+    queued = as_person(slurm_lab, "alice", alice, "picluster submit --nodes 2 --cpus 1 --nodelist node[02-03] --time 10 -- "
+                                                  "picluster run montecarlo --samples 1e7 --nodes 1")
+    assert queued.exited == 0 and re.fullmatch(r"slurm:\d+\n", queued.stdout), queued.stderr
+    mc = queued.stdout.strip()
+    # Bob's training: the card's command (made short), data from the share everyone reads.
+    if not (slurm_lab.share / "har").is_dir():
+        from train_fixtures import write_tiny_har
+
+        write_tiny_har(slurm_lab.share / "har")
+    trained = as_person(slurm_lab, "bob", bob, "picluster submit --nodes 2 --time 10 -- picluster train har --layers 3 " + " ".join(SHORT_HAR))
+    assert trained.exited == 0, trained.stderr
+    har = trained.stdout.strip()
+
+    mine = person_states(slurm_lab, "alice", alice)
+    assert mc in mine and sleeper not in mine, mine  # her own jobs...
+    assert {mc, sleeper} <= set(person_states(slurm_lab, "alice", alice, everyone=True))  # ...and with --all, everyone's
+    refused = as_person(slurm_lab, "alice", alice, f"picluster cancel {sleeper}")
+    assert refused.exited == 2 and refused.stderr.strip().splitlines() == [
+        f"picluster: error: {sleeper} is bob's job: only its owner, or the cluster's operator ({inv.user}), can cancel it"], refused.stderr
+    assert job_state(slurm_lab.host("node01"), sleeper.split(":")[1]) == "RUNNING"
+
+    deadline = time.monotonic() + 300
+    while (state := person_states(slurm_lab, "alice", alice).get(mc)) not in ENDED:
+        assert time.monotonic() < deadline, state
+        time.sleep(2)
+    log = as_person(slurm_lab, "alice", alice, f"picluster logs {mc}")
+    assert state == "COMPLETED" and log.exited == 0, log.stdout[-2000:] + log.stderr
+    assert re.search(rf"^Monte-Carlo pi on 1 worker\(s\) \(Slurm job {mc.split(':')[1]}'s allocation\)", log.stdout, re.M), log.stdout[-2000:]
+    out = work / "alice" / f"picluster-slurm-{mc.split(':')[1]}.out"
+    assert out.stat().st_uid == FIRST_UID  # written by Slurm as alice, in her folder, which bob cannot open
+    assert slurm_lab.host("node01").run(["runuser", "-u", "bob", "--", "cat", str(out).replace(str(slurm_lab.share), "/mnt/picluster")],
+                                        check=False).returncode != 0
+    accounted = as_person(slurm_lab, "alice", alice, f"sacct --noheader --parsable2 --allocations --jobs={mc.split(':')[1]} --format=User,State,NodeList")
+    assert accounted.stdout == "alice|COMPLETED|node[02-03]\n", accounted.stdout
+    assert job_state(slurm_lab.host("node01"), sleeper.split(":")[1]) == "RUNNING"  # beside hers on node02 all along
+
+    # Bob's training ran as him; its run is in his folder, not in the share's runs/.
+    while (state := person_states(slurm_lab, "bob", bob).get(har)) not in ENDED:
+        assert time.monotonic() < deadline + 300, state
+        time.sleep(2)
+    log = as_person(slurm_lab, "bob", bob, f"picluster logs {har}")
+    assert state == "COMPLETED" and "Traceback" not in log.stdout, log.stdout[-3000:] + log.stderr
+    assert re.search(r"^selected on validation: epoch \d+ \(val [0-9.]+%\)  test accuracy [0-9.]+%", log.stdout, re.M), log.stdout[-2000:]
+    (run,) = (work / "bob" / "runs").iterdir()
+    assert run.name.endswith(f"-slurm{har.split(':')[1]}") and run.stat().st_uid == 2345
+
+    # The teacher (the inventory's user, a Slurm operator) may cancel anyone's job.
+    done = picluster("cancel", "-i", path, sleeper)
+    assert done.returncode == 0 and done.stdout.startswith(f"{sleeper} CANCELLED"), done.stdout + done.stderr
+
+    # Fair share: who ran more (Bob: whole nodes for his training, a CPU for his sleeper) now
+    # comes after who ran less, as slurmctld counts use every minute (PriorityCalcPeriod=1).
+    deadline = time.monotonic() + 150
+    while True:
+        rows = slurm_lab.host("node01").run(["sshare", "--all", "--noheader", "--parsable2", "--format=User,RawUsage,FairShare"]).stdout
+        share = {u: (int(raw), float(fair)) for u, raw, fair in (line.split("|") for line in rows.splitlines()) if u in ("alice", "bob")}
+        if len(share) == 2 and share["bob"][0] > share["alice"][0]:
+            break
+        assert time.monotonic() < deadline, rows
+        time.sleep(5)
+    assert share["bob"][1] < share["alice"][1], share
+    print(f"fair share after the two people's jobs (raw use in CPU-seconds, factor): {share}")

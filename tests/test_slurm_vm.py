@@ -11,6 +11,7 @@ import shlex
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -101,7 +102,11 @@ def test_slurm_runs_under_systemd_and_comes_back_after_every_vm_reboots(vm3, tmp
 def test_a_rolling_reboot_waits_for_each_workers_job_requeues_on_request_and_an_upgrade_waits_for_apts_lock(vm3, tmp_path):
     """`picluster nodes reboot|upgrade` as typed, around users' jobs: a node drained with a reason,
     its job ended (not NODE_FAIL), the node resumed once slurmd is back from the new boot."""
-    path, inv, opts = slurm_inventory(vm3, tmp_path, "accounting = true\n")
+    from picluster.lab.keys import make_keypair
+
+    alice = make_keypair(tmp_path / "alice", "alice@laptop")
+    path, inv, opts = slurm_inventory(vm3, tmp_path, f'accounting = true\n\n[users]\nalice = "{alice.public_line}"\n')
+    opts = replace(opts, only=("users", "slurm", "queue"))
     try:
         first = provision(inv, opts)
         assert not any(r.failed for r in first), [r.first_failure() for r in first]
@@ -117,7 +122,9 @@ def test_a_rolling_reboot_waits_for_each_workers_job_requeues_on_request_and_an_
         print(f"controller memory by unit (MiB, systemd's MemoryCurrent): {memory}")
         node01, node02, node03 = vm3.host("node01"), vm3.host("node02"), vm3.host("node03")
         node02.run(["rm", "-f", DONE])
-        job = submit_wrap(node01, "--nodelist=node02", f"sleep 45 && touch {DONE}")
+        # A person of [users] queues it on the controller, as themself (an account on every node,
+        # one uid): the chores wait for it, and accounting records it under their name.
+        job = submit_wrap(node01, "--nodelist=node02", f"sleep 45 && touch {DONE}", user="alice")
         running_within(node01, job, 120)
         boots = {name: vm3.host(name).boot_id() for name in ("node02", "node03")}
         started = time.monotonic()
@@ -126,15 +133,15 @@ def test_a_rolling_reboot_waits_for_each_workers_job_requeues_on_request_and_an_
         assert done.returncode == 0, done.stdout + done.stderr
         lines = [line.strip() for line in done.stdout.splitlines()]
         waited = next(line for line in lines if line.startswith("node02: drained in Slurm; waiting for job"))
-        assert waited.startswith(f"node02: drained in Slurm; waiting for job {job} (root; time limit ends "), done.stdout
+        assert waited.startswith(f"node02: drained in Slurm; waiting for job {job} (alice; time limit ends "), done.stdout
         for name in ("node02", "node03"):
             line = next(line for line in lines if line.startswith(f"{name}: rebooted"))
             assert line.endswith("; resumed in Slurm"), done.stdout
             assert vm3.host(name).boot_id() != boots[name]
         assert node02.run(["test", "-e", DONE], check=False).returncode == 0  # it ran to its end: the node went only after
         assert idle_within(node01, 60) == {name: "idle" for name in NAMES}
-        accounted = node01.run(["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={job}", "--format=State,NodeList"]).stdout
-        assert accounted == "COMPLETED|node02\n", accounted  # recorded, and not NODE_FAIL
+        accounted = node01.run(["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={job}", "--format=User,State,NodeList"]).stdout
+        assert accounted == "alice|COMPLETED|node02\n", accounted  # recorded, and not NODE_FAIL
         print(f"rolling reboot of node[02-03] around a 45 s job: {took:.0f} s\n{done.stdout}")
 
         # --requeue: the job goes back to the queue at once and runs again once a node is free.
@@ -160,8 +167,10 @@ def test_a_rolling_reboot_waits_for_each_workers_job_requeues_on_request_and_an_
         assert idle_within(node01, 30)["node03"] == "idle"  # drained for the upgrade, served again as nothing changed
         node03.run(["pkill", "-f", "^python3 -c import fcntl"], check=False)
 
-        # The Ansible twin drains, waits for the job, reboots and resumes the same way.
+        # The Ansible twin drains, waits for the job, reboots and resumes the same way ([users] is
+        # picluster provision's only: the Ansible inventory is made from the file without it).
         hosts = tmp_path / "hosts.yml"
+        path.write_text(path.read_text().split("\n[users]\n")[0])
         made = picluster("inventory", "--ansible", "-i", path, "--known-hosts", vm3.known_hosts_path, "--out", hosts)
         assert made.returncode == 0, made.stderr
         node03.run(["rm", "-f", DONE])
@@ -188,10 +197,12 @@ def running_within(host, job: str, seconds: float) -> None:
         time.sleep(2)
 
 
-def submit_wrap(host, *args: str) -> str:
-    """sbatch --wrap on ``host``: the job's id."""
+def submit_wrap(host, *args: str, user: str | None = None) -> str:
+    """sbatch --wrap on ``host`` (as root, or as ``user`` in their home): the job's id."""
     command = args[-1]
-    done = host.run(["sbatch", "--parsable", "--time=5", *args[:-1], "--wrap", command], timeout=60)
+    who = ["runuser", "-u", user, "--"] if user else []
+    where = [f"--chdir=/home/{user}"] if user else []
+    done = host.run([*who, "sbatch", "--parsable", "--time=5", *where, *args[:-1], "--wrap", command], timeout=60)
     return done.stdout.strip().split(";")[0]
 
 

@@ -25,11 +25,13 @@ def _slurm_inventory(inventory, job_id: str):
 @inventory_option
 @click.argument("job_id", metavar="[JOB]", type=JobRef(), required=False)
 @click.option("--limit", type=Whole(1, INT64_MAX), default=50, show_default=True, help="the newest N jobs")
-def jobs(inventory, job_id, limit) -> None:
+@click.option("--all", "everyone", is_flag=True, help="everyone's jobs in Slurm's queue, not only yours")
+def jobs(inventory, job_id, limit, everyone) -> None:
     """List the jobs (launch, run, train) with their state and reason; with JOB, its tasks.
 
-    With an inventory that has a [slurm] table, Slurm's queue follows (pending, running, and jobs
-    ended in the last 10 minutes); JOB may then be slurm:ID.
+    With an inventory that has a [slurm] table, your jobs in Slurm's queue follow (pending,
+    running, and ended in the last 10 minutes, or week with accounting); --all shows everyone's.
+    JOB may then be slurm:ID.
     """
     from rich.console import Console
 
@@ -56,8 +58,8 @@ def jobs(inventory, job_id, limit) -> None:
     if inventory is not None and inventory.slurm is not None:
         from picluster.jobs.slurm import queue
 
-        queued, down = queue.overview(inventory)
-        title = f"Slurm queue, partition {inventory.slurm.partition} on {inventory.name}"
+        queued, down = queue.overview(inventory, everyone)
+        title = f"Slurm queue, partition {inventory.slurm.partition} on {inventory.name}" + ("" if everyone else ", your jobs (--all: everyone's)")
         if queued:
             console.print(queue_table(queued, title))
         else:
@@ -142,7 +144,7 @@ def cancel(inventory, job_id) -> None:
         if not was.active:
             click.echo(f"{job_id} is already {was.state}; nothing to cancel")
             return
-        ended = queue.cancel(inv, number)
+        ended = queue.cancel(inv, number, owner=was.user)
         click.echo(f"{job_id} {ended.state}" + (f" (was {was.state})" if was.state != ended.state else ""))
         return
 

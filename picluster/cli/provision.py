@@ -64,6 +64,8 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
         raise UsageError("--rotate-munge-key: the inventory has no [slurm] table, so its nodes have no munge key")
     if rotate_munge_key and steps is not None and "slurm" not in steps:
         raise UsageError("--rotate-munge-key: the slurm step installs the key; add it to --only")
+    if venv is not None and inv.users and not venv.startswith("/"):
+        raise UsageError(f"--venv {venv}: with [users], the runtime must be where every account can run it: give an absolute path")
     # Every connection of this command, the tasks a replaced node rejoins with included.
     hostkeys.use(hostkeys.strict(known_hosts) if known_hosts is not None else hostkeys.accept_new())
     hostkeys.current().check_files()  # a malformed known_hosts is refused before any connection
@@ -73,7 +75,7 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
         connect_timeout=min(10.0, timeout),
     )  # fmt: skip
     console = Console()
-    order = list(run_order(steps, inv.slurm is not None))
+    order = list(run_order(steps, inv.slurm is not None, bool(inv.users)))
     with StepProgress(console, order) as progress:  # live on a terminal, else a line per step
         reports = run(inv, options, watch=progress)
     show(console, reports, order, dry_run)

@@ -137,7 +137,7 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
             share = allocation.shared_dir()
             if share is not None:
                 data_dir = data_dir or share / "har"
-                run_dir = run_dir or share / "runs" / f"{datetime.now():%Y%m%d-%H%M%S}-slurm{allocation.job_id()}"
+                run_dir = run_dir or allocation.work_folder(share) / "runs" / f"{datetime.now():%Y%m%d-%H%M%S}-slurm{allocation.job_id()}"
         config = TrainConfig.for_model(**given, data_dir=str(data_dir or har_dir()))
         run = None
     coordinator.worker_runtime(worker_runtime, None if config.standalone else inventory)  # bad choices fail before anything starts

@@ -228,6 +228,15 @@ def shared_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
     return Path(value) if value.startswith("/") and job_id(environ) is not None else None
 
 
+def work_folder(share: Path) -> Path:
+    """Where a job writes its runs on the share: the submitter's own folder there when the cluster
+    has one for them ([users]: <share>/users/<name>, which only they can write), else the share."""
+    import pwd
+
+    own = share / "users" / pwd.getpwuid(os.getuid()).pw_name
+    return own if own.is_dir() else share
+
+
 def scontrol_nodes(text: str) -> list[dict[str, str]]:
     """``scontrol -o show node``'s lines (one node each) as their KEY=VALUE fields."""
     return [dict(word.split("=", 1) for word in line.split() if "=" in word) for line in text.splitlines()]

@@ -51,6 +51,10 @@ class HostOptions:
     # A directory of this machine the host sees at /mnt/picluster (the inventory's data_dir): in
     # place of the NFS share, which namespace hosts cannot mount.  None: the host's own, empty.
     share: str | None = None
+    # True: that directory is also this host's /srv/picluster (cluster.share_dir), as the NFS
+    # master's export and its own mount are the same files: what provision makes in the export
+    # (the people's work folders) every host sees.
+    exports_share: bool = False
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "HostOptions":
@@ -154,6 +158,8 @@ class Host(StateFileEntry, Changes):
             binds.append({"source": str(self.sys_firmware_dir), "target": mockpi.SYS_FIRMWARE})
         if self.options.share:
             binds.append({"source": self.options.share, "target": DATA_DIR})
+            if self.options.exports_share:
+                binds.append({"source": self.options.share, "target": SHARE_DIR})
 
         self.sshd_dir.mkdir(exist_ok=True)
         host_key = keys.make_keypair(self.sshd_dir / "ssh_host_ed25519_key", f"root@{self.name}")

@@ -27,6 +27,9 @@ _NOT_CONFIG = {"ansible_user", "ansible_ssh_private_key_file", "ansible_ssh_comm
 
 
 def ansible_inventory(inv: Inventory, known_hosts: Path | None = None, public_key: str | None = None) -> str:
+    if inv.users:
+        raise UsageError(f"inventory {inv.source or inv.name}: [users] (accounts, keys, work folders) is set up by "
+                         "'picluster provision' only, not by the Ansible playbooks yet: provision with picluster, or leave [users] out")
     master = inv.node(inv.nfs_master)
     variables: dict[str, object] = {
         "ansible_user": inv.user,

@@ -21,7 +21,7 @@ from picluster.fanout import fan_out
 from picluster.inventory import Inventory, Node
 from picluster.provision import facts as facts_mod
 from picluster.provision.result import Item, NodeReport, Status, StepResult
-from picluster.provision.steps import Context, Options, Shared, firewall, hostname, nfs, packages, raspi, runtime, slurm, ssh
+from picluster.provision.steps import Context, Options, Shared, firewall, hostname, nfs, packages, raspi, runtime, slurm, ssh, users
 
 STEPS: dict[str, Callable] = {
     "hostname": hostname.run,
@@ -30,13 +30,14 @@ STEPS: dict[str, Callable] = {
     "nfs-server": nfs.server,
     "nfs-client": nfs.client,
     "ssh": ssh.run,
+    "users": users.run,
     "runtime": runtime.run,
     "firewall": firewall.run,
     "slurm": slurm.run,
     "queue": slurm.queue,
 }
 # What a step needs decided once for all nodes before it runs on any (in this thread, between steps).
-PREPARE: dict[str, Callable[[list[Context]], None]] = {"slurm": slurm.prepare}
+PREPARE: dict[str, Callable[[list[Context]], None]] = {"users": users.prepare, "slurm": slurm.prepare}
 STEP_NAMES = ("facts", *STEPS)
 SLURM_STEPS = ("slurm", "queue")  # only for an inventory with [slurm]: nothing to skip otherwise
 
@@ -51,12 +52,15 @@ def parse_only(text: str | None) -> tuple[str, ...] | None:
     return tuple(n for n in STEP_NAMES if n in names)
 
 
-def run_order(only: tuple[str, ...] | None, slurm: bool) -> tuple[str, ...]:
-    """The steps a run goes through: facts first, always; Slurm's when the inventory has [slurm]."""
+def run_order(only: tuple[str, ...] | None, slurm: bool, users: bool = False) -> tuple[str, ...]:
+    """The steps a run goes through: facts first, always; Slurm's when the inventory has [slurm],
+    the users step when it has [users]."""
     if not slurm and only and set(only) & set(SLURM_STEPS):
         raise UsageError(f"--only {','.join(s for s in only if s in SLURM_STEPS)}: the inventory has no [slurm] table "
                          "(add one to make Slurm the cluster's queue)")
-    return ("facts", *[s for s in (only or STEP_NAMES) if s != "facts" and (slurm or s not in SLURM_STEPS)])
+    if not users and only and "users" in only:
+        raise UsageError("--only users: the inventory has no [users] table (add one to give people accounts; see docs/slurm.md)")
+    return ("facts", *[s for s in (only or STEP_NAMES) if s != "facts" and (slurm or s not in SLURM_STEPS) and (users or s != "users")])
 
 
 def public_key(key: Path | None) -> str | None:
@@ -126,7 +130,7 @@ def provision(
     options = options or Options()
     if inv.ssh_key is not None and not inv.ssh_key.is_file():
         raise UsageError(f"cluster.ssh_key {inv.ssh_key}: no such file")
-    steps = run_order(options.only, inv.slurm is not None)
+    steps = run_order(options.only, inv.slurm is not None, bool(inv.users))
     shared = Shared(public_key=public_key(inv.ssh_key) if "ssh" in steps else None)
     policy = host_key_policy(options)  # a malformed file is refused here, before any connection
     # Before any connection checks a key: a replaced node's new key must be pinned.

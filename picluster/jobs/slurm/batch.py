@@ -19,6 +19,14 @@ from picluster.jobs.slurm.script import JobScript
 OUTPUT = "picluster-slurm-%j.out"  # in the job's working directory: the user's home on the batch node
 
 
+def output_file(inv: Inventory) -> str:
+    """Where a job queued through picluster writes its output.  With [users]: the submitter's work
+    folder on the share (%u, their name), which every node mounts and no one else may read, so
+    'picluster logs' on the controller finds it without logging in to the batch node.  Else the
+    job's working directory, the user's home on the batch node."""
+    return f"{inv.data_dir}/users/%u/{OUTPUT}" if inv.users else OUTPUT
+
+
 @dataclass(frozen=True)
 class Request:
     command: tuple[str, ...]
@@ -115,7 +123,7 @@ def script(inv: Inventory, req: Request) -> str:
              f"#SBATCH --partition={inv.slurm.partition}",
              f"#SBATCH --nodes={req.nodes}",
              *_cpus_lines(req),
-             f"#SBATCH --output={OUTPUT}"]
+             f"#SBATCH --output={output_file(inv)}"]
     if req.time is not None:
         lines.append(f"#SBATCH --time={req.time}")
     if req.mem is not None:
@@ -163,7 +171,7 @@ def sbatch_args(inv: Inventory, req: Request) -> str:
     if not job.has("partition"):
         options.append(f"--partition={inv.slurm.partition}")
     if not job.has("output"):
-        options.append(f"--output={OUTPUT}")
+        options.append(f"--output={output_file(inv)}")
     words = [shlex.quote(o) for o in options]
     own = job.sbatch.get("export")
     if own is None or own.startswith("ALL"):

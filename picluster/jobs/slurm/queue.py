@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from picluster import nodeset
 from picluster.cluster.allocation import SINFO_NODES, not_serving, sinfo_states
+from picluster.cluster.here import Here, holds
 from picluster.cluster.hostkeys import HostKeyRefused
 from picluster.cluster.nodes import open_node
 from picluster.cluster.ssh import CommandFailed, Remote
@@ -65,7 +66,7 @@ class Submitted:
     unavailable: dict[str, str]  # node -> state (reason) of the partition's nodes Slurm cannot use now
 
 
-def _down(inv: Inventory, remote: Remote) -> dict[str, str]:
+def _down(inv: Inventory, remote: Remote | Here) -> dict[str, str]:
     """The partition's nodes Slurm will not start a job on now: node -> state (reason); none when
     sinfo cannot say (the caller has its own error to report, or has already shown the queue)."""
     assert inv.slurm is not None  # controller(inv) has refused an inventory without [slurm]
@@ -73,8 +74,12 @@ def _down(inv: Inventory, remote: Remote) -> dict[str, str]:
     return not_serving(sinfo_states(remote.run(sinfo, check=False).stdout))
 
 
-def _open(inv: Inventory, then: str = "") -> Remote:
+def _open(inv: Inventory, then: str = "") -> Remote | Here:
+    """The controller: this machine itself when picluster runs there (as whoever typed the command),
+    else over SSH as the inventory's user."""
     node = controller(inv)
+    if holds(node.address):
+        return Here(node.name)
     try:
         return open_node(inv, node)
     except HostKeyRefused as exc:  # not the user's input: whoever answers there is not trusted (exit 1)
@@ -83,7 +88,7 @@ def _open(inv: Inventory, then: str = "") -> Remote:
         raise UsageError(f"Slurm's controller {node.name} cannot be reached ({exc}){then}") from None
 
 
-def _slurm(inv: Inventory, remote: Remote, command: str, what: str, then: str = "") -> str:
+def _slurm(inv: Inventory, remote: Remote | Here, command: str, what: str, then: str = "") -> str:
     """A Slurm command's output; its refusal ("sbatch: error: ...") as one line, exit 2."""
     try:
         return remote.run(command, timeout=60).stdout
@@ -133,26 +138,28 @@ def describe(states: dict[str, str]) -> str:
 
 
 def listing(inv: Inventory, job: str | None = None) -> list[SlurmJob]:
-    """The queue (pending, running and recently ended jobs), or one job of it."""
+    """The queue (pending, running and recently ended jobs), or one job of it (anyone's)."""
     remote = _open(inv)
     try:
-        return _squeue(inv, remote, job)
+        return _squeue(inv, remote, job, everyone=True)
     finally:
         remote.close()
 
 
-def overview(inv: Inventory) -> tuple[list[SlurmJob], dict[str, str]]:
-    """The queue and the partition's nodes Slurm cannot use now, over one connection."""
+def overview(inv: Inventory, everyone: bool = False) -> tuple[list[SlurmJob], dict[str, str]]:
+    """The caller's jobs in the queue (everyone's: all of them) and the partition's nodes Slurm
+    cannot use now, over one connection.  The caller is whoever Slurm's commands run as: the
+    person logged in on the controller, or the inventory's user over SSH."""
     remote = _open(inv)
     try:
-        return _squeue(inv, remote), _down(inv, remote)
+        return _squeue(inv, remote, everyone=everyone), _down(inv, remote)
     finally:
         remote.close()
 
 
-def _squeue(inv: Inventory, remote: Remote, job: str | None = None) -> list[SlurmJob]:
+def _squeue(inv: Inventory, remote: Remote | Here, job: str | None = None, everyone: bool = True) -> list[SlurmJob]:
     """squeue's jobs; with accounting, the ended jobs slurmctld has forgotten, from sacct, after them."""
-    which = f" --jobs={job}" if job is not None else ""
+    which = f" --jobs={job}" if job is not None else ("" if everyone else " --me")
     try:
         out = _slurm(inv, remote, f"squeue --noheader --states=all{which} --format={shlex.quote(_FORMAT)}", "squeue")
     except UsageError as exc:
@@ -164,14 +171,16 @@ def _squeue(inv: Inventory, remote: Remote, job: str | None = None) -> list[Slur
     assert inv.slurm is not None  # controller(inv) has refused an inventory without [slurm]
     if inv.slurm.accounting:
         seen = {r.id for r in rows}
-        rows += [r for r in _sacct(inv, remote, job) if r.id not in seen and not r.active]
+        rows += [r for r in _sacct(inv, remote, job, everyone) if r.id not in seen and not r.active]
     return rows
 
 
-def _sacct(inv: Inventory, remote: Remote, job: str | None = None) -> list[SlurmJob]:
-    """Jobs of the last week as slurmdbd recorded them (one line per job, not per step)."""
+def _sacct(inv: Inventory, remote: Remote | Here, job: str | None = None, everyone: bool = True) -> list[SlurmJob]:
+    """Jobs of the last week as slurmdbd recorded them (one line per job, not per step): the
+    caller's only, as sacct gives them without --allusers, unless everyone's."""
     which = f"--jobs={job}" if job is not None else f"--starttime=now-{ACCOUNTED_DAYS}days"
-    out = _slurm(inv, remote, f"sacct --noheader --parsable2 --allusers --allocations {which} --format={_SACCT}", "sacct")
+    who = " --allusers" if everyone else ""
+    out = _slurm(inv, remote, f"sacct --noheader --parsable2{who} --allocations {which} --format={_SACCT}", "sacct")
     rows = []
     for line in out.splitlines():
         parts = line.split("|", 7)
@@ -202,11 +211,17 @@ def find(inv: Inventory, job: str) -> SlurmJob:
     return found[0]
 
 
-def cancel(inv: Inventory, job: str, wait_s: float = CANCEL_WAIT_S) -> SlurmJob:
-    """scancel (the caller has found the job active), then the job as Slurm shows it once it has ended."""
+def cancel(inv: Inventory, job: str, wait_s: float = CANCEL_WAIT_S, owner: str | None = None) -> SlurmJob:
+    """scancel (the caller has found the job active, `owner`'s), then the job as Slurm shows it
+    once it has ended.  Slurm lets a person cancel their own jobs only (an operator, anyone's)."""
     remote = _open(inv)
     try:
-        _slurm(inv, remote, f"scancel {job}", f"scancel {job}")
+        done = remote.run(f"scancel {job}", check=False, timeout=60)
+        if "Access/permission denied" in done.stderr or "Invalid user id" in done.stderr:
+            whose = f"{owner}'s" if owner else "another user's"
+            raise UsageError(f"slurm:{job} is {whose} job: only its owner, or the cluster's operator ({inv.user}), can cancel it")
+        if done.exited != 0:
+            _slurm(inv, remote, f"scancel {job}", f"scancel {job}")  # said as every Slurm refusal is
     finally:
         remote.close()
     deadline = time.monotonic() + wait_s
@@ -220,10 +235,19 @@ def cancel(inv: Inventory, job: str, wait_s: float = CANCEL_WAIT_S) -> SlurmJob:
 
 
 def output(inv: Inventory, job: str) -> str:
-    """The job's output file, in the user's home on the node that ran its batch script: looked
-    for on every node at once (one SSH command each), so it is found after Slurm has forgotten
-    which node that was."""
+    """The job's output file: with [users], in the caller's work folder on the share, read on the
+    controller; else (or not there) in the user's home on the node that ran its batch script,
+    looked for on every node at once (one SSH command each), so it is found after Slurm has
+    forgotten which node that was."""
     name = OUTPUT.replace("%j", job)
+    if inv.users:
+        remote = _open(inv)
+        try:
+            done = remote.run(f'cat "{inv.data_dir}/users/$(id -un)/{name}"', check=False)
+        finally:
+            remote.close()
+        if done.exited == 0:
+            return done.stdout
 
     def read(node: Node) -> str | None:
         remote = open_node(inv, node)

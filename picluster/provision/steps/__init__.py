@@ -58,6 +58,7 @@ class Shared:
     wheel: Path | None = None
     bundles: dict[str, Any] = field(default_factory=dict)
     munge: Any = None  # the cluster's munge key as steps/munge.py's prepare decided it
+    users: dict[str, int | str] = field(default_factory=dict)  # [users]: name -> uid, or why none (steps/users.py)
 
 
 @dataclass

@@ -143,9 +143,11 @@ def _database(ctx: Context, password: str, origin: str) -> Item:
 
 
 def _register(ctx: Context) -> Item:
-    """The cluster, the account and the inventory's user in slurmdbd (sacctmgr, idempotent)."""
+    """The cluster, the account, the inventory's user and the people of [users] in slurmdbd
+    (sacctmgr, idempotent).  The inventory's user is the teacher: a Slurm operator, who may hold,
+    requeue or cancel anyone's job; the others can touch their own jobs only."""
     inv, remote = ctx.inv, ctx.remote
-    users = [inv.user]
+    users = [inv.user, *(u.name for u in inv.users)]
     # A new slurmdbd makes its tables before it listens: seconds on a Pi.
     deadline = time.monotonic() + ANSWER_WAIT
     while (ping := remote.run("sacctmgr --noheader --parsable2 list cluster format=Cluster", sudo=True, check=False)).exited != 0:
@@ -158,6 +160,7 @@ def _register(ctx: Context) -> Item:
         "account": remote.run(f"sacctmgr --noheader --parsable2 list account {q(ACCOUNT)} format=Account", sudo=True, check=False),
         "users": remote.run(f"sacctmgr --noheader --parsable2 list association account={q(ACCOUNT)} cluster={q(inv.name)} format=User",
                             sudo=True, check=False),
+        "operator": remote.run(f"sacctmgr --noheader --parsable2 list user {q(inv.user)} format=AdminLevel", sudo=True, check=False),
     }
     broken = next((r for r in have.values() if r.exited != 0), None)
     if broken is not None:
@@ -169,7 +172,9 @@ def _register(ctx: Context) -> Item:
         todo.append(f"sacctmgr --immediate add account {q(ACCOUNT)} cluster={q(inv.name)} Description='picluster users' Organization=picluster")
     missing = [u for u in users if u not in have["users"].stdout.split()]
     todo += [f"sacctmgr --immediate add user {q(u)} account={q(ACCOUNT)} cluster={q(inv.name)}" for u in missing]
-    what = f"cluster {inv.name}, account {ACCOUNT}, users {', '.join(users)}"
+    if have["operator"].stdout.strip() not in ("Operator", "Administrator"):
+        todo.append(f"sacctmgr --immediate modify user {q(inv.user)} set AdminLevel=Operator")
+    what = f"cluster {inv.name}, account {ACCOUNT}, users {', '.join(users)} ({inv.user} an operator)"
     if not todo:
         return Item("registered", Status.OK, what)
     return action_item(ctx, "registered", " && ".join(todo), f"registered {what}")

@@ -126,6 +126,11 @@ def _venv(ctx: Context):
             staged.append(_stage(ctx, base, f"picluster-{_digest(bundle.own_wheel)}", bundle.own_wheel.parent, {bundle.own_wheel.name: ""}))
     try:
         if not ctx.remote.ok(f"test -x {q(python)}"):
+            if venv.startswith("/"):
+                # Outside the home (/opt/picluster-venv with [users]): made by root, owned by the
+                # inventory's user, who installs into it; 0755, so every account runs it.
+                user = q(ctx.inv.user)
+                ctx.remote.run(f"test -d {q(venv)} || install -d -o {user} -g $(id -g {user}) -m 0755 {q(venv)}", sudo=True)
             ctx.remote.run(f"python3 -m venv {q(venv)}", timeout=600)
         links = " ".join(f"--find-links {q(d)}" for d in staged)
         wanted = " ".join(q(f"{staged[-1]}/{name}") if name.endswith(".whl") else q(name) for name in bundle.install)
