@@ -18,7 +18,6 @@ administrator's decision (``userdel -r``), not a side effect of provisioning.
 """
 
 from picluster.errors import ClusterError
-from picluster.inventory import Inventory
 from picluster.provision import templates
 from picluster.provision.result import Item, Status
 from picluster.provision.steps import Context, action_item, file_item, q
@@ -27,11 +26,6 @@ FIRST_UID = 2001  # above the first accounts an image makes (1000: pi), below De
 INVENTORY_COPY = "/etc/picluster/picluster.toml"
 PROFILE = "/etc/profile.d/picluster.sh"
 WORK_MODE = "700"  # stat's %a form
-
-
-def work_dir(inv: Inventory, name: str) -> str:
-    """A person's work folder as every node mounts it."""
-    return f"{inv.data_dir}/users/{name}"
 
 
 def prepare(contexts: list[Context]) -> None:
@@ -107,10 +101,14 @@ def run(ctx: Context):
     if not inv.users:
         yield Item("users", Status.SKIPPED, "no [users] in the inventory")
         return
+    made = [inv.user]
     for user in inv.users:
-        yield _account(ctx, user.name, ctx.shared.users.get(user.name, "not decided: the users step's prepare did not run"), user.key)
+        account = _account(ctx, user.name, ctx.shared.users.get(user.name, "not decided: the users step's prepare did not run"), user.key)
+        if account.status is not Status.FAILED:
+            made.append(user.name)
+        yield account
     if ctx.is_master:
-        for name in (inv.user, *(u.name for u in inv.users)):
+        for name in made:  # not for a person whose account could not be made: that is said above
             yield _work_folder(ctx, name)
     # The inventory's venv, as jobs' batch scripts put it on PATH (absolute with [users]: inventory.py).
     yield file_item(ctx, "profile", PROFILE, templates.render("picluster-profile.sh.j2", venv=inv.venv, inventory=INVENTORY_COPY))
