@@ -216,12 +216,13 @@ def cancel(inv: Inventory, job: str, wait_s: float = CANCEL_WAIT_S, owner: str |
     once it has ended.  Slurm lets a person cancel their own jobs only (an operator, anyone's)."""
     remote = _open(inv)
     try:
-        done = remote.run(f"scancel {job}", check=False, timeout=60)
-        if "Access/permission denied" in done.stderr or "Invalid user id" in done.stderr:
+        try:
+            _slurm(inv, remote, f"scancel {job}", f"scancel {job}")
+        except UsageError as refused:  # scancel exits non-zero on a refusal, its reason on the last line
+            if "Access/permission denied" not in str(refused):
+                raise
             whose = f"{owner}'s" if owner else "another user's"
-            raise UsageError(f"slurm:{job} is {whose} job: only its owner, or the cluster's operator ({inv.user}), can cancel it")
-        if done.exited != 0:
-            _slurm(inv, remote, f"scancel {job}", f"scancel {job}")  # said as every Slurm refusal is
+            raise UsageError(f"slurm:{job} is {whose} job: only its owner, or the cluster's operator ({inv.user}), can cancel it") from None
     finally:
         remote.close()
     deadline = time.monotonic() + wait_s
