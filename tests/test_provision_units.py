@@ -57,6 +57,7 @@ TEMPLATE_VARS = {
         "job_ports": "2224-2287", "def_mem_per_cpu": 420, "proctrack": "proctrack/cgroup", "task_plugin": "task/cgroup",
         "jobacct_gather": "jobacct_gather/cgroup",
     },
+    "slurm-contain.conf.j2": {},
     "slurm-node.conf.j2": {"node": "node02", "address": "192.168.1.17", "cpus": 4, "memory": 3792},
     "slurm-partition.conf.j2": {"slurm_partition": "picluster", "default_time": "0-01:00:00", "max_time": "1-00:00:00"},
     "slurm-accounting.conf.j2": {"slurm_controller_address": "192.168.1.16", "slurmdbd_port": 6819},
@@ -358,6 +359,7 @@ def test_slurm_conf_lists_every_node_with_its_size_then_one_partition():
                  # These facts name no controllers and no systemd: not confined.
                  "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/linux"):
         assert line in lines, line
+    assert not any(line.startswith("PrologFlags") for line in lines)  # Contain needs proctrack/cgroup
     assert slurm.cgroup_plugin(ctx) == "cgroup/v2"
     assert slurm.cgroup_plugin(_slurm_ctx({"node01": (1, 1, "v1"), "node02": (1, 1, "v1")})) == "cgroup/v1"
     assert slurm.cgroup_plugin(_slurm_ctx({"node01": (1, 1, "v1"), "node02": (1, 1, "v2")})) == "autodetect"
@@ -367,7 +369,8 @@ def test_slurm_conf_lists_every_node_with_its_size_then_one_partition():
 def test_jobs_are_confined_only_where_every_node_can_confine_them():
     ctx = _slurm_ctx({f"node0{i}": (4, 3792, "v2") for i in range(1, 5)}, **CONFINING)
     lines = slurm.conf_text(ctx).splitlines()
-    for line in ("ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup", "JobAcctGatherType=jobacct_gather/cgroup"):
+    for line in ("ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup", "JobAcctGatherType=jobacct_gather/cgroup",
+                 "PrologFlags=Contain"):
         assert line in lines, line
     cgroup = slurm.cgroup_text(ctx)
     for line in ("ConstrainCores=yes", "ConstrainRAMSpace=yes", "ConstrainSwapSpace=yes", "AllowedSwapSpace=0"):
@@ -525,3 +528,27 @@ def test_a_uid_the_nodes_disagree_on_or_another_holds_is_named():
     assert held["alice"] == "uid 2010 for alice is eve's on node3: give users.alice.uid another number"
     group = _users_contexts({"alice": {"key": KEY, "uid": 2010}}, {}, {"node1": "alice:x:3000:\n"})
     assert group["alice"] == "group alice is gid 3000 on node1, not 2010: remove or renumber that group (groupmod -g)"
+
+
+def test_logins_are_held_to_jobs_only_on_workers_where_jobs_are_confined():
+    from picluster.provision.steps import logins
+
+    inv = parse_inventory({**SLURM_INV, "users": {"alice": KEY}})
+    confined = {n.name: facts.Facts(**{**BASE_FACTS, "cpus": 4, "mem_mb": 3792, "cgroup": "v2", **CONFINING}) for n in inv.nodes}
+
+    def decided(node: str, node_facts, inventory=inv):
+        ctx = SimpleNamespace(inv=inventory, node=inventory.node(node), shared=SimpleNamespace(facts=node_facts), dry_run=False)
+        return [(i.name, i.status, i.detail) for i in logins.run(ctx)]
+
+    # The controller stays open: people log in there to queue (no remote is asked: none is given).
+    assert decided("node01", confined) == [("logins", Status.OK, "open to everyone of [users]: Slurm's controller, where people log in to queue")]
+    # Jobs not confined (cgroup v1 on one node): a login cannot be placed in a job, so logins stay open, said so.
+    mixed = {**confined, "node03": facts.Facts(**{**confined["node03"].__dict__, "cgroup": "v1"})}
+    assert decided("node02", mixed)[0][2].startswith("open to everyone of [users]: holding logins to jobs needs confined jobs")
+    no_queue = parse_inventory({**INV, "users": {"alice": KEY}})
+    assert decided("node02", confined, no_queue)[0][2].startswith("open on every node to everyone of [users] (no [slurm]")
+    # Who passes without a job: root and the inventory's user, nobody else.
+    assert logins.access_text("pi").splitlines()[1:] == ["+:root pi:ALL", "-:ALL:ALL"]
+    pam = [line.split() for line in logins.PAM_TEXT.format(access=logins.ACCESS_FILE).splitlines() if not line.startswith("#")]
+    assert pam == [["account", "sufficient", "pam_access.so", f"accessfile={logins.ACCESS_FILE}"],
+                   ["account", "required", "pam_slurm_adopt.so", "action_adopt_failure=deny", "action_generic_failure=deny"]]

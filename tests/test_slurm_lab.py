@@ -674,9 +674,10 @@ def test_people_of_users_log_in_queue_as_themselves_and_see_and_cancel_only_thei
     for name in NAMES:  # one number per person on every node: NFS and munge carry numbers
         assert slurm_lab.host(name).run(["id", "alice"]).stdout.strip() == f"uid={FIRST_UID}(alice) gid={FIRST_UID}(alice) groups={FIRST_UID}(alice)"
         assert slurm_lab.host(name).run(["id", "-u", "bob"]).stdout.strip() == "2345"
-    again = provision(inv, options(slurm_lab, only=steps))
-    assert [r.changes for r in again] == [0, 0, 0], [[(i.name, i.detail) for s in r.steps for i in s.items if i.status is Status.CHANGED]
-                                                     for r in again]
+    # The second run typed as a teacher types it: nothing to change on any node.
+    again = picluster("provision", "-i", path, "--known-hosts", slurm_lab.known_hosts_path, "--only", ",".join(steps), timeout=600)
+    assert again.returncode == 0 and "changed" not in again.stdout and "failed" not in again.stdout, again.stdout + again.stderr
+    assert len(re.findall(r"\bok\b", again.stdout)) >= 1, again.stdout
     work = slurm_lab.share / "users"
     assert {p.name: (p.stat().st_uid, stat.S_IMODE(p.stat().st_mode)) for p in work.iterdir()} == {
         inv.user: (slurm_lab.user.uid, 0o700), "alice": (FIRST_UID, 0o700), "bob": (2345, 0o700)}
@@ -702,6 +703,15 @@ def test_people_of_users_log_in_queue_as_themselves_and_see_and_cancel_only_thei
     trained = as_person(slurm_lab, "bob", bob, "picluster submit --nodes 2 --time 10 -- picluster train har --layers 3 " + " ".join(SHORT_HAR))
     assert trained.exited == 0, trained.stderr
     har = trained.stdout.strip()
+    # Alice's script on every node through launch, as she types it (the script in the share).
+    task = slurm_lab.share / "task.py"
+    task.write_text(LAUNCHED)
+    os.chown(task, slurm_lab.user.uid, slurm_lab.user.gid)
+    os.chmod(task, 0o644)
+    queued = as_person(slurm_lab, "alice", alice, "picluster submit --nodes 3 --cpus 1 --time 10 -- picluster launch --mode each-worker "
+                                                  "/mnt/picluster/task.py")
+    assert queued.exited == 0, queued.stderr
+    launched = queued.stdout.strip()
 
     mine = person_states(slurm_lab, "alice", alice)
     assert mc in mine and sleeper not in mine, mine  # her own jobs...
@@ -735,6 +745,17 @@ def test_people_of_users_log_in_queue_as_themselves_and_see_and_cancel_only_thei
     assert re.search(r"^selected on validation: epoch \d+ \(val [0-9.]+%\)  test accuracy [0-9.]+%", log.stdout, re.M), log.stdout[-2000:]
     (run,) = (work / "bob" / "runs").iterdir()
     assert run.name.endswith(f"-slurm{har.split(':')[1]}") and run.stat().st_uid == 2345
+
+    # Alice's launch: each worker's copy ran, as her, on its own node.
+    while (state := person_states(slurm_lab, "alice", alice).get(launched)) not in ENDED:
+        assert time.monotonic() < deadline + 600, state
+        time.sleep(2)
+    log = as_person(slurm_lab, "alice", alice, f"picluster logs {launched}")
+    assert state == "COMPLETED" and "Traceback" not in log.stdout, log.stdout[-3000:] + log.stderr
+    ran = set(re.findall(r"worker:(\d): task worker:(\d) on (node0\d)\b", log.stdout))  # streamed, then folded again
+    assert sorted((a, b) for a, b, _ in ran) == [("0", "0"), ("1", "1"), ("2", "2")] and {n for *_, n in ran} == set(NAMES), log.stdout[-2000:]
+    accounted = as_person(slurm_lab, "alice", alice, f"sacct --noheader --parsable2 --allocations --jobs={launched.split(':')[1]} --format=User,State")
+    assert accounted.stdout == "alice|COMPLETED\n", accounted.stdout
 
     # Fair share: who ran more now comes after who ran less.  Slurm 22.05 adds a running job's
     # use to its owner at each recalculation (every minute: PriorityCalcPeriod=1) and drops what

@@ -126,6 +126,25 @@ def test_a_rolling_reboot_waits_for_each_workers_job_requeues_on_request_and_an_
         # one uid): the chores wait for it, and accounting records it under their name.
         job = submit_wrap(node01, "--nodelist=node02", f"sleep 45 && touch {DONE}", user="alice")
         running_within(node01, job, 120)
+
+        # Logins held to jobs: Alice reaches node02, where her job runs, and her shell is inside
+        # that job; node03, where she has none, refuses her key; the controller is open to her
+        # (she queues there); the inventory's user, the teacher, reaches every node.
+        logins = {name: items(first[NAMES.index(name)], "users") for name in NAMES}
+        print("logins:", {name: (i["logins"][1], i.get("pam_systemd", ("", "-"))[1]) for name, i in logins.items()})
+        assert logins["node01"]["logins"][1].startswith("open to everyone of [users]: Slurm's controller")
+        for name in ("node02", "node03"):
+            assert logins[name]["logins"] == (Status.CHANGED, f"hold logins to jobs: people log in only where a job of theirs runs "
+                                                               f"({inv.user} and root always)"), logins[name]
+        inside = ssh_as(vm3, "alice", alice.private_path, "node02", "cat /proc/self/cgroup")
+        assert inside.returncode == 0 and f"/job_{job}/step_extern/" in inside.stdout, inside.stdout + inside.stderr
+        print(f"alice's login on node02, its cgroup: {inside.stdout.strip()}")
+        refused = ssh_as(vm3, "alice", alice.private_path, "node03", "true")
+        assert refused.returncode == 255, refused.stdout + refused.stderr
+        assert refused.stderr.splitlines()[0] == "Access denied by pam_slurm_adopt: you have no active jobs on this node", refused.stderr
+        assert ssh_as(vm3, "alice", alice.private_path, "node01", "true").returncode == 0
+        for name in NAMES:
+            assert ssh_as(vm3, inv.user, vm3.key_path, name, "true").returncode == 0, name
         boots = {name: vm3.host(name).boot_id() for name in ("node02", "node03")}
         started = time.monotonic()
         done = picluster("nodes", "reboot", "node[02-03]", "-i", path, timeout=2400)
@@ -195,6 +214,13 @@ def running_within(host, job: str, seconds: float) -> None:
     while (state := job_state(host, job)) != "RUNNING":
         assert time.monotonic() < deadline, f"job {job} still {state} after {seconds:.0f} s"
         time.sleep(2)
+
+
+def ssh_as(vms, user: str, key, node: str, command: str) -> subprocess.CompletedProcess:
+    """`command` run over OpenSSH's client as ``user`` with ``key`` on ``node``, host keys checked."""
+    return subprocess.run(["ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "ConnectTimeout=30",
+                           "-o", f"UserKnownHostsFile={vms.known_hosts_path}", "-o", "StrictHostKeyChecking=yes",
+                           f"{user}@{vms.host(node).address}", command], capture_output=True, text=True, timeout=120)
 
 
 def submit_wrap(host, *args: str, user: str | None = None) -> str:

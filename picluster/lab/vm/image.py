@@ -49,6 +49,7 @@ PACKAGES = (
     "linux-image-cloud-amd64",  # a small kernel for VMs; nfsd, the NFS client and sunrpc are modules
     "systemd-sysv",  # init; its systemd-networkd applies the seed's address
     "dbus",  # systemctl as a plain user (provisioning's `systemctl is-active`) talks D-Bus
+    "libpam-systemd",  # logind sessions, as on a Pi (Raspberry Pi OS has them): [users] switches them off
     "udev",
     "openssh-server",
     "sudo",
@@ -68,6 +69,7 @@ PACKAGES = (
     "munge",  # provisioning with [slurm]: every node
     "slurmd",
     "slurm-client",
+    "libpam-slurm-adopt",  # provisioning with [slurm] and [users]: logins to a node only with a job there
     "slurmctld",  # provisioning with [slurm]: the controller
     "slurmdbd",  # provisioning with [slurm] accounting = true: the controller
     "mariadb-server",

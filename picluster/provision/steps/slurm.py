@@ -69,7 +69,9 @@ def packages(ctx: Context) -> list[str]:
     slurm = ctx.inv.slurm
     if slurm is None:
         return []
-    return ["munge", "slurmd", "slurm-client", *(["slurmctld"] if ctx.node.name == slurm.controller else []), *accounting.packages(ctx)]
+    controller = ctx.node.name == slurm.controller
+    adopt = ["libpam-slurm-adopt"] if ctx.inv.users and not controller else []  # logins held to jobs (logins.py)
+    return ["munge", "slurmd", "slurm-client", *(["slurmctld"] if controller else []), *adopt, *accounting.packages(ctx)]
 
 
 def srun_ports(nodes: int) -> str:
@@ -164,8 +166,11 @@ def cgroup_plugin(ctx: Context) -> str:
 def conf_text(ctx: Context) -> str:
     inv, facts = ctx.inv, ctx.shared.facts
     variables = template_vars(inv)
+    contained = not uncontained(facts)
     head = templates.render("slurm.conf.j2", cluster_name=inv.name, def_mem_per_cpu=def_mem_per_cpu(facts),
-                            **plugins(not uncontained(facts)), **variables)
+                            **plugins(contained), **variables)
+    # Confined, each job holds an extern step on its nodes, where pam_slurm_adopt places a login (logins.py).
+    head += templates.render("slurm-contain.conf.j2") if contained else ""
     nodes = "".join(
         templates.render("slurm-node.conf.j2", node=n.name, address=n.address, cpus=facts[n.name].cpus,
                          memory=real_memory(facts[n.name].mem_mb))

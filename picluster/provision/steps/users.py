@@ -9,6 +9,7 @@ folder on the share, and what lets them use picluster from their own shell on an
 - Their work folder: ``<share_dir>/users/<name>``, 0700, made on the NFS master (root cannot make
   it through a mount, the export squashes root); the inventory's user gets one too.  Slurm jobs
   submitted through picluster write their output there (jobs/slurm/batch.py).
+- Where they may log in: on a worker only while a job of theirs runs there (logins.py).
 - picluster for everyone: the runtime is cluster.venv, outside any home with [users]; a login shell
   finds it on PATH (/etc/profile.d), with the cluster's inventory (a copy at INVENTORY_COPY), so
   ``picluster submit``, ``jobs``, ``logs`` and ``cancel`` typed on the controller need no -i.
@@ -20,7 +21,7 @@ administrator's decision (``userdel -r``), not a side effect of provisioning.
 from picluster.errors import ClusterError
 from picluster.provision import templates
 from picluster.provision.result import Item, Status
-from picluster.provision.steps import Context, action_item, file_item, q
+from picluster.provision.steps import Context, action_item, file_item, logins, q
 
 FIRST_UID = 2001  # above the first accounts an image makes (1000: pi), below Debian's 59999
 INVENTORY_COPY = "/etc/picluster/picluster.toml"
@@ -122,6 +123,7 @@ def run(ctx: Context):
     if not ctx.dry_run and not ctx.remote.ok(f"test -d {q(INVENTORY_COPY.rsplit('/', 1)[0])}"):
         ctx.remote.run(f"install -d -m 0755 {q(INVENTORY_COPY.rsplit('/', 1)[0])}", sudo=True)
     yield file_item(ctx, "inventory", INVENTORY_COPY, text)
+    yield from logins.run(ctx)
 
 
 def _account(ctx: Context, name: str, uid: int | str, key: str) -> Item:
