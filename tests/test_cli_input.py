@@ -74,6 +74,18 @@ def test_help_is_not_an_error():
     assert result.returncode == 0 and "--samples" in result.stdout
 
 
+@pytest.mark.parametrize("group", [(), ("cluster",), ("run",), ("train",), ("data",), ("nodes",), ("lab",)])
+def test_picluster_or_a_group_typed_alone_shows_its_help_with_whole_summaries(group):
+    """What a newcomer types first: the help, on stdout, exit 0; each command's summary whole."""
+    result = picluster(*group)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert result.stdout.startswith(" ".join(["Usage: picluster", *group, "[OPTIONS] COMMAND [ARGS]..."]) + "\n"), result.stdout
+    listed = result.stdout.split("\nCommands:\n")[1]
+    assert "..." not in listed, listed
+    if not group:  # a summary click would cut at the terminal's width, whole
+        assert "cancel Stop a running job: SIGTERM to its tasks, SIGKILL after its grace period; nothing is left running." in " ".join(listed.split())
+
+
 _TASK = {"job": "worker", "index": 0, "node": "localhost", "host": "127.0.0.1", "port": 2222}
 
 

@@ -79,9 +79,26 @@ def test_options_of_the_other_model_and_bad_augmentation_fail_in_one_line(state,
 
 
 def test_missing_dataset_names_the_command_that_prepares_it(state, tmp_path):
+    # A folder named by hand is not filled: a mistyped --data-dir must not train on a new copy.
     result = picluster("train", "har", "--data-dir", tmp_path / "nothing")
     _one_line_usage_error(result)
     assert "picluster data har" in result.stderr
+    assert not (tmp_path / "nothing").exists()
+
+
+def test_a_fresh_machine_prepares_the_data_set_on_first_use_and_not_again(state, tmp_path, monkeypatch):
+    """As Keras' and torchvision's data sets fetch themselves: the default folder is filled once."""
+    monkeypatch.setenv("PICLUSTER_DATA_DIR", str(tmp_path / "data"))
+    folder = tmp_path / "data" / "har"
+    first = picluster("train", "har", "--standalone", "--epochs", "1", *TINY_CONV, "--run-dir", tmp_path / "run1", timeout=600)
+    assert first.returncode == 0, first.stderr[-2000:]
+    said = [line for line in first.stderr.splitlines() if line.startswith("picluster: ")]
+    assert said[0] == (f"picluster: no HAR data set in {folder} yet: preparing it from the offline HAPT recordings "
+                       "(once, as 'picluster data har' does)..."), first.stderr
+    assert said[1].startswith("picluster: prepared in ") and said[1].endswith(f" s: {folder / CACHE_NAME}"), first.stderr
+    assert "test accuracy" in first.stdout + first.stderr, first.stderr[-2000:]
+    again = picluster("train", "har", "--standalone", "--epochs", "1", *TINY_CONV, "--run-dir", tmp_path / "run2", timeout=600)
+    assert again.returncode == 0 and "preparing" not in again.stderr, again.stderr[-2000:]
 
 
 def test_dataset_of_the_wrong_shape_is_refused(state, tmp_path):

@@ -23,10 +23,11 @@ except KeyboardInterrupt:
 import click  # noqa: E402  (after the handler above: it covers the seconds these imports take)
 
 from picluster import __version__  # noqa: E402
+from picluster.cli.group import Group  # noqa: E402
 from picluster.errors import PiclusterError  # noqa: E402
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="picluster")
 def app() -> None:
     """Raspberry Pi parameter-server clusters for distributed TensorFlow."""
@@ -35,7 +36,7 @@ def app() -> None:
 def _register() -> None:
     # Subcommand modules import heavy libraries lazily, inside their commands,
     # so `picluster --help` and bad-argument errors stay fast.
-    from picluster.cli import cluster, data, jobs, lab, launch, nodes, plot, provision, run, submit, top, train
+    from picluster.cli import cluster, data, execute, jobs, lab, launch, nodes, plot, provision, run, submit, top, train
 
     app.add_command(cluster.cluster)
     app.add_command(cluster.server)
@@ -54,6 +55,7 @@ def _register() -> None:
     app.add_command(jobs.cancel)
     app.add_command(plot.plot)
     app.add_command(nodes.nodes)
+    app.add_command(execute.execute)
 
 
 def _fail(message: str, code: int, details: tuple[str, ...] = ()) -> None:
@@ -86,6 +88,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         _interrupted()
+    except click.exceptions.NoArgsIsHelpError as exc:
+        # `picluster` or a group typed alone: what it offers, as --help shows it; not an error.
+        click.echo(exc.ctx.get_help())
+        sys.exit(0)
     except click.ClickException as exc:
         _fail(exc.format_message() + _usage_hint(exc), exc.exit_code)
     except PiclusterError as exc:

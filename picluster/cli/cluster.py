@@ -5,12 +5,13 @@ import sys
 import click
 from rich.console import Console
 
+from picluster.cli.group import Group
 from picluster.cli.options import Real, Whole, inventory_option, node_inventory_option
 from picluster.errors import UsageError
 from picluster.views.status import tasks_table
 
 
-@click.group()
+@click.group(cls=Group)
 def cluster() -> None:
     """Start, inspect and stop the ps/worker servers."""
 

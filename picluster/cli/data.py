@@ -5,10 +5,11 @@ from pathlib import Path
 
 import click
 
+from picluster.cli.group import Group
 from picluster.cli.options import inventory_option
 
 
-@click.group()
+@click.group(cls=Group)
 def data() -> None:
     """Prepare data sets once (cached in the data directory: the NFS share with an inventory)."""
 

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import click
 
+from picluster.cli.group import Group
 from picluster.cli.options import Real, Whole
 from picluster.errors import ClusterError, UsageError
 
 
-@click.group()
+@click.group(cls=Group)
 def lab() -> None:
     """Test hosts on this machine: each a network namespace with its own address, hostname,
     private /etc, /boot/firmware (a mock Pi boot partition) and share, and a real sshd; or, with

@@ -4,13 +4,14 @@ import time
 
 import click
 
+from picluster.cli.group import Group
 from picluster.cli.options import Real, Whole, node_inventory_option
 from picluster.errors import UsageError
 
 NODESET_HELP = "NODESET: 'all', or nodes of the inventory as node[02-04],node07."
 
 
-@click.group()
+@click.group(cls=Group)
 def nodes() -> None:
     """Reboot, upgrade or shut down the inventory's nodes, in an order that keeps the cluster
     whole: workers first, then the ps nodes, the Slurm controller, the NFS master last."""

@@ -8,13 +8,14 @@ from pathlib import Path
 import click
 
 from picluster import atomic
+from picluster.cli.group import Group
 from picluster.cli.options import Count, CountList, inventory_option
 from picluster.errors import StorageError, UsageError
 
 MAX_NODES = 64
 
 
-@click.group()
+@click.group(cls=Group)
 def run() -> None:
     """Run a job on the cluster (a temporary local one when none is running)."""
 

@@ -4,11 +4,12 @@ from pathlib import Path
 
 import click
 
+from picluster.cli.group import Group
 from picluster.cli.options import Real, Whole, inventory_option
 from picluster.errors import UsageError
 
 
-@click.group()
+@click.group(cls=Group)
 def train() -> None:
     """Train a model on the cluster (a temporary local one when none is running)."""
 
@@ -72,7 +73,7 @@ def train() -> None:
 @click.option("--threads", type=Whole(), default=None, help="standalone: intra- and inter-op threads; 0 = every core [0]")
 @click.option("--target-val-accuracy", type=Real(), default=None, help="stop once validation accuracy reaches this")
 @click.option("--checkpoint-epochs", type=Whole(), default=None, help="epochs between checkpoints [1]")
-@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="prepared HAR folder [picluster data har's]")
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="prepared HAR folder [picluster data har's, prepared on first use]")
 @click.option("--val-volunteers", type=str, default=None, metavar="LIST",
               help="training volunteers that validate instead of the data's own, e.g. 5,14,21,27 (cross-validation folds); never test volunteers")
 @click.option("--eval-test-every-epoch", is_flag=True, default=None,
@@ -110,6 +111,7 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
     from picluster.views.live import JobDisplay
 
     given = {k: v for k, v in options.items() if v is not None}
+    chosen_data = data_dir is not None  # a folder named by hand is never filled here: a typo must not pass
     if resume is not None:
         if run_dir is not None:
             raise UsageError("give --resume or --run-dir, not both")
@@ -140,6 +142,8 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
                 run_dir = run_dir or allocation.work_folder(share) / "runs" / f"{datetime.now():%Y%m%d-%H%M%S}-slurm{allocation.job_id()}"
         config = TrainConfig.for_model(**given, data_dir=str(data_dir or har_dir()))
         run = None
+        if not chosen_data:
+            _prepare_on_first_use(Path(config.data_dir))
     coordinator.worker_runtime(worker_runtime, None if config.standalone else inventory)  # bad choices fail before anything starts
     if inventory is None:
         coordinator.check_data(config)  # before a run directory or a server exists; nodes check their own copy
@@ -154,6 +158,22 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
         click.echo(json.dumps(result))
     else:
         printer.summary(result)
+
+
+def _prepare_on_first_use(folder: Path) -> None:
+    """The default data folder without a prepared set: prepared now from the offline HAPT
+    recordings, as `picluster data har` would (seconds), said on stderr (--json keeps stdout)."""
+    import time
+
+    from picluster.data.har.dataset import HAPT, cache_path, ensure_cache
+
+    if cache_path(folder).exists():
+        return  # whatever is there, load_data checks it and says what is wrong
+    click.echo(f"picluster: no HAR data set in {folder} yet: preparing it from the offline HAPT recordings "
+               "(once, as 'picluster data har' does)...", err=True)
+    started = time.perf_counter()
+    ensure_cache(folder, HAPT)
+    click.echo(f"picluster: prepared in {time.perf_counter() - started:.1f} s: {cache_path(folder)}", err=True)
 
 
 def _inventory_defaults(inv, given: dict) -> dict:

@@ -1,0 +1,44 @@
+"""``picluster exec NODESET [--sudo] -- COMMAND...``: one command on many nodes, outputs folded."""
+
+import sys
+
+import click
+
+from picluster.cli.options import Real, Whole, node_inventory_option
+from picluster.fanout import FANOUT
+
+
+@click.command("exec")
+@node_inventory_option
+@click.option("--sudo", is_flag=True, help="Run it as root (sudo -n: the inventory's user needs password-less sudo).")
+@click.option("--timeout", type=Real(1, 86400), default=60.0, show_default=True, help="Seconds the command may run on each node.")
+@click.option("--fanout", type=Whole(1, 256), default=FANOUT, show_default=True, help="Nodes asked at once.")
+@click.argument("nodeset_", metavar="NODESET")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def execute(inventory, sudo, timeout, fanout, nodeset_, command) -> None:
+    """Run COMMAND on every node of NODESET at once and print their outputs folded: nodes with the
+    same output under one header, as clush -b does.
+
+    NODESET is 'all' or nodes of the inventory (node[01-04],node07).  COMMAND goes to each node's
+    shell as ssh passes it: quote pipes and redirections ('uptime | cut -d, -f1').  Nodes whose
+    command exits non-zero, or that cannot be reached, are named on stderr, and the exit code is
+    then 1.  Example: picluster exec all -- uptime
+    """
+    from picluster.cluster.shell import run_on
+    from picluster.errors import UsageError
+    from picluster.fanout import fold
+    from picluster.inventory import select
+    from picluster.views.folded import exit_lines, folded
+
+    if inventory is None:
+        raise UsageError("'picluster exec' needs an inventory (--inventory, PICLUSTER_INVENTORY or ./picluster.toml)")
+    names = select(inventory, nodeset_)
+    results = run_on(inventory, names, " ".join(command), sudo=sudo, timeout=timeout, fanout=fanout)
+    ran = results.succeeded
+    for line in folded({node: r.output for node, r in ran.items()}):
+        click.echo(line)
+    problems = exit_lines({node: r.code for node, r in ran.items()}) + fold(results.failed)
+    for line in problems:
+        click.echo(f"picluster: {line}", err=True)
+    if problems:
+        sys.exit(1)

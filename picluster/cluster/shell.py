@@ -1,0 +1,36 @@
+"""One shell command on a set of the inventory's nodes at once, as ClusterShell's clush runs it:
+each node's output and exit code, or why the node could not be asked.
+
+The nodes are reached as every other command reaches them (the inventory's user and key, the
+process's host-key policy: cluster/nodes.open_node), at most ``fanout`` at a time.  A node that
+cannot be reached, refuses the key or asks sudo for a password is that node's failure; the others
+run on.
+"""
+
+from dataclasses import dataclass
+
+from picluster.cluster.nodes import open_node
+from picluster.fanout import FANOUT, Results, fan_out
+from picluster.inventory import Inventory
+
+
+@dataclass(frozen=True)
+class Ran:
+    output: str  # its stdout, then its stderr
+    code: int
+
+
+def run_on(inv: Inventory, names: list[str], command: str, *, sudo: bool = False, timeout: float = 60.0,
+           fanout: int = FANOUT) -> "Results[Ran]":
+    """``command`` (a line for the node's shell, as ssh passes it) on each node of ``names``; as
+    root through ``sudo -n`` with ``sudo``.  ``timeout``: seconds each node's command may run."""
+
+    def one(name: str) -> Ran:
+        remote = open_node(inv, inv.node(name))
+        try:
+            done = remote.run(command, sudo=sudo, check=False, timeout=timeout)
+        finally:
+            remote.close()
+        return Ran(done.stdout + done.stderr, done.exited)
+
+    return fan_out(one, names, limit=fanout)

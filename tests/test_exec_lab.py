@@ -1,0 +1,74 @@
+"""`picluster exec` against test hosts: one command on a node set over real SSH, outputs folded
+as clush -b folds them, failures named per node, exit code 1 when any node failed."""
+
+import os
+
+import pytest
+
+from picluster.lab import Lab
+
+from conftest import picluster
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture(scope="module")
+def exec_lab(lab_support, tmp_path_factory):
+    lab = Lab(nodes=3)
+    lab.up()
+    try:
+        lab.inventory = lab.write_inventory(tmp_path_factory.mktemp("exec") / "picluster.toml")
+        yield lab
+    finally:
+        lab.down()
+
+
+def test_identical_outputs_fold_under_one_node_set_and_different_ones_stay_apart(exec_lab):
+    same = picluster("exec", "-i", exec_lab.inventory, "all", "--", "uname", "-s")
+    assert same.returncode == 0 and same.stderr == "", same.stderr
+    assert same.stdout == "---------------\nnode[01-03] (3)\n---------------\nLinux\n"
+
+    # A pipe in one quoted argument, as ssh passes it; node02 differs from the other two.
+    mixed = picluster("exec", "-i", exec_lab.inventory, "node[01-03]", "--", "hostname | sed 's/node0[13]/other/'")
+    assert mixed.returncode == 0, mixed.stderr
+    assert mixed.stdout.splitlines() == ["---------------", "node[01,03] (2)", "---------------", "other",
+                                         "----------", "node02 (1)", "----------", "node02"]
+
+
+def test_nodes_that_fail_are_named_with_their_exit_codes_and_sudo_runs_as_root(exec_lab):
+    script = 'case $(hostname) in node01) echo fine;; *) echo "no such thing" >&2; exit 3;; esac'
+    done = picluster("exec", "-i", exec_lab.inventory, "all", "--", script)
+    assert done.returncode == 1
+    assert done.stdout.splitlines() == ["----------", "node01 (1)", "----------", "fine",
+                                        "---------------", "node[02-03] (2)", "---------------", "no such thing"]
+    assert done.stderr.splitlines() == ["picluster: node[02-03]: exited with exit code 3"]
+
+    root = picluster("exec", "-i", exec_lab.inventory, "node02", "--sudo", "--", "id", "-un")
+    assert root.returncode == 0 and root.stdout.splitlines()[-1] == "root", root.stdout + root.stderr
+    user = picluster("exec", "-i", exec_lab.inventory, "node02", "--", "id", "-un")
+    assert user.stdout.splitlines()[-1] == exec_lab.user.name
+
+
+def test_an_unreachable_node_is_named_and_the_others_still_answer(exec_lab):
+    exec_lab.make_unreachable("node03")
+    try:
+        done = picluster("exec", "-i", exec_lab.inventory, "all", "--timeout", "10", "--", "echo", "up")
+    finally:
+        exec_lab.restore("node03")
+    assert done.returncode == 1
+    assert done.stdout == "---------------\nnode[01-02] (2)\n---------------\nup\n"
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("picluster: node03: ") and "Traceback" not in done.stderr, done.stderr
+
+
+def test_bad_input_is_one_line_and_asks_no_node(exec_lab, tmp_path):
+    for args, needle in [(("node09", "--", "true"), "names node09, not in the inventory"),
+                         (("node[3-1]", "--", "true"), "runs backwards"),
+                         (("all",), "Missing argument 'COMMAND...'")]:
+        done = picluster("exec", "-i", exec_lab.inventory, *args)
+        assert done.returncode == 2 and done.stdout == "", done.stdout
+        (line,) = done.stderr.splitlines()
+        assert line.startswith("picluster: error: ") and needle in line, line
+    env = {k: v for k, v in os.environ.items() if k != "PICLUSTER_INVENTORY"}
+    alone = picluster("exec", "all", "--", "true", env=env, cwd=tmp_path)  # no picluster.toml there
+    assert alone.returncode == 2 and alone.stderr.startswith("picluster: error: 'picluster exec' needs an inventory"), alone.stderr
