@@ -66,7 +66,7 @@ def test_inventory_directory_and_env_variable(state, tmp_path, monkeypatch):
     monkeypatch.setenv("PICLUSTER_INVENTORY", str(tmp_path / "nope.toml"))
     result = picluster("cluster", "status")
     assert_one_line_usage_error(result)
-    assert "nope.toml" in result.stderr
+    assert result.stderr == f"picluster: error: PICLUSTER_INVENTORY names {tmp_path / 'nope.toml'}: no such file (point it at your picluster.toml, or unset it)\n"
 
 
 def test_help_is_not_an_error():

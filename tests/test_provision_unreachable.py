@@ -49,6 +49,15 @@ def _unreachable(name: str, why: str) -> NodeReport:
     return NodeReport(name, [StepResult("facts", [Item("error", Status.FAILED, failure)])], unreachable=True, failure=failure)
 
 
+def test_a_dry_run_plans_nothing_for_unreachable_nodes():
+    from picluster.provision.report import show_plan
+
+    reached = NodeReport("node01", [StepResult("ssh", [Item("authorized_key", Status.CHANGED, "would add the coordinator's key")])])
+    out = console(width=120)
+    show_plan(out, [reached] + [_unreachable(f"node0{i}", "nothing listens on port 22") for i in (2, 3)])
+    assert text(out).splitlines() == ["node01: 1 change(s) planned", "  ssh authorized_key: would add the coordinator's key"]
+
+
 def test_unreachable_nodes_fold_into_one_row_and_one_line():
     reports = [_unreachable(f"node0{i}", "nothing listens on port 22") for i in (1, 2, 3)]
     reports.append(_unreachable("node04", BANNER_CLOSED))

@@ -50,6 +50,15 @@ def test_summary_shows_the_selected_model_the_confusion_matrix_and_each_voluntee
     assert "test accuracy by volunteer: 2: 97.5%, 4: 93.3%" in printed
     sitting = next(line for line in printed.splitlines() if line.lstrip("│ ").startswith("SITTING"))
     assert sitting.replace("│", " ").split() == ["SITTING", "0", "0", "0", "8", "2", "0"]
+    # Piped (80 columns, no terminal), every header and row stays whole.
+    out = console(80)
+    Printer(TrainConfig(epochs=3), "RUN", console=out).summary(
+        {"best_epoch": 2, "val_accuracy": 0.9, "test_accuracy": 0.9, "test_f1": 0.9, "wall_s": 12, "parameters": 1,
+         "confusion": [[1000 if i == j else 0 for j in range(6)] for i in range(6)]})
+    header = next(line for line in text(out).splitlines() if "┃" in line)
+    assert header.replace("┃", " ").split() == ["WALK", "UP", "DOWN", "SIT", "STAND", "LAY"], text(out)
+    rows = [line.replace("│", " ").split() for line in text(out).splitlines() if "│" in line]
+    assert rows[2] == ["WALKING_DOWNSTAIRS", "0", "0", "1000", "0", "0", "0"], text(out)
 
 
 def test_a_slow_agent_does_not_stall_the_redraw():
@@ -95,6 +104,9 @@ def test_the_run_line_names_the_model_and_async_says_it_is_not_reproducible(opti
     out = console(200)
     Printer(TrainConfig.for_model(model="resbidir"), "RUN", console=out)
     assert "run RUN: resbidir: 3x2 bidir LSTM, hidden 32, no augmentation, sync, 1 ps + 2 workers, 40 epochs" in text(out)
+    out = console(200)
+    Printer(TrainConfig.for_model(model="resbidir", epochs=1), "RUN", console=out)
+    assert ", 1 ps + 2 workers, 1 epoch, " in text(out)
 
 
 def test_epoch_lines_show_test_scores_only_when_the_run_records_them():

@@ -68,6 +68,7 @@ def test_a_bad_requirement_is_one_line():
     (["--glibc", "three"], "--glibc 'three'"),
     (["--python", "2.7"], "--python '2.7': not a Python 3 version"),
     (["--arch", "../x"], "--arch '../x'"),
+    (["--arch", "sparc"], "--arch 'sparc': PyPI has Linux wheels for aarch64, armv7l, i686, ppc64le, s390x, x86_64 only"),
     (["psutil>>5"], "requirement 'psutil>>5'"),
     ([], "afile is not a directory"),  # --out under a file: found first, not after every wheel (TensorFlow) is fetched
 ])

@@ -31,8 +31,12 @@ def _inventory_here(ctx: click.Context, param: click.Parameter, value: Path | No
     if value is None:
         return None
     from picluster.cluster import hostkeys
+    from picluster.errors import UsageError
     from picluster.inventory import load_inventory
 
+    if ctx.get_parameter_source(param.name or "") is click.core.ParameterSource.ENVIRONMENT and not value.exists():
+        # Set once in a shell profile and forgotten: name the variable, not only the file.
+        raise UsageError(f"PICLUSTER_INVENTORY names {value}: no such file (point it at your picluster.toml, or unset it)")
     inventory = load_inventory(value)
     # A command given nodes may connect to them: the known_hosts files it trusts are read now, so a
     # damaged one is one line (exit 2) before any connection, not a failure on every node.

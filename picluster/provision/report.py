@@ -101,8 +101,11 @@ def show(console: Console, reports: list[NodeReport], steps: list[str], dry_run:
 
 
 def show_plan(console: Console, reports: list[NodeReport]) -> None:
-    """A dry run's plan: every item that would change, per node."""
+    """A dry run's plan: every item that would change, per node reached (an unreachable one has no
+    plan: the summary's line says why, once)."""
     for report in reports:
+        if report.unreachable:
+            continue
         planned = [(s.step, i) for s in report.steps for i in s.items if i.status is Status.CHANGED]
         console.print(f"{report.name}: {len(planned)} change(s) planned", markup=False, highlight=False)
         for step, item in planned:

@@ -39,6 +39,9 @@ _ARCH = re.compile(r"^[A-Za-z0-9_]{1,32}$")
 _PYTHON = re.compile(r"^3\.(\d{1,2})(?:\.\d{1,3})?$")
 _GLIBC = re.compile(r"^2\.(\d{1,2})$")
 DOWNLOAD_TIMEOUT = 3600.0
+# The machines PyPI's Linux wheels are built for (manylinux): for any other, pip finds none of the
+# compiled requirements, after fetching the pure ones.
+MANYLINUX_ARCHES = ("aarch64", "armv7l", "i686", "ppc64le", "s390x", "x86_64")
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,8 @@ class Platform:
         # Ranges keep pip's command line short (one --platform per glibc minor) and the names real.
         if not _ARCH.match(arch or ""):
             raise error(f"{names[0]} {_shown(arch)}: not a machine name such as aarch64, armv7l or x86_64")
+        if arch not in MANYLINUX_ARCHES:
+            raise error(f"{names[0]} {_shown(arch)}: PyPI has Linux wheels for {', '.join(MANYLINUX_ARCHES)} only")
         found = _PYTHON.match(python or "")
         if not found:
             raise error(f"{names[1]} {_shown(python)}: not a Python 3 version such as 3.11 or 3.11.2")

@@ -39,7 +39,7 @@ class Printer:
         self.console = console or Console(file=sys.stderr, highlight=False, soft_wrap=True)
         if not quiet:
             kind = "one process" if config.standalone else f"{config.mode}, {config.ps} ps + {config.workers} workers"
-            self.console.print(f"run {run_dir}: {describe_model(config)}, {kind}, {config.epochs} epochs, {_update(config)}")
+            self.console.print(f"run {run_dir}: {describe_model(config)}, {kind}, {config.epochs} epoch{'s' if config.epochs != 1 else ''}, {_update(config)}")
             if config.mode == "async" and not config.standalone and config.workers > 1:
                 self.console.print("async mode is not reproducible: which weights each gradient is computed against "
                                    "depends on timing, so the same --seed gives different numbers (README: HAR)")
@@ -79,11 +79,16 @@ class Printer:
             c.print(f"workers lost during the run: {', '.join(map(str, result['lost_workers']))}")
         table = Table(title="test confusion matrix (rows: true, columns: predicted)")
         table.add_column("")
-        for name in CLASSES:
-            table.add_column(name[:8], justify="right")
+        for name in CLASSES:  # short headers: the whole table fits 80 columns, a pipe's width too
+            table.add_column(SHORT_CLASSES[name], justify="right", no_wrap=True)
         for name, row in zip(CLASSES, result["confusion"]):
             table.add_row(name, *map(str, row))
         c.print(table)
+
+
+# Column headers of the confusion matrix, in CLASSES' order.
+SHORT_CLASSES = {"WALKING": "WALK", "WALKING_UPSTAIRS": "UP", "WALKING_DOWNSTAIRS": "DOWN", "SITTING": "SIT",
+                 "STANDING": "STAND", "LAYING": "LAY"}
 
 
 class Follower:
