@@ -109,3 +109,12 @@ def test_a_damaged_local_cluster_state_is_one_line(state, text):
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "cluster.json is damaged" in lines[0] and f"remove {state / 'local'}" in lines[0], lines
+
+
+@pytest.mark.parametrize("command, meaning", [(("data", "har"), "holds the data set"), (("jobs",), "queue's jobs"),
+                                              (("logs",), "queue's jobs"), (("cancel",), "queue's jobs"),
+                                              (("run", "montecarlo"), "embedded local cluster")])
+def test_the_inventory_option_says_what_it_means_for_each_command(command, meaning):
+    shown = " ".join(picluster(*command, "--help").stdout.split())
+    assert meaning in shown, shown
+    assert ("embedded local cluster" in shown) == (command[0] == "run"), shown

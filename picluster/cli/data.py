@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from picluster.cli.group import Group
-from picluster.cli.options import inventory_option
+from picluster.cli.options import data_inventory_option
 
 
 @click.group(cls=Group)
@@ -29,7 +29,7 @@ def data() -> None:
     default=None,
     help="Folder for har.npz.  Default: the inventory's data_dir/har, else the local data directory's har/.",
 )
-@inventory_option
+@data_inventory_option
 @click.option("--force", is_flag=True, help="Prepare again even if the cache already holds this source.")
 @click.option("--subjects/--no-subjects", default=True, show_default=True, help="Also show windows per volunteer.")
 def har(source: str, out: Path | None, inventory, force: bool, subjects: bool) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from picluster.cli.options import JobRef, Whole, inventory_option
+from picluster.cli.options import JobRef, Whole, jobs_inventory_option
 
 INT64_MAX = 2**63 - 1  # SQLite's integers: a larger job id or --limit is a usage error, not an OverflowError
 CANCEL_WAIT_S = 120.0  # the job's grace period and the kill after it fit in this
@@ -22,7 +22,7 @@ def _slurm_inventory(inventory, job_id: str):
 
 
 @click.command()
-@inventory_option
+@jobs_inventory_option
 @click.argument("job_id", metavar="[JOB]", type=JobRef(), required=False)
 @click.option("--limit", type=Whole(1, INT64_MAX), default=50, show_default=True, help="the newest N jobs")
 @click.option("--all", "everyone", is_flag=True, help="everyone's jobs in Slurm's queue, not only yours")
@@ -73,7 +73,7 @@ def jobs(inventory, job_id, limit, everyone) -> None:
 
 
 @click.command()
-@inventory_option
+@jobs_inventory_option
 @click.argument("job_id", metavar="JOB", type=JobRef())
 @click.option("--task", "label", default=None, help="one task's log, e.g. worker:3 or chief")
 def logs(inventory, job_id, label) -> None:
@@ -126,7 +126,7 @@ def _copy(path: Path, what: str) -> None:
 
 
 @click.command()
-@inventory_option
+@jobs_inventory_option
 @click.argument("job_id", metavar="JOB", type=JobRef())
 def cancel(inventory, job_id) -> None:
     """Stop a running job: SIGTERM to its tasks, SIGKILL after its grace period; nothing is left running.
