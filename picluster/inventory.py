@@ -6,7 +6,7 @@ Example::
     name = "pi16"
     user = "pi"                         # SSH user on every node
     nodes = "node[01-16]"               # or [[node]] tables with name/address
-    addresses = "192.168.1.[16-31]"
+    addresses = "192.168.1.[16-31]"  # or host names: "node[01-16].local" (resolved once per command)
     subnet = "192.168.1.0/24"           # optional; must contain every address
     tf_port = 2222                      # first TensorFlow port on each node
     agent_port = 19100                  # node agent (metrics) port; 9100 is node_exporter's
@@ -87,7 +87,8 @@ AGENT_PORT = 19100
 @dataclass(frozen=True)
 class Node:
     name: str
-    address: str
+    address: str  # IPv4, as given or as its host name resolved when the inventory was read
+    host: str | None = None  # the host name the inventory gave for it (node01.local), if it gave one
 
 
 @dataclass(frozen=True)
@@ -380,10 +381,15 @@ def _nodes(data, cluster, fail) -> list[Node]:
     seen_addrs: dict[str, str] = {}
     for name, address in pairs:
         _checked(tokens.hostname, name, "node name", fail)
+        host = None
         try:
             addr = ipaddress.IPv4Address(address)
         except ValueError:
-            raise fail(f"node {name}: address {tokens.show(address)} is not an IPv4 address") from None
+            if not isinstance(address, str) or all(c.isdigit() or c == "." for c in address):
+                # 192.168.1.256, or 10.1 (which a resolver would take as 10.0.0.1): a mistyped address, not a name
+                raise fail(f"node {name}: address {tokens.show(address)} is not an IPv4 address") from None
+            host = _checked(tokens.hostname, address, f"node {name}: address", fail)
+            addr = _resolve(name, host, fail)
         if addr.is_unspecified or addr.is_multicast:
             raise fail(f"node {name}: address {address} cannot be a node address")
         key = name.lower()
@@ -393,8 +399,23 @@ def _nodes(data, cluster, fail) -> list[Node]:
             raise fail(f"duplicate address {addr} (nodes {seen_addrs[str(addr)]} and {name})")
         seen_names[key] = True
         seen_addrs[str(addr)] = name
-        nodes.append(Node(name=name, address=str(addr)))
+        nodes.append(Node(name=name, address=str(addr), host=host))
     return nodes
+
+
+def _resolve(name: str, host: str, fail) -> ipaddress.IPv4Address:
+    """A node's host name (node01.local through mDNS, a DNS name, /etc/hosts) as its IPv4 address,
+    once, as the inventory is read: every later use (SSH, ClusterSpec, slurm.conf, the firewall's
+    subnet) sees one address, and a name that stops resolving mid-command cannot split the cluster."""
+    import socket
+
+    try:
+        found = socket.getaddrinfo(host, None, family=socket.AF_INET, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        why = exc.strerror if isinstance(exc, socket.gaierror) else "not a name a resolver takes"
+        raise fail(f"node {name}: address {host!r} does not resolve ({why}): check the name (a .local name needs "
+                   "mDNS on this machine: Debian's libnss-mdns), or give the node's IPv4 address") from None
+    return ipaddress.IPv4Address(found[0][4][0])
 
 
 def venv_path(value: object, key: str = "venv") -> str:

@@ -14,6 +14,7 @@ packages=(
     sudo             # the cluster user's sudo inside each host
     nftables         # make_unreachable(how="drop"); provisioning writes nft rules
     procps           # pgrep/ps for people checking that nothing is left running
+    libnss-wrapper   # a test's own hosts file for the CLI it runs: inventories that name nodes (node01.local)
     # What `picluster provision` wants on the nodes, pre-installed (service starts blocked) so
     # that inside a test host the packages step finds them and reports ok: the hosts share
     # this machine's /usr, so an install inside a host would write the machine's.

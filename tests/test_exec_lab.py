@@ -72,3 +72,31 @@ def test_bad_input_is_one_line_and_asks_no_node(exec_lab, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PICLUSTER_INVENTORY"}
     alone = picluster("exec", "all", "--", "true", env=env, cwd=tmp_path)  # no picluster.toml there
     assert alone.returncode == 2 and alone.stderr.startswith("picluster: error: 'picluster exec' needs an inventory"), alone.stderr
+
+
+def test_nodes_the_inventory_names_by_host_name_are_reached_through_this_machines_resolver(exec_lab, tmp_path):
+    """addresses = "node[01-03].picluster.test": looked up by the C library's resolver, as a Pi's
+    node01.local is through mDNS.  The lookup reads a hosts file of this test's own (nss_wrapper,
+    Debian's libnss-wrapper, loaded into the CLI it runs), so no resolver off this machine is asked."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("".join(f"{exec_lab.host(name).address} {name}.picluster.test\n" for name in ("node01", "node02", "node03")))
+    path = tmp_path / "picluster.toml"
+    text = exec_lab.inventory.read_text()
+    given = next(line for line in text.splitlines() if line.startswith("addresses = "))
+    path.write_text(text.replace(given, 'addresses = "node[01-03].picluster.test"'))
+    env = dict(os.environ, LD_PRELOAD="libnss_wrapper.so", NSS_WRAPPER_HOSTS=str(hosts),
+               NSS_WRAPPER_PASSWD="/etc/passwd", NSS_WRAPPER_GROUP="/etc/group")
+    done = picluster("exec", "-i", path, "all", "--", "hostname", env=env)
+    assert done.returncode == 0, done.stderr
+    assert [line for line in done.stdout.splitlines() if not line.startswith("-")] == [
+        "node01 (1)", "node01", "node02 (1)", "node02", "node03 (1)", "node03"]
+    # Provisioning by name: it connects to each node and plans (nothing to change for the ssh step).
+    planned = picluster("provision", "-i", path, "--dry-run", "--only", "ssh", env=env)
+    assert planned.returncode == 0 and "failed" not in planned.stdout, planned.stdout + planned.stderr
+    # A name the hosts file does not hold: one line naming the node and the name, nothing asked of
+    # any node.  The C library then asks DNS: in a network namespace of its own, which no packet leaves.
+    hosts.write_text(hosts.read_text().replace("node03.picluster.test", "elsewhere.picluster.test"))
+    missing = picluster("exec", "-i", path, "all", "--", "true", env=env, how=("unshare", "--net", "--"))
+    assert missing.returncode == 2 and missing.stdout == "", missing.stdout
+    (line,) = missing.stderr.splitlines()
+    assert "node node03: address 'node03.picluster.test' does not resolve" in line, line

@@ -7,7 +7,7 @@ import pytest
 
 from picluster import nodeset
 from picluster.errors import UsageError
-from picluster.inventory import load_inventory
+from picluster.inventory import load_inventory, parse_inventory
 
 from conftest import ROOT, cli, one_line, picluster
 
@@ -217,3 +217,39 @@ def test_a_duplicate_user_through_the_cli_is_exit_2_and_one_line(tmp_path):
     one_line(picluster("inventory", "-i", path, "--ansible"), 2, "[users] (accounts, keys, work folders) is set up by 'picluster provision' only")
     one_line(picluster("provision", "-i", path, "--venv", "my-venv", "--dry-run"), 2,
              "--venv my-venv: with [users], the runtime must be where every account can run it: give an absolute path")
+
+
+def test_node_addresses_may_be_host_names_resolved_once_as_the_inventory_is_read(monkeypatch):
+    """node01.local (mDNS), a DNS name or an /etc/hosts entry: looked up once, as the inventory is
+    read.  (The resolver stands in for the Pis' mDNS here; test_exec_lab.py resolves names for real.)"""
+    import socket
+
+    table = {"node01.local": "192.168.1.16", "node02.local": "192.168.1.17"}
+    asked = []
+
+    def resolver(host, port, family=0, type=0, proto=0, flags=0):
+        asked.append((host, family))
+        if host not in table:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (table[host], 0))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    cluster = {"name": "c", "user": "alice", "nodes": "node[01-02]", "addresses": "node[01-02].local"}
+    inv = parse_inventory({"cluster": cluster})
+    assert [(n.name, n.address, n.host) for n in inv.nodes] == [("node01", "192.168.1.16", "node01.local"),
+                                                                ("node02", "192.168.1.17", "node02.local")]
+    assert asked == [("node01.local", socket.AF_INET), ("node02.local", socket.AF_INET)]
+    assert str(inv.cluster_subnet) == "192.168.1.16/31"
+    with pytest.raises(UsageError) as missing:
+        parse_inventory({"cluster": {**cluster, "nodes": "node[01-03]", "addresses": "node[01-03].local"}})
+    assert str(missing.value).endswith("node node03: address 'node03.local' does not resolve (Name or service not known): check "
+                                       "the name (a .local name needs mDNS on this machine: Debian's libnss-mdns), or give the "
+                                       "node's IPv4 address")
+    twice = {"name": "c", "user": "alice", "node": [{"name": "a", "address": "node01.local"}, {"name": "b", "address": "192.168.1.16"}]}
+    with pytest.raises(UsageError, match=r"duplicate address 192\.168\.1\.16 \(nodes a and b\)"):
+        parse_inventory({"cluster": {k: v for k, v in twice.items() if k != "node"}, "node": twice["node"]})
+    # Numbers that are not an address are refused as such, never handed to a resolver (10.1 would be 10.0.0.1).
+    for bad in ("10.1", "192.168.1.256"):
+        with pytest.raises(UsageError, match="is not an IPv4 address"):
+            parse_inventory({"cluster": {**cluster, "nodes": "node01", "addresses": bad}})
+    assert len(asked) == 6  # 2 + 3 + 1 above: the numbers asked nothing
