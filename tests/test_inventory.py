@@ -170,6 +170,29 @@ def test_the_shipped_example_is_the_docs_and_describes_a_16_pi_cluster():
     assert layout.workers[0].address == "192.168.1.17:2222"
 
 
+def test_the_first_cluster_example_is_the_page_s_and_a_five_line_inventory_of_four_pis(monkeypatch):
+    """examples/first-cluster.toml, shown whole by docs/first-cluster.md: its .local names resolve
+    (here through a stand-in for the Pis' mDNS) to four nodes, node01 the ps and NFS master."""
+    import socket
+
+    from picluster.clusterspec import from_inventory
+
+    from conftest import ROOT
+
+    example = ROOT / "examples" / "first-cluster.toml"
+    page = (ROOT / "docs" / "first-cluster.md").read_text()
+    settings = [line for line in example.read_text().splitlines() if line and not line.startswith("#")]
+    assert f"```toml\n{chr(10).join(settings)}\n```" in page
+    assert len(settings) == 6  # [cluster] and five keys
+    names = {f"node0{i}.local": f"192.168.1.{15 + i}" for i in range(1, 5)}
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, *a, **k: [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (names[host], 0))])
+    inv = load_inventory(example)
+    assert [(n.name, n.address, n.host) for n in inv.nodes][0] == ("node01", "192.168.1.16", "node01.local") and len(inv.nodes) == 4
+    layout = from_inventory(inv)
+    assert [t.node for t in layout.ps] == ["node01"] and [t.node for t in layout.workers] == ["node02", "node03", "node04"]
+    assert inv.nfs_master == "node01" and inv.user == "pi"
+
+
 ALICE = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOdD0pZwRK6Bjq0n6e1r2Yh2Vq0oGx3c8a1vWbq2Zk9a alice@laptop"
 BOB = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB0bB0bB0bB0bB0bB0bB0bB0bB0bB0bB0bB0bB0bB0bB bob"
 

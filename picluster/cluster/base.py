@@ -112,7 +112,8 @@ class Cluster(ABC):
         what = self.what
         have = len(self.layout.workers)
         if workers > have:
-            raise UsageError(f"--nodes {workers} is more than the {have} worker{'s' if have != 1 else ''} of {what}")
+            raise UsageError(f"--nodes {workers} is more than the {have} worker{'s' if have != 1 else ''} of {what}: give --nodes {have} "
+                             "or fewer (with an inventory, [roles] worker may list the ps nodes too: docs/cluster.md)")
         if ps > len(self.layout.ps):
             raise UsageError(f"this job needs {ps} ps task(s) but {what} has {len(self.layout.ps)}")
         silent = unanswered(self.layout.workers[:workers] + self.layout.ps[:ps])
