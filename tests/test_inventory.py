@@ -187,7 +187,8 @@ def test_the_first_cluster_example_is_the_page_s_and_a_five_line_inventory_of_fo
     names = {f"node0{i}.local": f"192.168.1.{15 + i}" for i in range(1, 5)}
     monkeypatch.setattr(socket, "getaddrinfo", lambda host, *a, **k: [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (names[host], 0))])
     inv = load_inventory(example)
-    assert [(n.name, n.address, n.host) for n in inv.nodes][0] == ("node01", "192.168.1.16", "node01.local") and len(inv.nodes) == 4
+    first = inv.nodes[0]
+    assert (first.name, first.address, first.host) == ("node01", "192.168.1.16", "node01.local") and len(inv.nodes) == 4
     layout = from_inventory(inv)
     assert [t.node for t in layout.ps] == ["node01"] and [t.node for t in layout.workers] == ["node02", "node03", "node04"]
     assert inv.nfs_master == "node01" and inv.user == "pi"
