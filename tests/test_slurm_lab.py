@@ -775,3 +775,26 @@ def test_people_of_users_log_in_queue_as_themselves_and_see_and_cancel_only_thei
     # The teacher (the inventory's user, a Slurm operator) may cancel anyone's job.
     done = picluster("cancel", "-i", path, sleeper)
     assert done.returncode == 0 and done.stdout.startswith(f"{sleeper} CANCELLED"), done.stdout + done.stderr
+
+
+def test_accounting_turned_off_stops_slurmdbd_and_the_queue_serves_on(slurm_lab, tmp_path):
+    """After the tests above left accounting on: `accounting = false` (or no key) stops slurmdbd,
+    which slurmctld no longer sends anything, says MariaDB was left with the records, and a
+    second run finds it stopped."""
+    from picluster.provision.steps.accounting import SLURMDBD
+
+    inv = inventory(slurm_lab, tmp_path)  # [slurm] without accounting
+    node01 = slurm_lab.host("node01")
+    assert node01.run(["sh", "-c", SLURMDBD.running()], check=False).returncode == 0  # the tests before left it up
+    first = provision(inv, options(slurm_lab, only=("slurm", "queue")))
+    assert not any(r.failed for r in first), [r.first_failure() for r in first]
+    done = items(first[0], "slurm")
+    assert done["slurmdbd"] == (Status.CHANGED, "stop slurmdbd: accounting is off ([slurm] accounting = false)"), done
+    assert done["mariadb"][1].startswith("left running with the records"), done
+    assert "slurmdbd" not in items(first[1], "slurm")  # the controller's only
+    assert node01.run(["sh", "-c", SLURMDBD.running()], check=False).returncode != 0
+    assert "AccountingStorageType" not in node01.read_file("/etc/slurm/slurm.conf")
+    assert items(first[0], "queue")["srun"][0] is Status.OK  # the queue serves on, unaccounted
+    again = provision(inv, options(slurm_lab, only=("slurm", "queue")))
+    assert items(again[0], "slurm")["slurmdbd"] == (Status.OK, "stopped")
+    assert [r.changes for r in again] == [0, 0, 0]

@@ -26,7 +26,7 @@ from picluster import atomic, paths
 from picluster.provision import templates
 from picluster.provision.result import Item, Status
 from picluster.provision.steps import Context, action_item, q
-from picluster.provision.steps.daemon import Daemon, keep_up
+from picluster.provision.steps.daemon import Daemon, keep_down, keep_up
 
 SLURMDBD_CONF = "/etc/slurm/slurmdbd.conf"
 SLURMDBD_PORT = 6819
@@ -51,6 +51,15 @@ def packages(ctx: Context) -> list[str]:
     if slurm is None or not slurm.accounting or ctx.node.name != slurm.controller:
         return []
     return ["mariadb-server", "slurmdbd"]
+
+
+def retired(ctx: Context):
+    """Accounting off on a controller that had it: slurmdbd stopped (slurmctld no longer sends it
+    anything), its records kept in MariaDB, which is left as it is (it may serve more than Slurm)."""
+    stopped = keep_down(ctx, SLURMDBD, "accounting is off ([slurm] accounting = false)")
+    yield stopped
+    if stopped.status is Status.CHANGED and ctx.remote.ok("test -x /usr/sbin/mariadbd"):
+        yield Item("mariadb", Status.OK, "left running with the records: 'sudo systemctl disable --now mariadb' frees its memory")
 
 
 def password_path(inv) -> Path:

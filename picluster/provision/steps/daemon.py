@@ -4,6 +4,7 @@ again through its pid file.
 
     for item in keep_up(ctx, SLURMD, config_changed):   # enabled, running, restarted on change
         ...
+    keep_down(ctx, SLURMDBD, "accounting is off")       # stopped and disabled where installed
 """
 
 import time
@@ -56,6 +57,23 @@ def keep_up(ctx: Context, daemon: Daemon, config_changed: bool):
         return
     if not ctx.dry_run and not _came_up(ctx, daemon):
         yield Item(daemon.name, Status.FAILED, f"{daemon.name} did not stay up: {_log_tail(ctx, daemon)}")
+
+
+def keep_down(ctx: Context, daemon: Daemon, why: str) -> Item:
+    """One item: ``daemon`` stopped and, under systemd, not started at boot, where it is installed
+    (a daemon the configuration no longer uses).  ``why``: said when it had to be stopped."""
+    remote, unit = ctx.remote, daemon.unit
+    if not remote.ok(f"test -x /usr/sbin/{daemon.name}"):
+        return Item(daemon.name, Status.OK, "not installed")
+    if ctx.facts.systemd:
+        up = remote.ok(f"systemctl is-active --quiet {unit}") or remote.ok(f"systemctl is-enabled --quiet {unit}")
+        command = f"systemctl disable --now {unit}"
+    else:
+        up = remote.ok(daemon.running(), sudo=True)
+        command = daemon.stop()
+    if not up:
+        return Item(daemon.name, Status.OK, "stopped")
+    return action_item(ctx, daemon.name, command, f"stop {daemon.name}{' and disable ' + unit + '.service' if ctx.facts.systemd else ''}: {why}")
 
 
 def _came_up(ctx: Context, daemon: Daemon, wait: float = 10.0) -> bool:

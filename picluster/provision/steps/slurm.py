@@ -222,6 +222,8 @@ def run(ctx: Context):
         yield from kept
         if any(i.status is Status.FAILED for i in kept):
             return
+    elif ctx.node.name == inv.slurm.controller:
+        yield from accounting.retired(ctx)
     if ctx.node.name == inv.slurm.controller:
         yield from keep_up(ctx, SLURMCTLD, slurm_changed or key_changed)
     yield from keep_up(ctx, SLURMD, slurm_changed or key_changed)
