@@ -121,6 +121,7 @@ def test_lab_rejects_bad_arguments_before_touching_anything():
     assert links.qdisc_args("100mbit", "0.3ms", None) == ["netem", "delay", "0.3ms", "rate", "100mbit"]
 
 
+@pytest.mark.lab  # a network namespace: root
 def test_a_lab_that_never_came_up_tears_down_nothing(tmp_path):
     """Lab(lab_id=X).down() must not destroy another process's lab X: its state and its namespace."""
     others = tmp_path / "labs"

@@ -188,7 +188,7 @@ def _run_with_a_bad_timeline(d: Path) -> Path:
 @pytest.mark.parametrize("out, code, words", [
     (lambda d: Path("/dev/full"), 2, "/dev/full is not a directory"),
     (lambda d: write_csv(d / "afile", ["a"], []) / "figs", 2, "afile is not a directory"),
-    (lambda d: Path("/sys/picluster-figures"), 1, "cannot write /sys/picluster-figures: Operation not permitted"),  # even root
+    (lambda d: Path("/sys/picluster-figures"), 1, "cannot write /sys/picluster-figures: "),  # even root (EPERM; others EACCES)
 ])
 def test_an_out_that_cannot_be_a_folder_is_one_line(tmp_path, out, code, words):
     source = write_csv(tmp_path / "x.csv", ["samples", "nodes", "seconds"], [[1e7, 1, 1.0]])

@@ -160,6 +160,7 @@ def test_a_half_built_image_is_never_used(tmp_path):
     assert image.cached(tmp_path / "vm") is None
 
 
+@pytest.mark.lab  # a bind mount: root
 def test_removing_a_dead_builds_dir_never_reaches_into_its_mounts(tmp_path):
     # A debootstrap killed mid-way leaves /proc and /sys mounted in its target.
     precious = tmp_path / "precious"
@@ -199,6 +200,7 @@ def test_support_refusals_say_what_to_do(monkeypatch):
     )
 
 
+@pytest.mark.lab  # as root, dropping to nobody for the first; the others are what root meets next
 @pytest.mark.parametrize(
     "how, env, says",
     [
