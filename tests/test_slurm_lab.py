@@ -684,12 +684,18 @@ def test_people_of_users_log_in_queue_as_themselves_and_see_and_cancel_only_thei
 
     # Bob queues with plain sbatch, a CPU of node02; Alice logs in with her key and types the
     # card's command, a CPU on each of two nodes: node02 is shared by the two of them.
-    held = as_person(slurm_lab, "bob", bob, "sbatch --parsable --nodes 1 --nodelist node02 --cpus-per-task 1 --time 15 --wrap 'sleep 900'")
+    held = as_person(slurm_lab, "bob", bob, "sbatch --parsable --nodes 1 --nodelist node02 --cpus-per-task 1 --time 15 "
+                                            "--output /mnt/picluster/users/bob/sleeper-%j.out --wrap 'echo started; sleep 900'")
     assert held.exited == 0, held.stderr
     sleeper = f"slurm:{held.stdout.strip()}"
     deadline = time.monotonic() + 60
     while job_state(slurm_lab.host("node01"), held.stdout.strip()) != "RUNNING":
         assert time.monotonic() < deadline, "bob's job did not start"
+        time.sleep(1)
+    # Its output goes where his script said (his folder on the share): picluster logs reads it there.
+    deadline = time.monotonic() + 30
+    while (shown := as_person(slurm_lab, "bob", bob, f"picluster logs {sleeper}")).stdout != "started\n":
+        assert time.monotonic() < deadline, shown.stdout + shown.stderr
         time.sleep(1)
     queued = as_person(slurm_lab, "alice", alice, "picluster submit --nodes 2 --cpus 1 --nodelist node[02-03] --time 10 -- "
                                                   "picluster run montecarlo --samples 1e7 --nodes 1")

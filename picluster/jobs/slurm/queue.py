@@ -236,19 +236,29 @@ def cancel(inv: Inventory, job: str, wait_s: float = CANCEL_WAIT_S, owner: str |
 
 
 def output(inv: Inventory, job: str) -> str:
-    """The job's output file: with [users], in the caller's work folder on the share, read on the
-    controller; else (or not there) in the user's home on the node that ran its batch script,
-    looked for on every node at once (one SSH command each), so it is found after Slurm has
-    forgotten which node that was."""
+    """The job's output file, read on the controller (as the caller there): where Slurm says it
+    writes it while it remembers the job (a script's own --output on the share), else, with
+    [users], in the caller's work folder on the share; else (or not there) in the user's home on
+    the node that ran its batch script, looked for on every node at once (one SSH command each),
+    so it is found after Slurm has forgotten which node that was."""
     name = OUTPUT.replace("%j", job)
-    if inv.users:
+    try:
         remote = _open(inv)
+    except UsageError:  # the controller unreachable: the nodes may still hold the file
+        pass
+    else:
         try:
-            done = remote.run(f'cat "{inv.data_dir}/users/$(id -un)/{name}"', check=False)
+            shown = remote.run(f"scontrol -o show job {job}", check=False).stdout
+            said = re.search(r"(?:^|\s)StdOut=(/\S+)", shown)  # a path with spaces is not looked for here
+            places = [shlex.quote(said.group(1))] if said else []
+            if inv.users:
+                places.append(f'"{inv.data_dir}/users/$(id -un)/{name}"')
+            for place in places:
+                done = remote.run(f"cat -- {place}", check=False)
+                if done.exited == 0:
+                    return done.stdout
         finally:
             remote.close()
-        if done.exited == 0:
-            return done.stdout
 
     def read(node: Node) -> str | None:
         remote = open_node(inv, node)
