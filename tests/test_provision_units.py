@@ -536,12 +536,18 @@ def test_logins_are_held_to_jobs_only_on_workers_where_jobs_are_confined():
     inv = parse_inventory({**SLURM_INV, "users": {"alice": KEY}})
     confined = {n.name: facts.Facts(**{**BASE_FACTS, "cpus": 4, "mem_mb": 3792, "cgroup": "v2", **CONFINING}) for n in inv.nodes}
 
-    def decided(node: str, node_facts, inventory=inv):
-        ctx = SimpleNamespace(inv=inventory, node=inventory.node(node), shared=SimpleNamespace(facts=node_facts), dry_run=False)
+    def decided(node: str, node_facts, inventory=inv, included=False):
+        asked = []
+        remote = SimpleNamespace(ok=lambda command, **_: asked.append(command) or included, run=lambda command, **_: asked.append(command))
+        ctx = SimpleNamespace(inv=inventory, node=inventory.node(node), shared=SimpleNamespace(facts=node_facts), dry_run=False,
+                              remote=remote)
         return [(i.name, i.status, i.detail) for i in logins.run(ctx)]
 
-    # The controller stays open: people log in there to queue (no remote is asked: none is given).
+    # The controller stays open: people log in there to queue; a job check left from when it was
+    # a worker is taken out.
     assert decided("node01", confined) == [("logins", Status.OK, "open to everyone of [users]: Slurm's controller, where people log in to queue")]
+    assert decided("node01", confined, included=True) == [
+        ("logins", Status.CHANGED, "open to everyone of [users]: Slurm's controller, where people log in to queue (the job check removed)")]
     # Jobs not confined (cgroup v1 on one node): a login cannot be placed in a job, so logins stay open, said so.
     mixed = {**confined, "node03": facts.Facts(**{**confined["node03"].__dict__, "cgroup": "v1"})}
     assert decided("node02", mixed)[0][2].startswith("open to everyone of [users]: holding logins to jobs needs confined jobs")

@@ -142,7 +142,9 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
                 run_dir = run_dir or allocation.work_folder(share) / "runs" / f"{datetime.now():%Y%m%d-%H%M%S}-slurm{allocation.job_id()}"
         config = TrainConfig.for_model(**given, data_dir=str(data_dir or har_dir()))
         run = None
-        if not chosen_data:
+        if not chosen_data and inventory is None and slurm is None:
+            # This machine's own data folder only: a cluster's share may not be mounted here (the
+            # nodes read it), and a job inside Slurm runs on a node whose runtime lacks the source.
             _prepare_on_first_use(Path(config.data_dir))
     coordinator.worker_runtime(worker_runtime, None if config.standalone else inventory)  # bad choices fail before anything starts
     if inventory is None:

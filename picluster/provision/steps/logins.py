@@ -51,7 +51,11 @@ def run(ctx: Context):
         yield Item("logins", Status.OK, "open on every node to everyone of [users] (no [slurm] to hold logins to jobs)")
         return
     if ctx.node.name == inv.slurm.controller:
-        yield Item("logins", Status.OK, "open to everyone of [users]: Slurm's controller, where people log in to queue")
+        what = "open to everyone of [users]: Slurm's controller, where people log in to queue"
+        if ctx.remote.ok(f"grep -qxF {q(INCLUDE)} {SSHD_PAM}"):  # a worker before: the controller now
+            yield action_item(ctx, "logins", f"sed -i {q(f'/^{INCLUDE}$/d')} {SSHD_PAM}", f"{what} (the job check removed)")
+        else:
+            yield Item("logins", Status.OK, what)
         return
     why = uncontained(ctx.shared.facts)
     if why:
