@@ -20,6 +20,7 @@ import pytest
 
 from picluster.cli import _register, app
 
+_register()  # the subcommands, as main() adds them
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # Code lines: "picluster ...", "$ picluster ...", "laptop$ picluster ...", "alice@node01:~$ picluster ...".
@@ -77,7 +78,6 @@ def _words(text: str) -> list[str]:
 
 def check(text: str, literal: bool) -> list[str]:
     """What is wrong with one command line (nothing: [])."""
-    _register()
     words = _words(text)
     if not words or words[0] != "picluster":
         return []

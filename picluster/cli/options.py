@@ -55,7 +55,7 @@ inventory_option = _inventory(f"{_WHERE}  Without one, the embedded local cluste
 data_inventory_option = _inventory(f"{_WHERE}  Its data_dir (the NFS share) holds the data set; without one, this machine's data directory.")
 jobs_inventory_option = _inventory(f"{_WHERE}  With a [slurm] table, its queue's jobs (slurm:ID) too; without one, the jobs run from this machine.")
 # Commands that act on real nodes only: they say so in one line when it is missing.
-node_inventory_option = _inventory("Inventory file [--inventory, else env PICLUSTER_INVENTORY, else ./picluster.toml].  Required.")
+node_inventory_option = _inventory(f"{_WHERE}  Required.")
 
 # What a number on the command line may look like: digits, a decimal point, an exponent; no
 # spaces, no "inf" or "nan", nothing after it ("1e8 " is refused, not trimmed).

@@ -50,9 +50,11 @@ def run(ctx: Context):
     if inv.slurm is None:
         yield Item("logins", Status.OK, "open on every node to everyone of [users] (no [slurm] to hold logins to jobs)")
         return
+    remote = ctx.remote
+    included = remote.ok(f"grep -qxF {q(INCLUDE)} {SSHD_PAM}")  # the check is on (the last piece put in place)
     if ctx.node.name == inv.slurm.controller:
         what = "open to everyone of [users]: Slurm's controller, where people log in to queue"
-        if ctx.remote.ok(f"grep -qxF {q(INCLUDE)} {SSHD_PAM}"):  # a worker before: the controller now
+        if included:  # a worker before: the controller now
             yield action_item(ctx, "logins", f"sed -i {q(f'/^{INCLUDE}$/d')} {SSHD_PAM}", f"{what} (the job check removed)")
         else:
             yield Item("logins", Status.OK, what)
@@ -62,7 +64,6 @@ def run(ctx: Context):
         yield Item("logins", Status.OK, "open to everyone of [users]: holding logins to jobs needs confined jobs "
                    "(the slurm step's containment line says why they are not)")
         return
-    remote = ctx.remote
     if not ctx.dry_run:
         if not remote.ok(f"ls {MODULE} 2>/dev/null | grep -q ."):
             yield Item("logins", Status.FAILED, "pam_slurm_adopt.so is not installed (Debian's libpam-slurm-adopt): "
@@ -72,14 +73,14 @@ def run(ctx: Context):
             yield Item("logins", Status.FAILED, "sshd runs without PAM (UsePAM no in /etc/ssh/sshd_config): "
                        "set UsePAM yes so that logins can be held to jobs")
             return
-        if not remote.ok(f"grep -qxF {q(INCLUDE)} {SSHD_PAM} || grep -qxF {q(AFTER)} {SSHD_PAM}"):
+        if not included and not remote.ok(f"grep -qxF {q(AFTER)} {SSHD_PAM}"):
             yield Item("logins", Status.FAILED, f"{SSHD_PAM} has no '{AFTER}' line to place the job check after: "
                        f"add '{INCLUDE}' as its last account line by hand")
             return
     yield file_item(ctx, "login_admins", ACCESS_FILE, access_text(inv.user), mode="0644")
     yield file_item(ctx, "login_check", PAM_FILE, PAM_TEXT.format(access=ACCESS_FILE), mode="0644")
     yield _pam_systemd_off(ctx)
-    if remote.ok(f"grep -qxF {q(INCLUDE)} {SSHD_PAM}"):
+    if included:
         yield Item("logins", Status.OK, f"held to jobs: people log in only where a job of theirs runs ({inv.user} and root always)")
     else:
         yield action_item(ctx, "logins", f"sed -i {q(f'/^{AFTER}$/a {INCLUDE}')} {SSHD_PAM}",
