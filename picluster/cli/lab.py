@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from picluster.cli.group import Group
-from picluster.cli.options import Real, Whole
+from picluster.cli.options import Real, Whole, option, other_spelling
 from picluster.errors import ClusterError, UsageError
 
 
@@ -21,28 +21,29 @@ def lab() -> None:
 
 
 @lab.command()
-@click.option("--nodes", "-n", type=Whole(1, 99), default=4, show_default=True, help="How many hosts.")
-@click.option(
-    "--name", "lab_id", default=None, help="Lab name: 1-6 lowercase letters or digits [default: random]."
+@option("--nodes", "-n", type=Whole(1, 99), default=4, show_default=True, help="How many hosts (each standing in for a node).")
+@option(
+    "--name", "lab_id", default=None, show_default="random", help="Lab name: 1-6 lowercase letters or digits."
 )
-@click.option(
+@option(
     "--inventory-out",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
     help="Also write the lab's picluster.toml here (it is always written in the lab's state dir).",
 )
-@click.option(
-    "--timeout", type=Real(1, 3600), default=None, help="Seconds to wait for SSH [default: 60; 600 with --vm; 1800 with --arch arm64]."
+@option(
+    "--timeout", type=Real(1, 3600), default=None, show_default="60; 600 with --vm; 1800 with --arch arm64", help="Seconds to wait for SSH."
 )
-@click.option("--vm", is_flag=True, help="Virtual machines with their own kernel (qemu) instead of namespaces.")
+@option("--vm", is_flag=True, help="Virtual machines with their own kernel (qemu) instead of namespaces.")
 # The choices are lab/vm/image.py's ARCHES (a test checks): that module is too heavy to import here.
-@click.option("--arch", type=click.Choice(["amd64", "arm64"]), default="amd64", show_default=True,
-              help="With --vm: the VMs' Debian architecture; arm64 is the Pi's, emulated (slow; its image builds once in tens of minutes).")
-@click.option("--cpu", type=float, default=None, help="Cores of CPU time each host may use, e.g. 0.5 (a cgroup CFS quota).")
-@click.option("--memory", default=None, help="Memory each host may use, swap included, e.g. 1G or 512M (a cgroup limit).")
-@click.option("--profile", default=None, help="Limits of a board: pi3b (1 GB, CPU calibrated to the thesis's Pi, 300 Mbit/s link); --cpu/--memory/--link override it.")
-@click.option("--link", default=None, metavar="RATE",
-              help="Each host's link rate, both ways, as tc writes it: 300mbit (a Pi 3B+'s Ethernet), 1gbit (a Pi 4's) [the profile's; else unlimited].")
+@option("--arch", type=click.Choice(["amd64", "arm64"]), default="amd64", show_default=True,
+        help="With --vm: the VMs' Debian architecture; arm64 is the Pi's, emulated (slow; its image builds once in tens of minutes).")
+@option("--cpu", type=float, default=None, help="Cores of CPU time each host may use, e.g. 0.5 (a cgroup CFS quota).")
+@option("--memory", default=None, help="Memory each host may use, swap included, e.g. 1G or 512M (a cgroup limit).")
+@option("--profile", default=None, help="Limits of a board: pi3b (1 GB, CPU calibrated to the thesis's Pi, 300 Mbit/s link); --cpu/--memory/--link override it.")
+@option("--link", default=None, metavar="RATE",
+        show_default="the profile's; else unlimited", help="Each host's link rate, both ways, as tc writes it: 300mbit (a Pi 3B+'s Ethernet), 1gbit (a Pi 4's).")
+@other_spelling("--workers", "lab up counts hosts: give --nodes {value}")
 def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: float | None, vm: bool, arch: str,
        cpu: float | None, memory: str | None, profile: str | None, link: str | None) -> None:
     """Create the hosts and wait until each answers SSH with the run's key."""
@@ -98,7 +99,7 @@ def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: floa
 
 
 @lab.command()
-@click.option("--name", "lab_id", default=None, help="Only this lab.")
+@option("--name", "lab_id", default=None, help="Only this lab.")
 def status(lab_id: str | None) -> None:
     """Show the labs on this machine and the state of each host."""
     from rich.console import Console
@@ -156,10 +157,10 @@ def _cgroup_version() -> int | None:
 
 
 @lab.command()
-@click.option("--name", "lab_id", default=None, help="The lab [default: the only one].")
+@option("--name", "lab_id", default=None, show_default="the only one", help="The lab.")
 @click.argument("nodes", required=False)
-@click.option("--timeout", type=click.FloatRange(1, 3600), default=600.0, show_default=True,
-              help="Seconds each VM may take to answer SSH again.")
+@option("--timeout", type=Real(1, 3600), default=600.0, show_default=True,
+        help="Seconds each VM may take to answer SSH again.")
 def reboot(lab_id: str | None, nodes: str | None, timeout: float) -> None:
     """Reboot VM hosts (all, or NODES such as node[02-03]) and wait until each answers SSH again."""
     from picluster import nodeset
@@ -185,8 +186,8 @@ def _one_lab(lab_id: str | None):
 
 
 @lab.command()
-@click.option("--name", "lab_id", default=None, help="The lab to tear down.")
-@click.option("--all", "all_labs", is_flag=True, help="Every lab found on this machine (by name prefix).")
+@option("--name", "lab_id", default=None, help="The lab to tear down.")
+@option("--all", "all_labs", is_flag=True, help="Every lab found on this machine (by name prefix).")
 def down(lab_id: str | None, all_labs: bool) -> None:
     """Tear a lab down: processes, namespaces, links, run dir.  Safe to repeat."""
     from picluster.lab import labs, naming, registry

@@ -5,23 +5,22 @@ from pathlib import Path
 
 import click
 
-from picluster.cli.options import inventory_option
+from picluster.cli.options import Real, Whole, inventory_option, option
 from picluster.jobs.launch.config import DEFAULT_GRACE_S, MODES
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @inventory_option
-@click.option("--mode", type=click.Choice(MODES), default="coordinator", show_default=True,
-              help="coordinator: SCRIPT runs here as TF 2's ParameterServerStrategy chief; "
-                   "each-worker: SCRIPT runs beside every worker (between-graph)")
-@click.option("--dir", "folder", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="each-worker: the folder staged with SCRIPT on every worker node [SCRIPT alone]")
-@click.option("--restart-limit", type=click.IntRange(0, 1000), default=0, show_default=True,
-              help="restarts for the whole job of tasks killed by a signal (exit 128-255); exit 1-127 is never retried")
-@click.option("--grace", type=click.FloatRange(0, 3600), default=DEFAULT_GRACE_S, show_default=True,
-              help="seconds between SIGTERM and SIGKILL when tasks are stopped")
-@click.option("--name", default=None, help="the job's name [SCRIPT's name]")
-@click.option("--live/--no-live", default=True, show_default=True, help="live node panel (on a terminal)")
+@option("--mode", type=click.Choice(MODES), default="coordinator", show_default=True,
+        help="coordinator: SCRIPT runs here as TF 2's ParameterServerStrategy chief; each-worker: SCRIPT runs beside every worker (between-graph).")
+@option("--dir", "folder", type=click.Path(file_okay=False, path_type=Path), default=None,
+        show_default="SCRIPT alone", help="each-worker: the folder staged with SCRIPT on every worker node.")
+@option("--restart-limit", type=Whole(0, 1000), default=0, show_default=True,
+        help="Restarts for the whole job of tasks killed by a signal (exit 128-255); exit 1-127 is never retried.")
+@option("--grace", type=Real(0, 3600), default=DEFAULT_GRACE_S, show_default=True,
+        help="Seconds between SIGTERM and SIGKILL when tasks are stopped.")
+@option("--name", default=None, show_default="SCRIPT's name", help="The job's name.")
+@option("--live/--no-live", default=True, show_default=True, help="Live node panel (on a terminal).")
 @click.argument("script", type=click.Path(path_type=Path))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def launch(inventory, mode, folder, restart_limit, grace, name, live, script, args) -> None:

@@ -5,7 +5,7 @@ import time
 import click
 
 from picluster.cli.group import Group
-from picluster.cli.options import Real, Whole, node_inventory_option
+from picluster.cli.options import Real, Whole, node_inventory_option, option
 from picluster.errors import UsageError
 
 NODESET_HELP = "NODESET: 'all', or nodes of the inventory as node[02-04],node07."
@@ -18,21 +18,21 @@ def nodes() -> None:
 
 
 def _common(command):
-    command = click.option("--requeue", is_flag=True,
+    command = option("--requeue", is_flag=True,
                            help="With Slurm: put the batch jobs running on a node back in the queue instead of waiting for them to end.")(command)
-    command = click.option("--yes", is_flag=True, help="Also when the node set holds the machine this command runs on (it goes last).")(command)
-    command = click.option("--dry-run", is_flag=True, help="Show the order and do nothing.")(command)
+    command = option("--yes", is_flag=True, help="Also when the node set holds the machine this command runs on (it goes last).")(command)
+    command = option("--dry-run", is_flag=True, help="Show the order and do nothing.")(command)
     command = node_inventory_option(command)
     return click.argument("nodeset_", metavar="NODESET")(command)
 
 
 def _parallel(command):
-    return click.option("--parallel", type=Whole(1, 64), default=1, show_default=True,
+    return option("--parallel", type=Whole(1, 64), default=1, show_default=True,
                         help="Nodes of one kind taken at once (the NFS master and ps nodes still wait for the others).")(command)
 
 
 def _timeout(default: float):
-    return click.option("--timeout", type=Real(1, 7200), default=default, show_default=True,
+    return option("--timeout", type=Real(1, 7200), default=default, show_default=True,
                         help="Seconds each node may take: to come back after a reboot, to go off, to get apt's lock.")
 
 

@@ -18,6 +18,35 @@ INT64_MAX = 2**63 - 1
 INVENTORY_HERE = Path("picluster.toml")
 
 
+class Option(click.Option):
+    """Every option of picluster's, so its help reads one way: a sentence, then ``[default: X]``.
+    A default given in words (``show_default="from the command"``) is shown as written; click
+    would put it in parentheses, unlike a literal default."""
+
+    def get_help_extra(self, ctx: click.Context):
+        extra = super().get_help_extra(ctx)
+        if isinstance(self.show_default, str):
+            extra["default"] = self.show_default
+        return extra
+
+
+def option(*decls: str, **attrs):
+    """``click.option`` with picluster's Option."""
+    return click.option(*decls, cls=Option, **attrs)
+
+
+def other_spelling(wrong: str, answer: str):
+    """A hidden option answering the spelling another command uses: everywhere --workers counts
+    worker tasks and --nodes counts machines (Monte-Carlo's nodes each run one worker), so
+    `train har --nodes 4` is told to write --workers 4.  ``answer`` may hold ``{value}``."""
+
+    def refuse(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+        if value is not None and not ctx.resilient_parsing:
+            raise click.UsageError(answer.format(value=value), ctx)
+
+    return click.option(wrong, hidden=True, default=None, expose_value=False, callback=refuse, metavar="N")
+
+
 def _inventory_here(ctx: click.Context, param: click.Parameter, value: Path | None):
     """The parsed inventory (``picluster.inventory.Inventory``; None: this machine's cluster), read
     once per command: --inventory, else PICLUSTER_INVENTORY (click reads it), else picluster.toml
@@ -45,7 +74,7 @@ def _inventory_here(ctx: click.Context, param: click.Parameter, value: Path | No
 
 
 def _inventory(help_text: str):
-    return click.option("--inventory", "-i", type=click.Path(dir_okay=False, path_type=Path), envvar="PICLUSTER_INVENTORY",
+    return option("--inventory", "-i", type=click.Path(dir_okay=False, path_type=Path), envvar="PICLUSTER_INVENTORY",
                         default=None, callback=_inventory_here, help=help_text)
 
 
@@ -93,17 +122,22 @@ class Count(click.ParamType):
 
 
 class _Bounded(click.ParamType):
-    """Shows its range in --help as click's IntRange and FloatRange do (e.g. ``INTEGER 1-64``)."""
+    """Shows its range in --help the one way every option does: ``INTEGER 1-64``, ``NUMBER 0-3600``,
+    ``INTEGER >=1`` (a bound only a machine word sets is not shown)."""
 
     minimum: float | None
     maximum: float | None
 
     def get_metavar(self, *args, **kwargs) -> str | None:
-        if self.minimum is None and self.maximum is None:
-            return None
-        low = "" if self.minimum is None else f"{self.minimum:g}"
-        high = "" if self.maximum is None else f"{self.maximum:g}"
-        return f"{self.name} {low}-{high}"
+        low = None if self.minimum is None else _plain(self.minimum)
+        high = None if self.maximum is None or self.maximum >= INT64_MAX else _plain(self.maximum)
+        if low is not None and high is not None:
+            return f"{self.name} {low}-{high}"
+        if low is not None:
+            return f"{self.name} >={low}"
+        if high is not None:
+            return f"{self.name} <={high}"
+        return None
 
 
 class Whole(_Bounded):
@@ -143,6 +177,11 @@ class Real(_Bounded):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         _bounded(self, number, param, ctx)
         return number
+
+
+def _plain(number: float) -> str:
+    """1 for 1.0, 0.5 for 0.5: no exponent and no trailing zeros."""
+    return str(int(number)) if float(number).is_integer() else f"{number:f}".rstrip("0")
 
 
 def _bounded(kind, number, param, ctx) -> None:

@@ -4,15 +4,15 @@ from pathlib import Path
 
 import click
 
-from picluster.cli.options import Real, Whole, node_inventory_option
+from picluster.cli.options import Real, Whole, node_inventory_option, option
 from picluster.errors import ClusterError, StorageError, UsageError
 
-_known_hosts_option = click.option(
+_known_hosts_option = option(
     "--known-hosts",
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     default=None,
-    help="Trust only the host keys in this file; an unknown node is refused too [default: ~/.ssh/known_hosts and "
-         "picluster's own file; a new node's key is pinned there on first contact, a changed one is refused].",
+    show_default="~/.ssh/known_hosts and picluster's own file; a new node's key is pinned there on first contact, a changed one is refused",
+    help="Trust only the host keys in this file; an unknown node is refused too.",
 )
 
 
@@ -25,22 +25,22 @@ def _load(inventory):
 
 @click.command()
 @node_inventory_option
-@click.option("--only", default=None, metavar="STEP,..", help="Run only these steps (facts always runs): "
-              "hostname, raspi, packages, nfs-server, nfs-client, ssh, runtime, firewall; with [slurm], slurm and queue.")
-@click.option("--dry-run", is_flag=True, help="Print the plan per node; change nothing.")
-@click.option("--venv", default=None,
-              help="The virtualenv on each node (relative: under the user's home) [the inventory's cluster.venv].")
-@click.option("--nfsd-threads", type=Whole(1, 1024), default=None,
-              help="nfsd threads on the NFS master [default: max(8, number of nodes)].")
-@click.option("--fanout", type=Whole(1, 64), default=8, show_default=True, help="Nodes worked on at once.")
-@click.option("--timeout", type=Real(1, 3600), default=120.0, show_default=True,
-              help="Seconds one command may take before its node counts as unreachable (installs get longer).")
+@option("--only", default=None, metavar="STEP,..", help="Run only these steps (facts always runs): "
+        "hostname, raspi, packages, nfs-server, nfs-client, ssh, runtime, firewall; with [slurm], slurm and queue.")
+@option("--dry-run", is_flag=True, help="Print the plan per node; change nothing.")
+@option("--venv", default=None,
+        show_default="the inventory's cluster.venv", help="The virtualenv on each node (relative: under the user's home).")
+@option("--nfsd-threads", type=Whole(1, 1024), default=None,
+        show_default="max(8, number of nodes)", help="NFS server threads (nfsd) on the NFS master.")
+@option("--fanout", type=Whole(1, 64), default=8, show_default=True, help="Nodes worked on at once.")
+@option("--timeout", type=Real(1, 3600), default=120.0, show_default=True,
+        help="Seconds one command may take before its node counts as unreachable (installs get longer).")
 @_known_hosts_option
-@click.option("--replaced", default=None, metavar="NODESET",
-              help="Nodes whose card was written afresh: pin the host key each presents now (the old one is shown), "
+@option("--replaced", default=None, metavar="NODESET",
+        help="Nodes whose card was written afresh: pin the host key each presents now (the old one is shown), "
                    "provision them, and start their tasks if the rest of the cluster is up.")
-@click.option("--rotate-munge-key", is_flag=True,
-              help="With [slurm]: make a new munge key, install it on every node and restart munge and the Slurm daemons.")
+@option("--rotate-munge-key", is_flag=True,
+        help="With [slurm]: make a new munge key, install it on every node and restart munge and the Slurm daemons.")
 def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, known_hosts, replaced, rotate_munge_key) -> None:
     """Bring every node to the cluster's state: hostname, Pi settings, packages, NFS, SSH, Python, firewall.
 
@@ -98,9 +98,9 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
 
 @click.command("inventory")
 @node_inventory_option
-@click.option("--ansible", "as_ansible", is_flag=True, required=True, help="Write an Ansible (YAML) inventory.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write it here [default: standard output].")
+@option("--ansible", "as_ansible", is_flag=True, required=True, help="Write an Ansible (YAML) inventory.")
+@option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+        show_default="standard output", help="Write it here.")
 @_known_hosts_option
 def inventory(inventory, as_ansible, out, known_hosts) -> None:
     """Write an Ansible inventory from picluster.toml (for ansible/site.yml)."""
@@ -129,11 +129,11 @@ def inventory(inventory, as_ansible, out, known_hosts) -> None:
 
 
 @click.command("wheelhouse")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Directory to fill with wheels (made if missing).")
-@click.option("--arch", default="aarch64", show_default=True, help="The nodes' machine (uname -m).")
-@click.option("--python", "python_version", default="3.11.2", show_default=True, help="The nodes' python3 version.")
-@click.option("--glibc", default="2.36", show_default=True, help="The nodes' C library version (getconf GNU_LIBC_VERSION).")
+@option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+        help="Directory to fill with wheels (made if missing).")
+@option("--arch", default="aarch64", show_default=True, help="The nodes' machine (uname -m).")
+@option("--python", "python_version", default="3.11.2", show_default=True, help="The nodes' python3 version.")
+@option("--glibc", default="2.36", show_default=True, help="The nodes' C library version (getconf GNU_LIBC_VERSION).")
 @click.argument("requirements", nargs=-1)
 def wheelhouse(out: Path, arch: str, python_version: str, glibc: str, requirements: tuple[str, ...]) -> None:
     """Download the wheels nodes need, once, for ansible/'s runtime role (`-e wheelhouse=DIR`).

@@ -9,7 +9,7 @@ import click
 
 from picluster import atomic
 from picluster.cli.group import Group
-from picluster.cli.options import Count, CountList, inventory_option
+from picluster.cli.options import Count, CountList, inventory_option, option, other_spelling
 from picluster.errors import StorageError, UsageError
 
 MAX_NODES = 64
@@ -22,14 +22,16 @@ def run() -> None:
 
 @run.command()
 @inventory_option
-@click.option("--samples", type=Count(), default="1e8", show_default=True, help="points to draw, e.g. 1e8")
-@click.option("--nodes", type=Count(1, MAX_NODES), default=None, help="worker tasks to use [default: all workers, or one per core locally]")
-@click.option("--seed", type=Count(0), default=None, help="RNG seed: the same seed and --nodes give the same count [default: random]")
-@click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
-@click.option("--live/--no-live", default=True, show_default=True, help="live node panel and progress (on a terminal; else log lines)")
-@click.option("--sweep", type=CountList(Count()), default=None, help="sample sizes for a table, e.g. 1e7,2e7,5e7,1e8")
-@click.option("--nodes-list", type=CountList(Count(1, MAX_NODES)), default=None, help="node counts for --sweep, e.g. 1,2,4,8,16")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("montecarlo-sweep.csv"), show_default=True, help="where --sweep writes its table")
+@option("--samples", type=Count(), default="1e8", show_default=True, help="Points to draw, e.g. 1e8.")
+@option("--nodes", type=Count(1, MAX_NODES), default=None, show_default="every worker node; locally one per core",
+        help="Nodes that draw points, one worker task on each (the embedded local cluster's worker tasks stand in for nodes).")
+@option("--seed", type=Count(0), default=None, show_default="random", help="RNG seed: the same seed and --nodes give the same count.")
+@option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@option("--live/--no-live", default=True, show_default=True, help="Live node panel and progress (on a terminal; else log lines).")
+@option("--sweep", type=CountList(Count()), default=None, help="Sample sizes for a table, e.g. 1e7,2e7,5e7,1e8.")
+@option("--nodes-list", type=CountList(Count(1, MAX_NODES)), default=None, help="Node counts for --sweep, e.g. 1,2,4,8,16 (as --nodes).")
+@option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("montecarlo-sweep.csv"), show_default=True, help="Where --sweep writes its table.")
+@other_spelling("--workers", "run montecarlo counts nodes, each drawing on one worker task: give --nodes {value}")
 def montecarlo(inventory, samples, nodes, seed, as_json, live, sweep, nodes_list, csv_path) -> None:
     """Estimate pi by drawing points in the unit square on every worker."""
     from picluster.cluster.attach import default_workers

@@ -6,20 +6,21 @@ from pathlib import Path
 
 import click
 
-from picluster.cli.options import Whole, node_inventory_option
+from picluster.cli.options import Whole, node_inventory_option, option, other_spelling
 
 
 @click.command(context_settings={"ignore_unknown_options": False})
 @node_inventory_option
-@click.option("--nodes", "-N", type=Whole(1, 4096), default=None, help="nodes for the job [default: 1, or the --nodelist's]")
-@click.option("--ps", type=Whole(0, 4096), default=None, help="ps tasks among them [default: one per 12 nodes]")
-@click.option("--cpus", "-c", type=Whole(1, 1024), default=None,
-              help="CPUs per node, leaving the rest to other jobs [default: whole nodes]")
-@click.option("--time", "-t", "time_limit", default=None, help="run-time limit: minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]] (SGE's h_rt)")
-@click.option("--mem", default=None, help="memory per node: 512M, 2G (SGE's mem_free) [default: the CPUs' share]")
-@click.option("--nodelist", "-w", default=None, help="these nodes, e.g. node[01-04] (SGE's -l h=)")
-@click.option("--name", "-J", default=None, help="the job's name in the queue (SGE's -N) [default: from the command]")
+@option("--nodes", "-N", type=Whole(1, 4096), default=None, show_default="1, or the --nodelist's", help="Nodes (machines) for the job, its ps nodes among them.")
+@option("--ps", type=Whole(0, 4096), default=None, show_default="one per 12 nodes", help="Parameter-server (ps) tasks among them.")
+@option("--cpus", "-c", type=Whole(1, 1024), default=None,
+        show_default="whole nodes", help="CPUs per node, leaving the rest to other jobs.")
+@option("--time", "-t", "time_limit", default=None, help="Run-time limit: minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]] (SGE's h_rt).")
+@option("--mem", default=None, show_default="the CPUs' share", help="Memory per node: 512M, 2G (SGE's mem_free).")
+@option("--nodelist", "-w", default=None, help="These nodes, e.g. node[01-04] (SGE's -l h=).")
+@option("--name", "-J", default=None, show_default="from the command", help="The job's name in the queue (SGE's -N).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@other_spelling("--workers", "submit counts the job's nodes, its ps nodes among them: give --nodes N (and --ps for how many are ps)")
 def submit(inventory, nodes, ps, cpus, time_limit, mem, nodelist, name, command) -> None:
     """Queue COMMAND, or a job SCRIPT, with Slurm on the inventory's cluster and print its job id (slurm:ID).
 

@@ -6,13 +6,13 @@ import time
 import click
 from rich.console import Console
 
-from picluster.cli.options import Real, inventory_option
+from picluster.cli.options import Real, inventory_option, option
 
 
 @click.command()
 @inventory_option
-@click.option("--once", is_flag=True, help="print one snapshot and exit (the default when stdout is not a terminal)")
-@click.option("--interval", type=Real(0.2, 60), default=1.0, show_default=True, help="seconds between refreshes")
+@option("--once", is_flag=True, help="Print one snapshot and exit (the default when stdout is not a terminal).")
+@option("--interval", type=Real(0.2, 60), default=1.0, show_default=True, help="Seconds between refreshes.")
 def top(inventory, once, interval) -> None:
     """Per-node CPU, load, memory, temperature, network and TensorFlow task states."""
     from picluster.cluster.attach import find

@@ -5,7 +5,7 @@ from pathlib import Path
 import click
 
 from picluster.cli.group import Group
-from picluster.cli.options import Real, Whole, inventory_option
+from picluster.cli.options import Real, Whole, inventory_option, option, other_spelling
 from picluster.errors import UsageError
 
 
@@ -16,77 +16,79 @@ def train() -> None:
 
 @train.command()
 @inventory_option
-@click.option("--model", type=click.Choice(["convlstm", "resbidir"]), default=None,
-              help="convlstm: convolutions, then a bidir LSTM (the chosen recipe); resbidir: the thesis' residual bidir LSTM [convlstm]")
-@click.option("--layers", type=Whole(), default=None,
-              help="the model's depth: convlstm's convolution blocks (1-7), resbidir's stacked residual blocks (1-16) [3]")
-@click.option("--conv-filters", type=Whole(), default=None, help="convlstm: filters per convolution [64]")
-@click.option("--conv-kernel", type=Whole(), default=None, help="convlstm: kernel length in steps [5]")
-@click.option("--conv-pool", type=Whole(), default=None, help="convlstm: max-pool after each convolution [2]")
-@click.option("--conv-norm/--no-conv-norm", default=None, help="convlstm: layer norm after each convolution [no-conv-norm]")
-@click.option("--rnn-layers", type=Whole(), default=None, help="convlstm: (bi)LSTM layers [1]")
-@click.option("--rnn-hidden", type=Whole(), default=None, help="convlstm: LSTM layer output, split over directions [64]")
-@click.option("--readout", type=click.Choice(["last", "mean", "both"]), default=None, help="convlstm: last states, mean over time, or both [last]")
-@click.option("--residual", type=Whole(), default=None, help="resbidir: residual LSTMs summed per block; 1 = none [2]")
-@click.option("--hidden", type=Whole(), default=None, help="resbidir: hidden units per block, split over directions [32]")
-@click.option("--norm", type=click.Choice(["window", "step", "batch", "none"]), default=None, help="resbidir: normalisation of residual block outputs [window]")
-@click.option("--relu-logits/--linear-logits", default=None, help="resbidir: ReLU on the output layer, as in the thesis [linear-logits]")
-@click.option("--window-stats/--no-window-stats", default=None, help="resbidir: feed each input channel's window mean and deviation to the output layer [no-window-stats]")
-@click.option("--bidir/--no-bidir", default=None, help="bidirectional LSTMs [bidir]")
-@click.option("--standardise/--raw-inputs", default=None, help="scale inputs per channel by training-set moments [convlstm: standardise; resbidir: raw-inputs]")
-@click.option("--augment", type=str, default=None, metavar="SPEC",
-              help="augment training windows: rotate:DEG,mirror:P,scale:S,shift:STEPS; '' = none "
-                   "[convlstm: rotate:45,scale:0.1,shift:8; resbidir: none]")
-@click.option("--label-smoothing", type=Real(), default=None, help="of the training loss's targets [0]")
-@click.option("--epochs", type=Whole(), default=None, help="epochs [convlstm: 60; resbidir: 40]")
-@click.option("--batch", type=Whole(), default=None, help="windows per worker step; with --global-batch, per sync update [100]")
-@click.option("--batch-per-worker/--global-batch", "batch_per_worker", default=None,
-              help="sync: each worker feeds --batch windows (an update sees workers x batch), or --batch is split "
-                   "across the workers, as in the thesis [batch-per-worker]")
-@click.option("--lr-scaling", type=click.Choice(["none", "sqrt", "linear"]), default=None,
-              help="the rate times (an update's windows / --batch) to the power 0, 1/2 or 1 [sqrt]")
-@click.option("--local-steps", type=Whole(), default=None,
-              help="sync: after --local-after epochs, each worker's steps between syncs that average the models (post-local SGD) [1: every step syncs]")
-@click.option("--local-after", type=Whole(), default=None, help="epochs of synchronous steps before --local-steps apply [2]")
-@click.option("--warmup-updates", type=Whole(), default=None, help="updates over which the scaled rate is reached linearly [none: --warmup-epochs]")
-@click.option("--warmup-epochs", type=Real(), default=None, help="epochs over which the scaled rate is reached linearly, instead of --warmup-updates [2]")
-@click.option("--async-lr", type=click.Choice(["constant", "staleness"]), default=None,
-              help="async: divide each update's rate by its staleness (updates since it read the weights) [staleness]")
-@click.option("--adam-beta1", type=Real(), default=None, help="Adam's momentum (beta1) [0.9]")
-@click.option("--lr", "learning_rate", type=Real(), default=None, help="Adam learning rate [0.001]")
-@click.option("--lr-schedule", type=click.Choice(["constant", "cosine"]), default=None, help="learning rate over the epochs [constant]")
-@click.option("--l2", type=Real(), default=None, help="L2 weight on the weights [convlstm: 0.0005; resbidir: 0.005]")
-@click.option("--ema", type=Real(), default=None, help="evaluate a moving average of the weights with this decay; 0 = off [0]")
-@click.option("--keep-prob", type=Real(), default=None, help="dropout keep probability [0.85]")
-@click.option("--mode", type=click.Choice(["sync", "async"]), default=None, help="gradient aggregation [sync]")
-@click.option("--workers", type=Whole(), default=None, help="worker tasks, one client each [2; with --inventory all of its workers]")
-@click.option("--ps", type=Whole(), default=None, help="parameter-server tasks [1; with --inventory all of its ps tasks]")
-@click.option("--exchange", type=click.Choice(["fused", "variables"]), default=None,
-              help="between workers and ps: one flat tensor per ps each way, or one per variable [fused]")
-@click.option("--standalone", is_flag=True, default=None, help="one process, no ps (the baseline for benchmarks)")
-@click.option("--seed", type=Whole(), default=None, help="initialisation, dropout, input order and augmentation seed [1]")
-@click.option("--evaluator", type=click.Choice(["auto", "coordinator", "chief"]), default=None,
-              help="where validation runs: beside this command (workers never wait for it), or on worker 0 between epochs [auto: here when this machine holds the data set]")
-@click.option("--select", type=click.Choice(["best", "last"]), default=None, help="the model kept: the best epoch on validation, or the last [best]")
-@click.option("--deterministic/--no-deterministic", default=None,
-              help="op determinism (TF_DETERMINISTIC_OPS); sync and standalone runs repeat exactly without it [no-deterministic]")
-@click.option("--threads", type=Whole(), default=None, help="standalone: intra- and inter-op threads; 0 = every core [0]")
-@click.option("--target-val-accuracy", type=Real(), default=None, help="stop once validation accuracy reaches this")
-@click.option("--checkpoint-epochs", type=Whole(), default=None, help="epochs between checkpoints [1]")
-@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="prepared HAR folder [picluster data har's, prepared on first use]")
-@click.option("--val-volunteers", type=str, default=None, metavar="LIST",
-              help="training volunteers that validate instead of the data's own, e.g. 5,14,21,27 (cross-validation folds); never test volunteers")
-@click.option("--eval-test-every-epoch", is_flag=True, default=None,
-              help="for study only: also score the test volunteers every epoch (metrics.csv test columns); "
-                   "by default the test set is scored once, at the end, for the model chosen on validation")
-@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="where the run keeps its files [<state>/runs/<time>]")
-@click.option("--resume", type=click.Path(file_okay=False, path_type=Path), default=None, help="continue the run in this directory from its last checkpoint")
-@click.option("--json", "as_json", is_flag=True, help="print result.json at the end instead of a summary")
-@click.option("--live/--no-live", default=True, show_default=True, help="live node panel and progress (on a terminal; else log lines)")
-@click.option("--worker-runtime", type=click.Choice(["auto", "resident", "shared", "separate"]), default="auto", show_default=True,
-              help="resident: each worker node's client runs inside the node's running server (no TensorFlow import, one "
-                   "runtime per node, fits a 1 GB Pi); shared: a client process serves the task in place of the node's server; "
-                   "separate: a client process beside it; auto: resident on inventory nodes")
+@option("--model", type=click.Choice(["convlstm", "resbidir"]), default=None,
+        show_default="convlstm", help="convlstm: convolutions, then a bidir LSTM (the chosen recipe); resbidir: the thesis' residual bidir LSTM.")
+@option("--layers", type=Whole(), default=None,
+        show_default="3", help="The model's depth: convlstm's convolution blocks (1-7), resbidir's stacked residual blocks (1-16).")
+@option("--conv-filters", type=Whole(), default=None, show_default="64", help="convlstm: filters per convolution.")
+@option("--conv-kernel", type=Whole(), default=None, show_default="5", help="convlstm: kernel length in steps.")
+@option("--conv-pool", type=Whole(), default=None, show_default="2", help="convlstm: max-pool after each convolution.")
+@option("--conv-norm/--no-conv-norm", default=None, show_default="no-conv-norm", help="convlstm: layer norm after each convolution.")
+@option("--rnn-layers", type=Whole(), default=None, show_default="1", help="convlstm: (bi)LSTM layers.")
+@option("--rnn-hidden", type=Whole(), default=None, show_default="64", help="convlstm: LSTM layer output, split over directions.")
+@option("--readout", type=click.Choice(["last", "mean", "both"]), default=None, show_default="last", help="convlstm: last states, mean over time, or both.")
+@option("--residual", type=Whole(), default=None, show_default="2", help="resbidir: residual LSTMs summed per block; 1 = none.")
+@option("--hidden", type=Whole(), default=None, show_default="32", help="resbidir: hidden units per block, split over directions.")
+@option("--norm", type=click.Choice(["window", "step", "batch", "none"]), default=None, show_default="window", help="resbidir: normalisation of residual block outputs.")
+@option("--relu-logits/--linear-logits", default=None, show_default="linear-logits", help="resbidir: ReLU on the output layer, as in the thesis.")
+@option("--window-stats/--no-window-stats", default=None, show_default="no-window-stats",
+        help="resbidir: feed each input channel's window mean and deviation to the output layer.")
+@option("--bidir/--no-bidir", default=None, show_default="bidir", help="Bidirectional LSTMs.")
+@option("--standardise/--raw-inputs", default=None, show_default="convlstm: standardise; resbidir: raw-inputs", help="Scale inputs per channel by training-set moments.")
+@option("--augment", type=str, default=None, metavar="SPEC",
+        show_default="convlstm: rotate:45,scale:0.1,shift:8; resbidir: none", help="Augment training windows: rotate:DEG,mirror:P,scale:S,shift:STEPS; '' = none.")
+@option("--label-smoothing", type=Real(), default=None, show_default="0", help="Label smoothing of the training loss's targets.")
+@option("--epochs", type=Whole(), default=None, show_default="convlstm: 60; resbidir: 40", help="Training epochs.")
+@option("--batch", type=Whole(), default=None, show_default="100", help="Windows per worker step; with --global-batch, per sync update.")
+@option("--batch-per-worker/--global-batch", "batch_per_worker", default=None,
+        show_default="batch-per-worker", help="sync: each worker feeds --batch windows (an update sees workers x batch), "
+                                              "or --batch is split across the workers, as in the thesis.")
+@option("--lr-scaling", type=click.Choice(["none", "sqrt", "linear"]), default=None,
+        show_default="sqrt", help="The rate times (an update's windows / --batch) to the power 0, 1/2 or 1.")
+@option("--local-steps", type=Whole(), default=None,
+        show_default="1: every step syncs", help="sync: after --local-after epochs, each worker's steps between syncs that average the models (post-local SGD).")
+@option("--local-after", type=Whole(), default=None, show_default="2", help="Epochs of synchronous steps before --local-steps apply.")
+@option("--warmup-updates", type=Whole(), default=None, show_default="none: --warmup-epochs", help="Updates over which the scaled rate is reached linearly.")
+@option("--warmup-epochs", type=Real(), default=None, show_default="2", help="Epochs over which the scaled rate is reached linearly, instead of --warmup-updates.")
+@option("--async-lr", type=click.Choice(["constant", "staleness"]), default=None,
+        show_default="staleness", help="async: divide each update's rate by its staleness (updates since it read the weights).")
+@option("--adam-beta1", type=Real(), default=None, show_default="0.9", help="Adam's momentum (beta1).")
+@option("--lr", "learning_rate", type=Real(), default=None, show_default="0.001", help="Adam learning rate.")
+@option("--lr-schedule", type=click.Choice(["constant", "cosine"]), default=None, show_default="constant", help="Learning rate over the epochs.")
+@option("--l2", type=Real(), default=None, show_default="convlstm: 0.0005; resbidir: 0.005", help="L2 weight on the weights.")
+@option("--ema", type=Real(), default=None, show_default="0", help="Evaluate a moving average of the weights with this decay; 0 = off.")
+@option("--keep-prob", type=Real(), default=None, show_default="0.85", help="Dropout keep probability.")
+@option("--mode", type=click.Choice(["sync", "async"]), default=None, show_default="sync", help="Gradient aggregation.")
+@option("--workers", type=Whole(), default=None, show_default="2; with an inventory all of its workers",
+        help="Worker tasks, one client each (with an inventory, one per worker node).")
+@option("--ps", type=Whole(), default=None, show_default="1; with an inventory all of its ps tasks", help="Parameter-server tasks.")
+@option("--exchange", type=click.Choice(["fused", "variables"]), default=None,
+        show_default="fused", help="Between workers and ps: one flat tensor per ps each way, or one per variable.")
+@option("--standalone", is_flag=True, default=None, help="One process, no ps (the baseline for benchmarks).")
+@option("--seed", type=Whole(), default=None, show_default="1", help="Initialisation, dropout, input order and augmentation seed.")
+@option("--evaluator", type=click.Choice(["auto", "coordinator", "chief"]), default=None,
+        show_default="auto: here when this machine holds the data set", help="Where validation runs: beside this command (workers never wait for it), "
+                                                                             "or on worker 0 between epochs.")
+@option("--select", type=click.Choice(["best", "last"]), default=None, show_default="best", help="The model kept: the best epoch on validation, or the last.")
+@option("--deterministic/--no-deterministic", default=None,
+        show_default="no-deterministic", help="Op determinism (TF_DETERMINISTIC_OPS); sync and standalone runs repeat exactly without it.")
+@option("--threads", type=Whole(), default=None, show_default="0", help="standalone: intra- and inter-op threads; 0 = every core.")
+@option("--target-val-accuracy", type=Real(), default=None, help="Stop once validation accuracy reaches this.")
+@option("--checkpoint-epochs", type=Whole(), default=None, show_default="1", help="Epochs between checkpoints.")
+@option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None, show_default="picluster data har's, prepared on first use", help="Prepared HAR folder.")
+@option("--val-volunteers", type=str, default=None, metavar="LIST",
+        help="Training volunteers that validate instead of the data's own, e.g. 5,14,21,27 (cross-validation folds); never test volunteers.")
+@option("--eval-test-every-epoch", is_flag=True, default=None,
+        help="For study only: also score the test volunteers every epoch (metrics.csv test columns); "
+                   "by default the test set is scored once, at the end, for the model chosen on validation.")
+@option("--run-dir", type=click.Path(file_okay=False, path_type=Path), default=None, show_default="<state>/runs/<time>", help="Where the run keeps its files.")
+@option("--resume", type=click.Path(file_okay=False, path_type=Path), default=None, help="Continue the run in this directory from its last checkpoint.")
+@option("--json", "as_json", is_flag=True, help="Print result.json at the end instead of a summary.")
+@option("--live/--no-live", default=True, show_default=True, help="Live node panel and progress (on a terminal; else log lines).")
+@option("--worker-runtime", type=click.Choice(["auto", "resident", "shared", "separate"]), default="auto", show_default=True,
+        help="resident: each worker node's client runs inside the node's running server (no TensorFlow import, one runtime per node, fits a 1 GB Pi); "
+                   "shared: a client process serves the task in place of the node's server; separate: a client process beside it; auto: resident on inventory nodes.")
+@other_spelling("--nodes", "train har counts worker tasks: give --workers {value} (with an inventory, one per worker node; --ps for the ps tasks)")
 def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **options) -> None:
     """Train a HAR classifier on UCI HAR windows, between-graph replicated.
 
@@ -153,7 +155,12 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
     display = JobDisplay("train har", "epochs", live=live and not as_json)
     printer = progress.Printer(config, run, quiet=as_json, console=display.console if display.live else None)
     job = HarJob(config, run, worker_runtime, printer, progress.Follower(config, display))
-    result = controller.run(job, None if config.standalone else inventory, display=display)
+    try:
+        result = controller.run(job, None if config.standalone else inventory, display=display)
+    except BaseException:
+        if resume is None:
+            coordinator.discard_unused(run)
+        raise
     if as_json:
         import json
 

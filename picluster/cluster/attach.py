@@ -32,14 +32,16 @@ def find(inventory: Inventory | None) -> Cluster | None:
 
 @contextmanager
 def attach(inventory: Inventory | None, workers: int, ps: int = 0, temporary: bool = True,
-           meanwhile: Callable[[], None] | None = None) -> Iterator[Cluster]:
+           meanwhile: Callable[[], None] | None = None, option: str = "--workers") -> Iterator[Cluster]:
     """A cluster with at least ``workers`` workers and ``ps`` ps tasks answering.
 
     Without a running cluster, a temporary local one is started (unless ``temporary`` is False)
-    and stopped when the block ends; ``meanwhile`` runs while its servers start.
+    and stopped when the block ends; ``meanwhile`` runs while its servers start.  ``option`` is
+    the job's command-line option for its workers (--workers, or Monte-Carlo's --nodes), named
+    when the cluster has too few.
     """
     if workers < 1:
-        raise UsageError("--nodes must be at least 1")
+        raise UsageError(f"{option} must be at least 1")
     allocation = Allocation.here()
     if allocation is not None:
         have, has_ps = len(allocation.layout.workers), len(allocation.layout.ps)
@@ -50,20 +52,20 @@ def attach(inventory: Inventory | None, workers: int, ps: int = 0, temporary: bo
         try:
             allocation.start()
             allocation.start_s = time.perf_counter() - start
-            allocation.require(workers, ps)
+            allocation.require(workers, ps, option)
             yield allocation
         finally:
             allocation.close()
         return
     cluster = find(inventory)
     if cluster is not None:
-        cluster.require(workers, ps)
+        cluster.require(workers, ps, option)
         yield cluster
         return
     if not temporary:
         raise ClusterError("no local cluster is running: start one with 'picluster cluster up' (or give --inventory)")
     if workers + ps > MAX_TASKS:
-        raise UsageError(f"--nodes {workers} is more than the local cluster limit of {MAX_TASKS - ps} workers")
+        raise UsageError(f"{option} {workers} is more than the local cluster limit of {MAX_TASKS - ps} workers")
     start = time.perf_counter()
     # The servers in one process (TensorFlow imported once); PICLUSTER_TEMPORARY_SERVERS=per-task
     # starts one process per task as a persistent local cluster does, to compare the two.

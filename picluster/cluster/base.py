@@ -107,12 +107,13 @@ class Cluster(ABC):
     def close(self) -> None:  # noqa: B027  (most kinds keep running: nothing to do)
         """The job is done with the cluster: a temporary one stops; the others keep running."""
 
-    def require(self, workers: int, ps: int) -> None:
-        """At least ``workers`` workers and ``ps`` ps tasks, each answering; else one line naming them."""
+    def require(self, workers: int, ps: int, option: str = "--workers") -> None:
+        """At least ``workers`` workers and ``ps`` ps tasks, each answering; else one line naming
+        them (``option``: the job's own option for its workers, named in the answer)."""
         what = self.what
         have = len(self.layout.workers)
         if workers > have:
-            raise UsageError(f"--nodes {workers} is more than the {have} worker{'s' if have != 1 else ''} of {what}: give --nodes {have} "
+            raise UsageError(f"{option} {workers} is more than the {have} worker{'s' if have != 1 else ''} of {what}: give {option} {have} "
                              "or fewer (with an inventory, [roles] worker may list the ps nodes too: docs/cluster.md)")
         if ps > len(self.layout.ps):
             raise UsageError(f"this job needs {ps} ps task(s) but {what} has {len(self.layout.ps)}")

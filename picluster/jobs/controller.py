@@ -70,6 +70,7 @@ class Job(ABC):
     title: str = ""  # the progress line's, e.g. "montecarlo on 8 worker(s)"
     unit: str = ""  # what progress counts: "samples", "epochs", "tasks"
     workers: int = 1
+    workers_option = "--workers"  # the command's option for ``workers``, named when a cluster has too few
     ps: int = 0
     temporary: bool = True  # start a temporary local cluster when none runs
     standalone: bool = False  # no cluster at all: one process on this machine
@@ -116,7 +117,7 @@ def run(job: Job, inventory: Inventory | None, live: bool = True, display: JobDi
         if not job.standalone:
             try:
                 cluster = stack.enter_context(attach(inventory, job.workers, job.ps, temporary=job.temporary,
-                                                           meanwhile=job.warm_up))
+                                                           meanwhile=job.warm_up, option=job.workers_option))
             except PiclusterError:
                 record.forget()  # no cluster, no job
                 raise

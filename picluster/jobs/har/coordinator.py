@@ -62,6 +62,15 @@ def new_run_dir(path: Path | None) -> RunDir:
     return run
 
 
+def discard_unused(run: RunDir) -> None:
+    """A run refused before it wrote anything (too few workers, a node not answering) leaves no
+    empty folder behind; a folder with anything in it is kept."""
+    try:
+        run.path.rmdir()  # only an empty directory: never a run's files
+    except OSError:
+        pass
+
+
 def check_data(config: TrainConfig) -> None:
     """Fail before any server starts: a missing or misshapen data set is the user's to fix."""
     load_data(config)

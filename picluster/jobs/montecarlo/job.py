@@ -22,6 +22,7 @@ class Estimated:
 class MonteCarloJob(Job):
     kind = name = "montecarlo"
     unit = "samples"
+    workers_option = "--nodes"  # one worker task per node: the card's `--nodes 8`
 
     def __init__(self, samples: int, workers: int, seed: int, show_progress: bool = True) -> None:
         self.samples, self.workers, self.seed = samples, workers, seed
@@ -49,6 +50,7 @@ class SweepJob(Job):
 
     kind = name = "montecarlo"
     mode = "sweep"
+    workers_option = "--nodes"
 
     def __init__(self, sizes: list[int], node_counts: list[int], seed: int) -> None:
         self.sizes, self.node_counts, self.seed = sizes, node_counts, seed
