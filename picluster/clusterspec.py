@@ -53,6 +53,17 @@ class Layout:
     def workers(self) -> list[Task]:
         return self.job("worker")
 
+    def one_per_node(self) -> list[Task]:
+        """Every worker, then the ps task of each node that runs no worker: the servers a job any
+        server can run (Monte-Carlo) spreads over, so `--nodes 8` on eight Pis uses the one that
+        holds the ps too.  The local cluster's ps shares its node with the workers: not added."""
+        with_worker = {t.node for t in self.workers}
+        spare: dict[str, Task] = {}
+        for t in self.ps:
+            if t.node not in with_worker:
+                spare.setdefault(t.node, t)
+        return self.workers + list(spare.values())
+
     def task(self, job: str, index: int) -> Task:
         for t in self.tasks:
             if t.job == job and t.index == index:

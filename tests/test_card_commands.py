@@ -32,7 +32,7 @@ def assert_quiet(result) -> None:
 def test_run_montecarlo_as_written(state):
     result = picluster("run", "montecarlo", "--samples", "1e8", "--nodes", "8")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "Monte-Carlo pi on 8 worker(s)" in result.stdout and "100,000,000 samples" in result.stdout
+    assert "Monte-Carlo pi on 8 node(s)" in result.stdout and "100,000,000 samples" in result.stdout
     estimate = float(re.search(r"estimate +([0-9.]+)", result.stdout).group(1))
     assert abs(estimate - 3.14159265) < 0.01  # 1e8 samples: one standard error is 1.6e-4
     assert_quiet(result)

@@ -49,7 +49,7 @@ def test_messages_name_the_problem(state):
     (None, "no such file"),
     ("[cluster\n", "invalid TOML"),
     ('[cluster]\nname="c"\nuser="pi"\nnodes="n[1-2]"\naddresses="10.9.0.[1-2]"\nfoo=1\n', "unknown key 'foo'"),
-    ('[cluster]\nname="c"\nuser="pi"\nnodes="n[1-2]"\naddresses="10.9.0.[1-2]"\n', "--nodes 3 is more than the 1 worker"),
+    ('[cluster]\nname="c"\nuser="pi"\nnodes="n[1-2]"\naddresses="10.9.0.[1-2]"\n', "--nodes 3 is more than the 2 nodes with a TensorFlow server"),
 ])
 def test_bad_or_too_small_inventory(state, tmp_path, content, fragment):
     path = tmp_path / "picluster.toml"

@@ -29,6 +29,19 @@ def test_node_with_ps_and_worker_gets_two_ports():
     assert layout.task("worker", 0).address == "10.1.0.11:2223"
 
 
+def test_one_server_per_node_adds_the_ps_of_a_node_without_a_worker():
+    """What Monte-Carlo's --nodes counts: eight Pis with the default roles are eight nodes, not 7."""
+    default = from_inventory(inventory())
+    assert [t.label for t in default.one_per_node()] == ["worker:0", "worker:1", "worker:2", "ps:0"]
+    assert [t.node for t in default.one_per_node()] == ["node02", "node03", "node04", "node01"]
+    both = from_inventory(inventory(ps="node01", worker="node[01-04]"))  # node01's worker stands for it
+    assert [t.label for t in both.one_per_node()] == ["worker:0", "worker:1", "worker:2", "worker:3"]
+    two_ps = from_inventory(inventory(ps="node[01-02]", worker="node[03-04]"))
+    assert [t.node for t in two_ps.one_per_node()] == ["node03", "node04", "node01", "node02"]
+    local = local_layout([2222], [2223, 2224])  # one machine: its worker tasks stand in for nodes
+    assert [t.label for t in local.one_per_node()] == ["worker:0", "worker:1"]
+
+
 def test_tf_config():
     layout = from_inventory(inventory())
     config = json.loads(layout.tf_config("worker", 2))

@@ -40,7 +40,7 @@ def test_montecarlo_on_real_cluster(state, monkeypatch):
             c = job.estimate(3_000_001, seed=12)
         with MonteCarlo(cluster.layout, 1) as single:
             d = single.estimate(3_000_001, seed=11)
-        with pytest.raises(UsageError, match="more than the 2 workers"):
+        with pytest.raises(UsageError, match="more than the 2 nodes with a TensorFlow server"):  # the ps is on the workers' node
             MonteCarlo(cluster.layout, 3)
     finally:
         cluster.stop()
@@ -124,5 +124,5 @@ def test_run_montecarlo_names_every_kind_of_cluster_in_its_report(tmp_path, monk
                             lambda job, inventory, live, on=cluster: job.body(on, SimpleNamespace(progress=lambda *a: None)))
         run.main(["montecarlo", "--samples", "1e7", "--nodes", "1", "--seed", "7"], prog_name="picluster run", standalone_mode=False)
         shown = capsys.readouterr().out
-        assert shown.startswith(f"Monte-Carlo pi on 1 worker(s) ({named}): 10,000,000 samples, seed 7\n"), shown
+        assert shown.startswith(f"Monte-Carlo pi on 1 node(s) ({named}): 10,000,000 samples, seed 7\n"), shown
         assert "  estimate        3.14159" in shown

@@ -68,6 +68,12 @@ def test_up_run_top_restart_down_over_ssh(lab_cluster):
     estimate = json.loads(result.stdout)
     assert estimate["cluster"] == "inventory" and estimate["nodes"] == 2
     assert abs(estimate["estimate"] - math.pi) < 5 * estimate["std_error"]
+    # Every node draws, node01's ps standing in for the worker it does not run; as a user types it.
+    every = picluster("run", "montecarlo", "-i", inventory, "--samples", "6e6", "--nodes", "3", "--no-live")
+    assert every.returncode == 0, every.stderr
+    assert "Monte-Carlo pi on 3 node(s) (" in every.stdout and "6,000,000 samples" in every.stdout, every.stdout
+    assert "--nodes 4 is more than the 3 nodes with a TensorFlow server of the inventory: give --nodes 3 or fewer" in \
+        picluster("run", "montecarlo", "-i", inventory, "--nodes", "4").stderr
 
     top = picluster("top", "-i", inventory, "--once")
     rows = {line.split()[0]: line for line in top.stdout.splitlines() if line.strip().startswith("node0")}

@@ -23,8 +23,9 @@ def run() -> None:
 @run.command()
 @inventory_option
 @option("--samples", type=Count(), default="1e8", show_default=True, help="Points to draw, e.g. 1e8.")
-@option("--nodes", type=Count(1, MAX_NODES), default=None, show_default="every worker node; locally one per core",
-        help="Nodes that draw points, one worker task on each (the embedded local cluster's worker tasks stand in for nodes).")
+@option("--nodes", type=Count(1, MAX_NODES), default=None, show_default="every node with a server; locally one per core",
+        help="Nodes that draw points, one server on each: its worker, or its ps where it runs no worker "
+             "(the embedded local cluster's worker tasks stand in for nodes).")
 @option("--seed", type=Count(0), default=None, show_default="random", help="RNG seed: the same seed and --nodes give the same count.")
 @option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @option("--live/--no-live", default=True, show_default=True, help="Live node panel and progress (on a terminal; else log lines).")
@@ -34,7 +35,7 @@ def run() -> None:
 @other_spelling("--workers", "run montecarlo counts nodes, each drawing on one worker task: give --nodes {value}")
 def montecarlo(inventory, samples, nodes, seed, as_json, live, sweep, nodes_list, csv_path) -> None:
     """Estimate pi by drawing points in the unit square on every worker."""
-    from picluster.cluster.attach import default_workers
+    from picluster.cluster.attach import default_nodes
     from picluster.jobs import controller
     from picluster.jobs.montecarlo import report
     from picluster.jobs.montecarlo import sweep as table
@@ -57,7 +58,7 @@ def montecarlo(inventory, samples, nodes, seed, as_json, live, sweep, nodes_list
 
     if sweep is None:
         total_start = time.perf_counter()
-        done = controller.run(MonteCarloJob(samples, nodes or default_workers(inventory), seed, show_progress=not as_json),
+        done = controller.run(MonteCarloJob(samples, nodes or default_nodes(inventory), seed, show_progress=not as_json),
                               inventory, live=live and not as_json)
         times = {"cluster_start_s": done.cluster_start_s, "graph_build_s": done.graph_build_s,
                  "compute_s": done.estimate.compute_s, "total_s": time.perf_counter() - total_start}
@@ -67,7 +68,7 @@ def montecarlo(inventory, samples, nodes, seed, as_json, live, sweep, nodes_list
             report.print_estimate(done.estimate, times, done.cluster_description)
         return
 
-    counts = nodes_list or [nodes or default_workers(inventory)]
+    counts = nodes_list or [nodes or default_nodes(inventory)]
     rows, kind = controller.run(SweepJob(sweep, counts, seed), inventory, live=False)
     table.write_sweep_csv(rows, csv_path)
     if as_json:

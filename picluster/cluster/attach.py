@@ -18,6 +18,7 @@ from picluster.cluster.base import Cluster
 from picluster.cluster.inprocess import InProcessCluster
 from picluster.cluster.local import MAX_TASKS, LocalCluster
 from picluster.cluster.nodes import NodeCluster
+from picluster.clusterspec import from_inventory
 from picluster.errors import ClusterError, UsageError
 from picluster.inventory import Inventory
 
@@ -32,19 +33,20 @@ def find(inventory: Inventory | None) -> Cluster | None:
 
 @contextmanager
 def attach(inventory: Inventory | None, workers: int, ps: int = 0, temporary: bool = True,
-           meanwhile: Callable[[], None] | None = None, option: str = "--workers") -> Iterator[Cluster]:
+           meanwhile: Callable[[], None] | None = None, option: str = "--workers", per_node: bool = False) -> Iterator[Cluster]:
     """A cluster with at least ``workers`` workers and ``ps`` ps tasks answering.
 
     Without a running cluster, a temporary local one is started (unless ``temporary`` is False)
     and stopped when the block ends; ``meanwhile`` runs while its servers start.  ``option`` is
     the job's command-line option for its workers (--workers, or Monte-Carlo's --nodes), named
-    when the cluster has too few.
+    when the cluster has too few.  With ``per_node`` a node's ps counts where it runs no worker
+    (Cluster.require); a temporary local cluster starts ``workers`` workers either way.
     """
     if workers < 1:
         raise UsageError(f"{option} must be at least 1")
     allocation = Allocation.here()
     if allocation is not None:
-        have, has_ps = len(allocation.layout.workers), len(allocation.layout.ps)
+        have, has_ps = len(allocation.layout.one_per_node() if per_node else allocation.layout.workers), len(allocation.layout.ps)
         if workers > have or ps > has_ps:
             raise UsageError(f"this job needs {workers} worker(s) and {ps} ps task(s) but {allocation.what} has "
                              f"{have} and {has_ps}: submit it with more --nodes (or --ps)")
@@ -52,14 +54,14 @@ def attach(inventory: Inventory | None, workers: int, ps: int = 0, temporary: bo
         try:
             allocation.start()
             allocation.start_s = time.perf_counter() - start
-            allocation.require(workers, ps, option)
+            allocation.require(workers, ps, option, per_node)
             yield allocation
         finally:
             allocation.close()
         return
     cluster = find(inventory)
     if cluster is not None:
-        cluster.require(workers, ps, option)
+        cluster.require(workers, ps, option, per_node)
         yield cluster
         return
     if not temporary:
@@ -91,3 +93,14 @@ def default_workers(inventory: Inventory | None) -> int:
     if running is not None and running.is_up():
         return len(running.layout.workers)
     return os.cpu_count() or 1
+
+
+def default_nodes(inventory: Inventory | None) -> int:
+    """Nodes a job that any server can run (Monte-Carlo) uses when not told: every node of the
+    Slurm job or of the inventory with a server (Layout.one_per_node), else as default_workers."""
+    slurm = sizes()
+    if slurm is not None:
+        return slurm[0]
+    if inventory is not None:
+        return len(from_inventory(inventory).one_per_node())
+    return default_workers(None)

@@ -107,17 +107,22 @@ class Cluster(ABC):
     def close(self) -> None:  # noqa: B027  (most kinds keep running: nothing to do)
         """The job is done with the cluster: a temporary one stops; the others keep running."""
 
-    def require(self, workers: int, ps: int, option: str = "--workers") -> None:
+    def require(self, workers: int, ps: int, option: str = "--workers", per_node: bool = False) -> None:
         """At least ``workers`` workers and ``ps`` ps tasks, each answering; else one line naming
-        them (``option``: the job's own option for its workers, named in the answer)."""
+        them (``option``: the job's own option for its workers, named in the answer).  With
+        ``per_node``, ``workers`` counts nodes with a server of either job (Layout.one_per_node)."""
         what = self.what
-        have = len(self.layout.workers)
+        pool = self.layout.one_per_node() if per_node else self.layout.workers
+        have = len(pool)
         if workers > have:
+            if per_node:
+                raise UsageError(f"{option} {workers} is more than the {have} node{'s' if have != 1 else ''} with a TensorFlow server of {what}: "
+                                 f"give {option} {have} or fewer")
             raise UsageError(f"{option} {workers} is more than the {have} worker{'s' if have != 1 else ''} of {what}: give {option} {have} "
                              "or fewer (with an inventory, [roles] worker may list the ps nodes too: docs/cluster.md)")
         if ps > len(self.layout.ps):
             raise UsageError(f"this job needs {ps} ps task(s) but {what} has {len(self.layout.ps)}")
-        silent = unanswered(self.layout.workers[:workers] + self.layout.ps[:ps])
+        silent = unanswered(pool[:workers] + [t for t in self.layout.ps[:ps] if t not in pool[:workers]])
         if silent:
             nodes = nodeset.fold(t.node for t in silent)
             labels = ", ".join(t.label for t in silent)

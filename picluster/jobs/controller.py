@@ -67,10 +67,11 @@ class Job(ABC):
     name: str
     kind: str  # "montecarlo", "har", "launch"
     mode: str = ""
-    title: str = ""  # the progress line's, e.g. "montecarlo on 8 worker(s)"
+    title: str = ""  # the progress line's, e.g. "montecarlo on 8 node(s)"
     unit: str = ""  # what progress counts: "samples", "epochs", "tasks"
     workers: int = 1
     workers_option = "--workers"  # the command's option for ``workers``, named when a cluster has too few
+    per_node = False  # True: ``workers`` counts nodes, a node's ps standing in for its missing worker (Monte-Carlo)
     ps: int = 0
     temporary: bool = True  # start a temporary local cluster when none runs
     standalone: bool = False  # no cluster at all: one process on this machine
@@ -117,7 +118,8 @@ def run(job: Job, inventory: Inventory | None, live: bool = True, display: JobDi
         if not job.standalone:
             try:
                 cluster = stack.enter_context(attach(inventory, job.workers, job.ps, temporary=job.temporary,
-                                                           meanwhile=job.warm_up, option=job.workers_option))
+                                                           meanwhile=job.warm_up, option=job.workers_option,
+                                                           per_node=job.per_node))
             except PiclusterError:
                 record.forget()  # no cluster, no job
                 raise

@@ -101,14 +101,15 @@ def coordinator_tensorflow():
 
 
 class MonteCarlo:
-    """One graph over the first ``nodes`` workers of ``layout``; run it for any sample count."""
+    """One graph over the first ``nodes`` nodes of ``layout``, one server on each (its worker, or
+    its ps where it runs no worker: Layout.one_per_node); run it for any sample count."""
 
     def __init__(self, layout: Layout, nodes: int, chunk: int = CHUNK, timeout_s: float = 0) -> None:
-        workers = layout.workers
+        workers = layout.one_per_node()
         if nodes < 1:
             raise UsageError("--nodes must be at least 1")
         if nodes > len(workers):
-            raise UsageError(f"--nodes {nodes} is more than the {len(workers)} workers available")
+            raise UsageError(f"--nodes {nodes} is more than the {len(workers)} nodes with a TensorFlow server available")
         tf = coordinator_tensorflow()
 
         self.nodes = nodes
@@ -181,7 +182,7 @@ class MonteCarlo:
         silent = unanswered(self.workers, tries=2)
         if silent:
             raise ClusterError(
-                f"{nodeset.fold(t.node for t in silent)}: worker stopped answering during the run "
+                f"{nodeset.fold(t.node for t in silent)}: TensorFlow server stopped answering during the run "
                 f"({', '.join(t.label for t in silent)}); the run is abandoned"
             )
 

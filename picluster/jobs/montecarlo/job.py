@@ -22,16 +22,17 @@ class Estimated:
 class MonteCarloJob(Job):
     kind = name = "montecarlo"
     unit = "samples"
-    workers_option = "--nodes"  # one worker task per node: the card's `--nodes 8`
+    workers_option = "--nodes"  # the card's `--nodes 8`: eight nodes, each drawing on one server
+    per_node = True
 
     def __init__(self, samples: int, workers: int, seed: int, show_progress: bool = True) -> None:
         self.samples, self.workers, self.seed = samples, workers, seed
         self.show_progress = show_progress
-        self.title = f"montecarlo on {workers} worker(s)"
+        self.title = f"montecarlo on {workers} node(s)"
 
     def placement(self, cluster: Cluster | None, job_id: int):
         assert cluster is not None
-        return nodeset.fold(sorted({t.node for t in cluster.layout.workers[: self.workers]})), []
+        return nodeset.fold(sorted({t.node for t in cluster.layout.one_per_node()[: self.workers]})), []
 
     def warm_up(self) -> None:
         _import_tensorflow_early()
@@ -51,6 +52,7 @@ class SweepJob(Job):
     kind = name = "montecarlo"
     mode = "sweep"
     workers_option = "--nodes"
+    per_node = True
 
     def __init__(self, sizes: list[int], node_counts: list[int], seed: int) -> None:
         self.sizes, self.node_counts, self.seed = sizes, node_counts, seed
@@ -58,7 +60,7 @@ class SweepJob(Job):
 
     def placement(self, cluster: Cluster | None, job_id: int):
         assert cluster is not None
-        return nodeset.fold(sorted({t.node for t in cluster.layout.workers[: self.workers]})), []
+        return nodeset.fold(sorted({t.node for t in cluster.layout.one_per_node()[: self.workers]})), []
 
     def warm_up(self) -> None:
         _import_tensorflow_early()

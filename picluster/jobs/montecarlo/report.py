@@ -17,7 +17,7 @@ def print_estimate(e: Estimate, times: dict, cluster: str, console: Console | No
     """``cluster``: how the cluster names itself (Cluster.description), "Slurm job 7's allocation"."""
     console = console or Console(highlight=False, soft_wrap=True)
     sigmas = e.abs_error / e.std_error if e.std_error else 0.0
-    console.print(f"Monte-Carlo pi on {e.nodes} worker(s) ({cluster}): {e.samples:,} samples, seed {e.seed}")
+    console.print(f"Monte-Carlo pi on {e.nodes} node(s) ({cluster}): {e.samples:,} samples, seed {e.seed}")
     console.print(f"  estimate        {e.pi:.9f}")
     console.print(f"  |error|         {e.abs_error:.3e}  ({sigmas:.2f} standard errors)")
     console.print(f"  standard error  {e.std_error:.3e}")
