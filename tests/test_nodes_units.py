@@ -147,7 +147,7 @@ def test_the_start_script_is_where_the_boot_unit_looks_and_checks_what_each_pid_
     unit = templates.render("picluster-node.service.j2", user="pi", start_script=f"/home/pi/{RUN_DIR}/{START_SCRIPT}")
     assert f"ConditionPathExists=/home/pi/{RUN_DIR}/{START_SCRIPT}" in unit and "User=pi" in unit
     role = (ROOT / "ansible" / "roles" / "runtime" / "tasks" / "main.yml").read_text()
-    assert f'start_script: "{{{{ user_home.stdout }}}}/{RUN_DIR}/{START_SCRIPT}"' in role
+    assert f'start_script: "{{{{ runtime_user_home.stdout }}}}/{RUN_DIR}/{START_SCRIPT}"' in role
 
 
 def test_a_refused_port_is_a_machine_still_up_not_one_that_is_off():

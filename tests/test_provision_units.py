@@ -1,6 +1,7 @@
 """`picluster provision` without hosts: templates, file edits, facts, results, CLI input, Ansible syntax."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -464,6 +465,18 @@ def test_ansible_playbook_syntax_check(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "playbook: site.yml" in result.stdout
+
+
+def test_ansible_lint_passes_the_production_profile():
+    # As `./dev lint` runs it: in ansible/, offline (no Galaxy install, schema download or version
+    # check), with this venv first on PATH for the ansible-playbook its syntax check runs.
+    lint = Path(sys.executable).with_name("ansible-lint")
+    result = subprocess.run(
+        [str(lint), "--offline", "--nocolor", "--profile", "production"],
+        cwd=ROOT / "ansible", capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, PATH=f"{lint.parent}{os.pathsep}{os.environ.get('PATH', '')}"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_ansible_templates_are_the_shared_ones():
