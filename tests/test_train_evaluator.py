@@ -140,7 +140,7 @@ def test_the_target_stops_the_run_at_the_epoch_whose_weights_reached_it(state, t
     assert out["stopped_at_target"] is True and out["epochs_run"] == reached[0]
     step = int(rows[-1]["global_step"])
     assert f"with the weights of epoch {reached[0]} (step {step})" in (run_dir / "evaluator.log").read_text()
-    assert "selected on validation" in result.stderr  # the summary, as users see it
+    assert "selected on validation" in result.stdout and "selected on validation" not in result.stderr  # the report: stdout
     assert _evaluators(run_dir) == []
 
 

@@ -36,7 +36,9 @@ class Printer:
         self.config = config
         self.quiet = quiet
         # Progress goes to stderr so --json output stays parseable; a live panel brings its own console.
+        # The summary is the command's output: on stdout (`train har > result.txt`), as run's report.
         self.console = console or Console(file=sys.stderr, highlight=False, soft_wrap=True)
+        self.report = console or Console(highlight=False, soft_wrap=True)
         if not quiet:
             kind = "one process" if config.standalone else f"{config.mode}, {config.ps} ps + {config.workers} workers"
             self.console.print(f"run {run_dir}: {describe_model(config)}, {kind}, {config.epochs} epoch{'s' if config.epochs != 1 else ''}, {_update(config)}")
@@ -64,7 +66,7 @@ class Printer:
         )
 
     def summary(self, result: dict) -> None:
-        c = self.console
+        c = self.report
         if result.get("best_epoch") is None:
             c.print("no epoch completed")
             return

@@ -1,0 +1,151 @@
+"""docs/first-cluster.md walked on test hosts standing in for Pis, its commands typed as written.
+
+Three namespace hosts with real sshd stand in for the Pis, reached by the page's `.local` names:
+the CLI's resolver reads a hosts file of this test's own (nss_wrapper, Debian's libnss-wrapper),
+as a coordinator's resolves them through mDNS, and no resolver off this machine is asked.  The
+inventory is the page's, with the lab's user, key and three names; the one key added is `venv`:
+the hosts share this machine's /usr and tree, so the runtime is the coordinator's own venv and
+TensorFlow is not installed again (the runtime step's own install: test_provision_lab.py).  The
+hosts have no NFS (a shared kernel): node01's /srv/picluster is the same directory as every
+host's /mnt/picluster, as the NFS export and its mounts are on Pis.
+
+The commands come from the page itself, in its order, so a page that drifts fails here.  The
+walk takes minutes (a 60-epoch training on two workers): `--long`; its output is in the closing
+notes and docs/test-hosts.md.  The page's list of commands is checked in every run.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from picluster.lab import HostOptions, Lab
+
+from conftest import picluster
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "first-cluster.md"
+NAMES = ["node01", "node02", "node03"]
+
+
+def page_commands() -> list[str]:
+    """The page's indented command lines (sections 5 to 8), comments dropped, in order."""
+    text = PAGE.read_text().split("## 5.", 1)[1]
+    lines = [line[4:].split("  #")[0].strip() for line in text.splitlines() if line.startswith("    ")]
+    return [line for line in lines if line.startswith(("picluster ", "scp "))]
+
+
+def test_the_page_lists_the_walk_this_test_takes():  # a unit test: every run checks the page
+    assert page_commands() == [
+        "picluster provision --dry-run",
+        "picluster provision",
+        "picluster cluster up",
+        "picluster data har --out har",
+        "scp -r har pi@node01.local:/srv/picluster/",
+        "picluster run montecarlo --samples 1e8 --nodes 8",
+        "picluster train har --layers 3",
+        "picluster top",
+    ]
+
+
+@pytest.fixture
+def pis(lab_support, tmp_path, state):
+    share = tmp_path / "share"
+    share.mkdir()
+    shared = HostOptions(share=str(share))
+    master = HostOptions(share=str(share), exports_share=True)
+    lab = Lab(nodes=3, host_options={n: master if n == NAMES[0] else shared for n in NAMES})
+    lab.up()
+    try:
+        os.chown(share, lab.user.uid, lab.user.gid)
+        folder = tmp_path / "pis"  # the folder the page has the user make, with picluster.toml in it
+        folder.mkdir()
+        example = (ROOT / "examples" / "first-cluster.toml").read_text()
+        inventory = (example.replace('user = "pi"', f'user = "{lab.user.name}"')
+                     .replace('"node[01-04]"', '"node[01-03]"').replace('"node[01-04].local"', '"node[01-03].local"')
+                     .replace('"~/.ssh/id_ed25519"', f'"{lab.key_path}"')
+                     .replace("[cluster]\n", f'[cluster]\nvenv = "{sys.prefix}"\n', 1))
+        (folder / "picluster.toml").write_text(inventory)
+        hosts = tmp_path / "hosts"
+        hosts.write_text("".join(f"{lab.host(n).address} {n}.local\n" for n in NAMES))
+        env = {k: v for k, v in os.environ.items() if k != "PICLUSTER_INVENTORY"}
+        env.update(LD_PRELOAD="libnss_wrapper.so", NSS_WRAPPER_HOSTS=str(hosts), NSS_WRAPPER_PASSWD="/etc/passwd",
+                   NSS_WRAPPER_GROUP="/etc/group", COLUMNS="120")
+        yield lab, folder, env, share
+    finally:
+        picluster("cluster", "down", cwd=tmp_path / "pis", env=env, timeout=120)
+        lab.down()
+
+
+def say(title: str, result: subprocess.CompletedProcess) -> None:
+    """The walk's output, for the notes (pytest -s shows it)."""
+    print(f"\n$ {title}  (exit {result.returncode})\n{result.stdout}{result.stderr}")
+
+
+@pytest.mark.lab
+@pytest.mark.long
+@pytest.mark.timeout(3600)
+def test_a_newcomer_walks_the_page_from_the_inventory_to_the_cards_commands(pis):
+    lab, folder, env, share = pis
+    user = lab.user.name
+
+    def typed(line: str, timeout: float = 900) -> subprocess.CompletedProcess:
+        args = line.split()[1:]
+        done = picluster(*args, cwd=folder, env=env, timeout=timeout)
+        say(line, done)
+        return done
+
+    plan = typed("picluster provision --dry-run")
+    assert plan.returncode == 0, plan.stderr
+    assert "using the inventory ./picluster.toml in this folder" in plan.stderr
+    assert "unreachable" not in plan.stdout and "failed" not in plan.stdout
+
+    first = typed("picluster provision")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    again = typed("picluster provision")
+    assert again.returncode == 0 and re.search(r"node\[01-03\]: +ok", again.stdout), again.stdout[-3000:]
+
+    up = typed("picluster cluster up")
+    assert up.returncode == 0, up.stderr
+    for label, node in (("ps:0", "node01"), ("worker:0", "node02"), ("worker:1", "node03")):
+        assert re.search(rf"{re.escape(label)} +│ {node} +│ [\d.]+:2222 +│ up", up.stdout), up.stdout
+
+    data = typed("picluster data har --out har")
+    assert data.returncode == 0 and (folder / "har" / "har.npz").is_file(), data.stderr
+    copy = subprocess.run(["scp", "-q", "-r", "-i", str(lab.key_path), "-o", "BatchMode=yes",
+                           "-o", f"UserKnownHostsFile={lab.known_hosts_path}", "-o", "StrictHostKeyChecking=yes",
+                           "-o", "HostKeyAlias=" + lab.host("node01").address,
+                           "har", f"{user}@node01.local:/srv/picluster/"], cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+    say(f"scp -r har {user}@node01.local:/srv/picluster/", copy)
+    assert copy.returncode == 0, copy.stderr
+    assert (share / "har" / "har.npz").is_file()  # every host's /mnt/picluster/har
+
+    refused = typed("picluster run montecarlo --samples 1e8 --nodes 8")  # the page's own line, on three "Pis"
+    assert refused.returncode == 2
+    assert refused.stderr.strip().endswith("picluster: error: --nodes 8 is more than the 3 nodes with a TensorFlow server of the inventory: "
+                                           "give --nodes 3 or fewer"), refused.stderr
+    mc = typed("picluster run montecarlo --samples 1e8 --nodes 3")  # "else --nodes 4 on four": three here
+    assert mc.returncode == 0, mc.stderr
+    assert "Monte-Carlo pi on 3 node(s) (" in mc.stdout and "100,000,000 samples" in mc.stdout, mc.stdout
+
+    har = typed("picluster train har --layers 3", timeout=3000)
+    assert har.returncode == 0, har.stdout[-3000:] + har.stderr[-3000:]
+    assert "1 ps + 2 workers, 60 epochs" in har.stderr  # the run's line, with the progress, on stderr
+    accuracy = re.search(r"test accuracy ([\d.]+)%", har.stdout)
+    assert accuracy and float(accuracy.group(1)) > 90, har.stdout[-3000:]
+
+    top = typed("picluster top --once")
+    assert top.returncode == 0
+    rows = {line.split()[0]: line for line in top.stdout.splitlines() if line.strip().startswith("node0")}
+    assert set(rows) == set(NAMES) and rows["node01"].split()[1] == "ps,nfs", top.stdout
+
+    jobs = typed("picluster jobs")
+    assert jobs.returncode == 0 and "montecarlo" in jobs.stdout and "har" in jobs.stdout, jobs.stdout
+    uptime = picluster("exec", "all", "--", "uptime", cwd=folder, env=env)
+    say("picluster exec all -- uptime", uptime)
+    assert uptime.returncode == 0 and all(n in uptime.stdout or "node[01-03]" in uptime.stdout for n in NAMES)
+    down = typed("picluster cluster down")
+    assert down.returncode == 0, down.stderr
