@@ -100,3 +100,37 @@ def test_nodes_the_inventory_names_by_host_name_are_reached_through_this_machine
     assert missing.returncode == 2 and missing.stdout == "", missing.stdout
     (line,) = missing.stderr.splitlines()
     assert "node node03: address 'node03.picluster.test' does not resolve" in line, line
+
+
+def test_data_har_copies_the_data_set_to_the_nfs_masters_share(exec_lab, tmp_path):
+    """`picluster data har -i` on a machine where data_dir is no folder (the share not mounted, as
+    on a first cluster's laptop): prepared in this machine's data directory, then copied over SSH
+    into the NFS master's share_dir.  A share the inventory's user cannot write (these hosts are not
+    provisioned) is one line naming it and what to run, and nothing half written is left there."""
+    env = dict(os.environ, PICLUSTER_DATA_DIR=str(tmp_path / "data"))
+    refused = picluster("data", "har", "-i", exec_lab.inventory, "--no-subjects", env=env, timeout=300)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    (line,) = refused.stderr.splitlines()
+    assert line.startswith("picluster: error: node01:/srv/picluster/har/har.npz: cannot write it (") and \
+        line.endswith("): is the share there? run 'picluster provision'"), line
+    left = picluster("exec", "-i", exec_lab.inventory, "node01", "--", "ls -A /srv/picluster/har 2>/dev/null; true")
+    assert "picluster-new" not in left.stdout, left.stdout
+
+    owned = picluster("exec", "-i", exec_lab.inventory, "node01", "--sudo", "--", f"chown {exec_lab.user.name} /srv/picluster")
+    assert owned.returncode == 0, owned.stderr  # as provisioning makes the share its user's
+    try:
+        done = picluster("data", "har", "-i", exec_lab.inventory, "--no-subjects", env=env, timeout=300)
+        assert done.returncode == 0, done.stderr
+        assert "copied to node01:/srv/picluster/har/har.npz, which every node reads at /mnt/picluster/har" in " ".join(done.stdout.split())
+        local = tmp_path / "data" / "har" / "har.npz"
+        there = picluster("exec", "-i", exec_lab.inventory, "node01", "--", "sha256sum /srv/picluster/har/har.npz")
+        import hashlib
+
+        assert hashlib.sha256(local.read_bytes()).hexdigest() in there.stdout, there.stdout
+        again = picluster("data", "har", "-i", exec_lab.inventory, "--no-subjects", env=env, timeout=300)
+        assert again.returncode == 0 and "already prepared" in again.stdout
+        # The nodes read data_dir, which these hosts do not share with node01's export: not seen
+        # there, so it is copied again (a cluster's NFS makes them one).
+        assert "copied to" in again.stdout
+    finally:
+        picluster("exec", "-i", exec_lab.inventory, "node01", "--sudo", "--", "rm -rf /srv/picluster/har && chown root /srv/picluster")

@@ -7,7 +7,8 @@ inventory is the page's, with the lab's user, key and three names; the one key a
 the hosts share this machine's /usr and tree, so the runtime is the coordinator's own venv and
 TensorFlow is not installed again (the runtime step's own install: test_provision_lab.py).  The
 hosts have no NFS (a shared kernel): node01's /srv/picluster is the same directory as every
-host's /mnt/picluster, as the NFS export and its mounts are on Pis.
+host's /mnt/picluster, as the NFS export and its mounts are on Pis; the first training puts the
+data set there, as the page says.
 
 The commands come from the page itself, in its order, so a page that drifts fails here.  The
 walk takes minutes (a 60-epoch training on two workers): `--long`; its output is in the closing
@@ -35,7 +36,7 @@ def page_commands() -> list[str]:
     """The page's indented command lines (sections 5 to 8), comments dropped, in order."""
     text = PAGE.read_text().split("## 5.", 1)[1]
     lines = [line[4:].split("  #")[0].strip() for line in text.splitlines() if line.startswith("    ")]
-    return [line for line in lines if line.startswith(("picluster ", "scp "))]
+    return [line for line in lines if line.startswith("picluster ")]
 
 
 def test_the_page_lists_the_walk_this_test_takes():  # a unit test: every run checks the page
@@ -43,8 +44,6 @@ def test_the_page_lists_the_walk_this_test_takes():  # a unit test: every run ch
         "picluster provision --dry-run",
         "picluster provision",
         "picluster cluster up",
-        "picluster data har --out har",
-        "scp -r har pi@node01.local:/srv/picluster/",
         "picluster run montecarlo --samples 1e8 --nodes 8",
         "picluster train har --layers 3",
         "picluster top",
@@ -89,8 +88,7 @@ def say(title: str, result: subprocess.CompletedProcess) -> None:
 @pytest.mark.long
 @pytest.mark.timeout(3600)
 def test_a_newcomer_walks_the_page_from_the_inventory_to_the_cards_commands(pis):
-    lab, folder, env, share = pis
-    user = lab.user.name
+    _lab, folder, env, share = pis
 
     def typed(line: str, timeout: float = 900) -> subprocess.CompletedProcess:
         args = line.split()[1:]
@@ -113,16 +111,6 @@ def test_a_newcomer_walks_the_page_from_the_inventory_to_the_cards_commands(pis)
     for label, node in (("ps:0", "node01"), ("worker:0", "node02"), ("worker:1", "node03")):
         assert re.search(rf"{re.escape(label)} +│ {node} +│ [\d.]+:2222 +│ up", up.stdout), up.stdout
 
-    data = typed("picluster data har --out har")
-    assert data.returncode == 0 and (folder / "har" / "har.npz").is_file(), data.stderr
-    copy = subprocess.run(["scp", "-q", "-r", "-i", str(lab.key_path), "-o", "BatchMode=yes",
-                           "-o", f"UserKnownHostsFile={lab.known_hosts_path}", "-o", "StrictHostKeyChecking=yes",
-                           "-o", "HostKeyAlias=" + lab.host("node01").address,
-                           "har", f"{user}@node01.local:/srv/picluster/"], cwd=folder, env=env, capture_output=True, text=True, timeout=120)
-    say(f"scp -r har {user}@node01.local:/srv/picluster/", copy)
-    assert copy.returncode == 0, copy.stderr
-    assert (share / "har" / "har.npz").is_file()  # every host's /mnt/picluster/har
-
     refused = typed("picluster run montecarlo --samples 1e8 --nodes 8")  # the page's own line, on three "Pis"
     assert refused.returncode == 2
     assert refused.stderr.strip().endswith("picluster: error: --nodes 8 is more than the 3 nodes with a TensorFlow server of the inventory: "
@@ -131,8 +119,16 @@ def test_a_newcomer_walks_the_page_from_the_inventory_to_the_cards_commands(pis)
     assert mc.returncode == 0, mc.stderr
     assert "Monte-Carlo pi on 3 node(s) (" in mc.stdout and "100,000,000 samples" in mc.stdout, mc.stdout
 
+    assert not (share / "har").exists()
     har = typed("picluster train har --layers 3", timeout=3000)
     assert har.returncode == 0, har.stdout[-3000:] + har.stderr[-3000:]
+    # The first training found no data set where the workers read it: prepared here, copied to node01.
+    assert ("picluster: no HAR data set on the cluster's share yet: preparing it from the offline HAPT recordings for "
+            "node01:/srv/picluster/har/har.npz") in har.stderr
+    assert re.search(r"picluster: prepared in [\d.]+ s: node01:/srv/picluster/har/har.npz, which every node reads at /mnt/picluster/har", har.stderr)
+    assert (share / "har" / "har.npz").is_file()  # every host's /mnt/picluster/har
+    ahead = typed("picluster data har")  # what the page offers for doing it ahead: already there now
+    assert ahead.returncode == 0 and "already prepared" in ahead.stdout and "copied to" not in ahead.stdout, ahead.stdout
     assert "1 ps + 2 workers, 60 epochs" in har.stderr  # the run's line, with the progress, on stderr
     accuracy = re.search(r"test accuracy ([\d.]+)%", har.stdout)
     assert accuracy and float(accuracy.group(1)) > 90, har.stdout[-3000:]

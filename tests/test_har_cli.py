@@ -39,6 +39,7 @@ def test_default_folder_is_the_data_dir(tmp_path, uci_zip, capsys):
 
 def test_inventory_puts_the_cache_on_the_share(tmp_path, uci_zip, capsys):
     share = tmp_path / "share"
+    share.mkdir()  # data_dir is a folder here (the share mounted): prepared in place, nothing copied
     inventory = tmp_path / "picluster.toml"
     inventory.write_text(
         f'[cluster]\nname = "lab"\nuser = "pi"\nnodes = "node[01-02]"\naddresses = "10.0.0.[1-2]"\ndata_dir = "{share}"\n'

@@ -81,7 +81,8 @@ def _inventory(help_text: str):
 _WHERE = "Inventory file [--inventory, else env PICLUSTER_INVENTORY, else ./picluster.toml]."
 inventory_option = _inventory(f"{_WHERE}  Without one, the embedded local cluster is used.")
 # Commands for which the inventory means something else than where jobs run.
-data_inventory_option = _inventory(f"{_WHERE}  Its data_dir (the NFS share) holds the data set; without one, this machine's data directory.")
+data_inventory_option = _inventory(f"{_WHERE}  Its share holds the data set, which every node reads at data_dir: copied to the NFS master unless "
+                                   "data_dir is a folder on this machine; without one, this machine's data directory.")
 jobs_inventory_option = _inventory(f"{_WHERE}  With a [slurm] table, its queue's jobs (slurm:ID) too; without one, the jobs run from this machine.")
 # Commands that act on real nodes only: they say so in one line when it is missing.
 node_inventory_option = _inventory(f"{_WHERE}  Required.")

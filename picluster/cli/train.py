@@ -113,6 +113,7 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
     from picluster.views.live import JobDisplay
 
     given = {k: v for k, v in options.items() if v is not None}
+    before = None  # the job's work once its cluster answers
     chosen_data = data_dir is not None  # a folder named by hand is never filled here: a typo must not pass
     if resume is not None:
         if run_dir is not None:
@@ -144,17 +145,20 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
                 run_dir = run_dir or allocation.work_folder(share) / "runs" / f"{datetime.now():%Y%m%d-%H%M%S}-slurm{allocation.job_id()}"
         config = TrainConfig.for_model(**given, data_dir=str(data_dir or har_dir()))
         run = None
-        if not chosen_data and inventory is None and slurm is None:
-            # This machine's own data folder only: a cluster's share may not be mounted here (the
-            # nodes read it), and a job inside Slurm runs on a node whose runtime lacks the source.
-            _prepare_on_first_use(Path(config.data_dir))
+        if not chosen_data and slurm is None:
+            # Not inside Slurm: the job runs on a node whose runtime lacks the offline source.
+            if inventory is None:
+                _prepare_on_first_use(Path(config.data_dir))
+            elif not config.standalone:
+                cluster_inventory = inventory
+                before = lambda: _put_on_share_on_first_use(cluster_inventory)
     coordinator.worker_runtime(worker_runtime, None if config.standalone else inventory)  # bad choices fail before anything starts
     if inventory is None:
         coordinator.check_data(config)  # before a run directory or a server exists; nodes check their own copy
     run = run or coordinator.new_run_dir(run_dir)
     display = JobDisplay("train har", "epochs", live=live and not as_json)
     printer = progress.Printer(config, run, quiet=as_json, console=display.console if display.live else None)
-    job = HarJob(config, run, worker_runtime, printer, progress.Follower(config, display))
+    job = HarJob(config, run, worker_runtime, printer, progress.Follower(config, display), before=before)
     try:
         result = controller.run(job, None if config.standalone else inventory, display=display)
     except BaseException:
@@ -183,6 +187,24 @@ def _prepare_on_first_use(folder: Path) -> None:
     started = time.perf_counter()
     ensure_cache(folder, HAPT)
     click.echo(f"picluster: prepared in {time.perf_counter() - started:.1f} s: {cache_path(folder)}", err=True)
+
+
+def _put_on_share_on_first_use(inv) -> None:
+    """The cluster's share without the data set: prepared here and copied to the NFS master's
+    share, which every node mounts, as `picluster data har` does (seconds), said on stderr."""
+    import time
+
+    from picluster.cluster.share import where
+    from picluster.jobs.har import shared_data
+
+    if shared_data.on_share(inv):
+        return
+    click.echo(f"picluster: no HAR data set on the cluster's share yet: preparing it from the offline HAPT recordings for "
+               f"{where(inv, shared_data.RELATIVE)} (once, as 'picluster data har' does)...", err=True)
+    started = time.perf_counter()
+    placed = shared_data.prepare(inv)
+    click.echo(f"picluster: prepared in {time.perf_counter() - started:.1f} s: {placed.copied_to or placed.local}, "
+               f"which every node reads at {shared_data.seen_by_nodes(inv)}", err=True)
 
 
 def _inventory_defaults(inv, given: dict) -> dict:

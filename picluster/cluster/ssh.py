@@ -226,8 +226,11 @@ class Remote:
         try:
             channel.settimeout(seconds)
             channel.exec_command(full)
-            channel.sendall(data)
-            channel.shutdown_write()
+            try:
+                channel.sendall(data)
+                channel.shutdown_write()
+            except OSError:
+                pass  # the command ended before reading it all (it failed): its status and stderr say why
             stderr = channel.makefile_stderr("rb").read().decode(errors="replace")
             channel.makefile("rb").read()
             if not channel.status_event.wait(seconds):

@@ -1,6 +1,7 @@
 """HAR training as a job: the coordinator's work on the cluster it is given, and what it reports."""
 
 import os
+from collections.abc import Callable
 
 from picluster import nodeset
 from picluster.cluster.base import Cluster
@@ -15,8 +16,12 @@ class HarJob(Job):
     title = "train har"
     unit = "epochs"
 
-    def __init__(self, config: TrainConfig, run: RunDir, runtime: str, printer: progress.Printer, follower: progress.Follower) -> None:
+    def __init__(self, config: TrainConfig, run: RunDir, runtime: str, printer: progress.Printer, follower: progress.Follower,
+                 before: Callable[[], None] | None = None) -> None:
         self.config, self.run, self.runtime = config, run, runtime
+        # Done once the cluster answers, before training (the data set put on a cluster's share on
+        # first use): a cluster with too few workers or a server down is refused before that work.
+        self.before = before
         self.printer, self.follower = printer, follower
         self.mode = "standalone" if config.standalone else config.mode
         self.standalone = config.standalone
@@ -37,6 +42,8 @@ class HarJob(Job):
 
     def body(self, cluster: Cluster | None, running: Running) -> dict:
         self.running = running
+        if self.before is not None:
+            self.before()
         return coordinator.train(self.config, self.run, cluster, self, self.runtime)
 
     # -- coordinator.Events --------------------------------------------------------------------
