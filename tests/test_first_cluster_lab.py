@@ -72,7 +72,8 @@ def pis(lab_support, tmp_path, state):
         hosts.write_text("".join(f"{lab.host(n).address} {n}.local\n" for n in NAMES))
         env = {k: v for k, v in os.environ.items() if k != "PICLUSTER_INVENTORY"}
         env.update(LD_PRELOAD="libnss_wrapper.so", NSS_WRAPPER_HOSTS=str(hosts), NSS_WRAPPER_PASSWD="/etc/passwd",
-                   NSS_WRAPPER_GROUP="/etc/group", COLUMNS="120")
+                   NSS_WRAPPER_GROUP="/etc/group", COLUMNS="120",
+                   PICLUSTER_DATA_DIR=str(tmp_path / "data"))  # a newcomer's machine: no data set prepared yet
         yield lab, folder, env, share
     finally:
         picluster("cluster", "down", cwd=tmp_path / "pis", env=env, timeout=120)
