@@ -87,6 +87,20 @@ def write_json(path: Path, data: Any, mode: int = 0o666) -> None:
     write_text(path, json.dumps(data, indent=1), mode)
 
 
+def check_room(directory: Path, nbytes: int = 64 * 1024) -> None:
+    """Raise StorageError unless ``nbytes`` can be written to a new file in ``directory`` and reach
+    the disk: a full file system still lets a file be made (an inode), then refuses its first
+    block.  Checked before work that starts servers for nothing otherwise; an unnamed temporary
+    file, so nothing appears there."""
+    try:
+        with tempfile.TemporaryFile(dir=directory) as probe:
+            probe.write(b"\0" * nbytes)
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as exc:
+        raise StorageError(directory, exc) from None
+
+
 def check_writable(directory: Path) -> None:
     """Raise StorageError unless a file can be created in ``directory`` (checked before work that
     would be lost: an unnamed temporary file, so nothing appears there)."""

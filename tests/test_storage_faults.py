@@ -16,6 +16,7 @@ from picluster.errors import StorageError
 from picluster.jobs.har import metrics
 
 from conftest import ROOT, cli, one_line, picluster, server_processes
+from train_fixtures import TINY_MODEL, write_tiny_har
 
 ROW = {"epoch": 1, "global_step": 10, "train_loss": 1.5, "time": 1700000000.123}
 
@@ -156,3 +157,16 @@ def test_har_data_onto_a_full_disk_leaves_no_cache(small_disk):
     out = small_disk.path / "har"
     one_line(picluster("data", "har", "--out", out, timeout=300), 1, f"cannot write {out / 'har.npz'}: No space left on device")
     assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_a_training_onto_a_full_disk_is_refused_before_any_server_starts(small_disk, state, tmp_path):
+    """A full disk still lets a folder and an empty file be made: the run's folder is checked for
+    room before the temporary cluster starts, not found full at the run's first write."""
+    data = write_tiny_har(tmp_path / "har")
+    small_disk.fill()
+    run = small_disk.path / "run"
+    result = picluster("train", "har", "--epochs", "1", *TINY_MODEL, "--data-dir", data, "--run-dir", run, "--no-live", timeout=300)
+    one_line(result, 1, f"cannot write {run}: No space left on device")
+    assert not any(line.startswith("cluster:") for line in result.stderr.splitlines()), result.stderr  # a started cluster's line
+    assert not run.exists()  # made by this command, so removed with it
+    assert not (state / "tmp").exists() or not any((state / "tmp").iterdir())

@@ -58,7 +58,15 @@ def new_run_dir(path: Path | None) -> RunDir:
     run = RunDir(path or state_dir() / "runs" / datetime.now().strftime("%Y%m%d-%H%M%S"))
     if run.config.exists():
         raise UsageError(f"{run} already holds a run; continue it with --resume {run} or choose another --run-dir")
+    made = not run.path.exists()
     run.path.mkdir(parents=True, exist_ok=True)
+    try:
+        # Before any server starts: a full or read-only disk is one line now, not a failed first write.
+        atomic.check_room(run.path)
+    except StorageError:
+        if made:
+            discard_unused(run)
+        raise
     return run
 
 
