@@ -47,6 +47,8 @@ def test_train_har_layers_3_as_written_trains_the_recipe(state, tmp_path):
     config = json.loads((run / "config.json").read_text())
     assert (config["model"], config["layers"], config["epochs"]) == ("convlstm", 3, 1)
     assert "convlstm: 3 convolutions x 64" in result.stdout + result.stderr
+    # The report is the command's output (stdout: `train har > result.txt`); progress is on stderr.
+    assert "selected on validation: epoch 1" in result.stdout and "selected on validation" not in result.stderr, result.stdout
     assert_quiet(result)
 
 

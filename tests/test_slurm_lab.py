@@ -348,7 +348,7 @@ def test_montecarlo_har_and_launch_run_inside_their_allocations(slurm_lab, tmp_p
     # Monte-Carlo: one worker of the job's two nodes, the allocation named in the report.
     log = logs[mc]
     number = mc.split(":")[1]
-    assert re.search(rf"^Monte-Carlo pi on 1 worker\(s\) \(Slurm job {number}'s allocation\): 10,000,000 samples, seed \d+$",
+    assert re.search(rf"^Monte-Carlo pi on 1 node\(s\) \(Slurm job {number}'s allocation\): 10,000,000 samples, seed \d+$",
                      log, re.M), log[-2000:]
     estimate = float(re.search(r"^  estimate +([0-9.]+)$", log, re.M).group(1))
     assert abs(estimate - 3.14159265) < 0.01, log[-2000:]  # 1e7 samples: one standard error is 5.2e-4
@@ -733,7 +733,7 @@ def test_people_of_users_log_in_queue_as_themselves_and_see_and_cancel_only_thei
         time.sleep(2)
     log = as_person(slurm_lab, "alice", alice, f"picluster logs {mc}")
     assert state == "COMPLETED" and log.exited == 0, log.stdout[-2000:] + log.stderr
-    assert re.search(rf"^Monte-Carlo pi on 1 worker\(s\) \(Slurm job {mc.split(':')[1]}'s allocation\)", log.stdout, re.M), log.stdout[-2000:]
+    assert re.search(rf"^Monte-Carlo pi on 1 node\(s\) \(Slurm job {mc.split(':')[1]}'s allocation\)", log.stdout, re.M), log.stdout[-2000:]
     out = work / "alice" / f"picluster-slurm-{mc.split(':')[1]}.out"
     assert out.stat().st_uid == FIRST_UID  # written by Slurm as alice, in her folder, which bob cannot open
     assert slurm_lab.host("node01").run(["runuser", "-u", "bob", "--", "cat", str(out).replace(str(slurm_lab.share), "/mnt/picluster")],

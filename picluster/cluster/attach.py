@@ -48,7 +48,8 @@ def attach(inventory: Inventory | None, workers: int, ps: int = 0, temporary: bo
     if allocation is not None:
         have, has_ps = len(allocation.layout.one_per_node() if per_node else allocation.layout.workers), len(allocation.layout.ps)
         if workers > have or ps > has_ps:
-            raise UsageError(f"this job needs {workers} worker(s) and {ps} ps task(s) but {allocation.what} has "
+            what = "node(s) with a server" if per_node else "worker(s)"
+            raise UsageError(f"this job needs {workers} {what} and {ps} ps task(s) but {allocation.what} has "
                              f"{have} and {has_ps}: submit it with more --nodes (or --ps)")
         start = time.perf_counter()
         try:
