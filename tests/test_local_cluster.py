@@ -61,7 +61,7 @@ def test_up_status_run_restart_down(state, tmp_path):
     assert abs(first["estimate"] - 3.141592653589793) < 5 * first["std_error"]
 
     too_many = picluster("run", "montecarlo", "--samples", "1e6", "--nodes", "3")
-    assert too_many.returncode == 2 and "more than the 2 workers" in too_many.stderr
+    assert too_many.returncode == 2 and "--nodes 3 is more than the 2 nodes with a TensorFlow server of the running local cluster" in too_many.stderr
 
     victim = max(servers, key=lambda p: " ".join(p.cmdline()).count("worker") and "--task" in p.cmdline() and p.cmdline()[p.cmdline().index("--task") + 1] == "1")
     victim.kill()

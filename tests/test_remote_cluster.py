@@ -193,10 +193,14 @@ def test_a_node_with_a_new_host_key_is_refused_until_replaced_then_rejoins_the_r
     run_dir = f"/home/pi/{RUN_DIR}"
     pids = [node03.run(["cat", f"{run_dir}/{name}.pid"]).stdout.strip() for name in ("worker-1", "agent")]
     node03.run(["kill", "-KILL", *pids])
-    # SIGKILL is delivered, not yet done: a dying process may still write its log while rm walks the folder.
+    # SIGKILL is delivered, not yet done: a dying process may still write its log while rm walks the
+    # folder, and each one's watcher shell (cluster/nodes.py, _detached) writes NAME.exit once it is
+    # gone: rm only after every watcher has written it.
     deadline = time.monotonic() + 30
-    while any(_running(int(pid)) for pid in pids) and time.monotonic() < deadline:
+    exits = [f"{run_dir}/{name}.exit" for name in ("worker-1", "agent")]
+    while (any(_running(int(pid)) for pid in pids) or node03.run(["ls", *exits], check=False).returncode != 0) and time.monotonic() < deadline:
         time.sleep(0.1)
+    time.sleep(0.2)  # the watcher's last write done, the shell exits
     node03.run(["rm", "-rf", run_dir])
     new = keys.make_keypair(node03.sshd_dir / "ssh_host_ed25519_key", "root@node03-afresh")
     os.kill(node03.pid, signal.SIGHUP)  # sshd re-executes itself and reads its host key again
