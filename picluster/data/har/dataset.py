@@ -8,7 +8,10 @@ readers on other nodes see the old file or the new one, never half of one.
 """
 
 import hashlib
+import signal
+import threading
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,17 +116,24 @@ def save(data: HarData, path: Path) -> None:
     arrays = {f"{k}_{s}": getattr(data, f"{k}_{s}") for s in SPLITS for k in ("x", "y", "subject")}
     path.parent.mkdir(parents=True, exist_ok=True)
     # A prepared data set on the share is read by every node's user: the umask's mode, not 0600.
-    with atomic.replacing(path, binary=True) as out:
-        try:
-            np.savez_compressed(
-                out, **arrays, format=np.int64(FORMAT), source=np.str_(data.source), checksum=np.str_(data.checksum)
-            )
-        except ValueError as exc:
-            # Ctrl-C inside zipfile leaves it closing a member of a file it can no longer seek:
-            # the interrupt is what happened (the partial file is dropped all the same).
-            if isinstance(exc.__context__, KeyboardInterrupt):
-                raise exc.__context__ from None
-            raise
+    with atomic.replacing(path, binary=True) as out, _signals_after():
+        np.savez_compressed(out, **arrays, format=np.int64(FORMAT), source=np.str_(data.source), checksum=np.str_(data.checksum))
+
+
+@contextmanager
+def _signals_after():
+    """Ctrl-C and SIGTERM held back while zipfile writes the cache (a second or two), delivered
+    right after.  Interrupted inside zipfile, a ZipFile is left half open; collected later, it
+    closes itself on a file already gone and Python prints "Exception ignored in ZipFile.__del__"
+    with a traceback under our one line.  Only the main thread receives them: elsewhere, nothing to hold."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def load(path: Path) -> HarData:
