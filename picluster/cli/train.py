@@ -102,6 +102,7 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
     """
     from dataclasses import replace
     from datetime import datetime
+    from functools import partial
 
     from picluster.cluster import allocation
     from picluster.data.har import har_dir
@@ -150,8 +151,7 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
             if inventory is None:
                 _prepare_on_first_use(Path(config.data_dir))
             elif not config.standalone:
-                cluster_inventory = inventory
-                before = lambda: _put_on_share_on_first_use(cluster_inventory)
+                before = partial(_put_on_share_on_first_use, inventory)
     coordinator.worker_runtime(worker_runtime, None if config.standalone else inventory)  # bad choices fail before anything starts
     if inventory is None:
         coordinator.check_data(config)  # before a run directory or a server exists; nodes check their own copy
@@ -202,7 +202,7 @@ def _put_on_share_on_first_use(inv) -> None:
     click.echo(f"picluster: no HAR data set on the cluster's share yet: preparing it from the offline HAPT recordings for "
                f"{where(inv, shared_data.RELATIVE)} (once, as 'picluster data har' does)...", err=True)
     started = time.perf_counter()
-    placed = shared_data.prepare(inv)
+    placed = shared_data.prepare(inv, known_missing=True)  # on_share just said so: not asked again
     click.echo(f"picluster: prepared in {time.perf_counter() - started:.1f} s: {placed.copied_to or placed.local}, "
                f"which every node reads at {shared_data.seen_by_nodes(inv)}", err=True)
 

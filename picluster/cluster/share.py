@@ -44,15 +44,13 @@ def has(inv: Inventory, relative: str) -> bool:
 
 def put(inv: Inventory, source: Path, relative: str) -> str:
     """Copy the file ``source`` to ``relative`` inside the share; returns where it went (where())."""
-    target = PurePosixPath(str(inv.share_dir)) / relative
-    q, new, parent = shlex.quote(str(target)), shlex.quote(f"{target}.picluster-new"), shlex.quote(str(target.parent))
-    script = f"mkdir -p {parent} && cat > {new} && mv -f {new} {q} || {{ rc=$?; rm -f {new}; exit $rc; }}"
+    from picluster.cluster.ssh import CommandFailed  # here, as open_node imports ssh: fabric loads only for a copy
+
     remote = open_node(inv, inv.node(inv.nfs_master))
     try:
-        exited, stderr = remote.feed(script, source.read_bytes(), timeout=COPY_TIMEOUT_S)
+        remote.replace_file(str(PurePosixPath(str(inv.share_dir)) / relative), source.read_bytes(), timeout=COPY_TIMEOUT_S)
+    except CommandFailed as exc:
+        raise ClusterError(f"{where(inv, relative)}: cannot write it ({exc.why}): is the share there? run 'picluster provision'") from None
     finally:
         remote.close()
-    if exited != 0:
-        why = (stderr.strip().splitlines() or [f"exit code {exited}"])[-1]
-        raise ClusterError(f"{where(inv, relative)}: cannot write it ({why}): is the share there? run 'picluster provision'")
     return where(inv, relative)

@@ -11,7 +11,7 @@ import io
 import logging
 import shlex
 import socket
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import fabric
 import invoke
@@ -44,7 +44,9 @@ class SudoPasswordRequired(ClusterError):
 
 
 class CommandFailed(ClusterError):
-    pass
+    def __init__(self, message: str, why: str = "") -> None:
+        super().__init__(message)
+        self.why = why  # the command's own last words, for a caller that words its message itself
 
 
 def connect(
@@ -191,7 +193,7 @@ class Remote:
         if (self.read(path) if current is _UNREAD else current) == content:
             return False
         if not self.dry_run:
-            self._install(path, content.encode(), f"$(stat -c %a {shlex.quote(path)} 2>/dev/null || echo {mode})", owner, group)
+            self.replace_file(path, content.encode(), as_root=(f"$(stat -c %a {shlex.quote(path)} 2>/dev/null || echo {mode})", owner, group))
         return True
 
     def put_secret(self, path: str, data: bytes, *, mode: str = "0400", owner: str = "root", group: str = "root") -> None:
@@ -199,18 +201,33 @@ class Remote:
         channel into a file made 0600 in the target's own directory: no copy in /tmp, no other
         account can read them at any moment, nothing in a command line or a log."""
         if not self.dry_run:
-            self._install(path, data, mode, owner, group)
+            self.replace_file(path, data, as_root=(mode, owner, group))
 
-    def _install(self, path: str, data: bytes, mode: str, owner: str, group: str) -> None:
-        """`data` (on stdin) into ``path.picluster-new``, created 0600 by root beside `path`, then
-        owned, moded and renamed over it; on any failure the new file is removed."""
+    def replace_file(
+        self, path: str, data: bytes, *, as_root: tuple[str, str, str] | None = None, timeout: float | None = None,
+    ) -> None:  # fmt: skip
+        """`data` (on stdin) into ``path.picluster-new`` beside `path`, renamed over it once whole: a
+        reader sees the old file or the new one, never half of one; on any failure the new file is
+        removed and CommandFailed says why (its ``why``, the shell's last line).
+
+        Without `as_root`, the login user writes it with its umask's mode (a folder it owns, such as
+        the share).  With `as_root` = (mode, owner, group), root writes it (sudo), created 0600 so no
+        other account reads it meanwhile, and gives it them just before the rename; `mode` may be a
+        shell expression (write's keeps the old file's mode), evaluated before anything changes.
+        """
         q, new = shlex.quote(path), shlex.quote(path + ".picluster-new")
-        parent = shlex.quote(str(Path(path).parent))
-        script = (f"m={mode}; mkdir -p {parent} && rm -f {new} && (umask 077 && cat > {new}) && chown {owner}:{group} {new} && "
-                  f"chmod \"$m\" {new} && mv -f {new} {q} || {{ rc=$?; rm -f {new}; exit $rc; }}")
-        exited, stderr = self.feed(script, data, sudo=True)
+        parent = shlex.quote(str(PurePosixPath(path).parent))
+        # rm first: `cat >` into a leftover of an interrupted write would keep that file's mode and owner.
+        if as_root is None:
+            decide, write, own = "", f"cat > {new}", ""
+        else:
+            mode, owner, group = as_root
+            decide, write, own = f"m={mode}; ", f"(umask 077 && cat > {new})", f"chown {owner}:{group} {new} && chmod \"$m\" {new} && "
+        script = f"{decide}mkdir -p {parent} && rm -f {new} && {write} && {own}mv -f {new} {q} || {{ rc=$?; rm -f {new}; exit $rc; }}"
+        exited, stderr = self.feed(script, data, sudo=as_root is not None, timeout=timeout)
         if exited != 0:
-            raise CommandFailed(f"cannot write {path}: {_last_line(stderr) or f'exit code {exited}'}")
+            why = _last_line(stderr) or f"exit code {exited}"
+            raise CommandFailed(f"cannot write {path}: {why}", why)
 
     def feed(self, command: str, data: bytes, *, sudo: bool = False, timeout: float | None = None) -> tuple[int, str]:
         """Run `command` with `data` on its standard input (never in a file or an argument);

@@ -28,8 +28,11 @@ def on_share(inv: Inventory) -> bool:
     return share.has(inv, RELATIVE)
 
 
-def prepare(inv: Inventory, source: str | Path = HAPT, force: bool = False) -> Placed:
-    """The data set from ``source``, prepared (or read from a cache) and on the share."""
+def prepare(inv: Inventory, source: str | Path = HAPT, force: bool = False, *, known_missing: bool = False) -> Placed:
+    """The data set from ``source``, prepared (or read from a cache) and on the share.
+
+    ``known_missing``: the caller has just seen on_share() say no, so the copy is made without
+    asking the first worker again (one SSH round trip per command, not two)."""
     mounted = share.here(inv)
     if mounted is not None:
         folder = mounted / HAR_SUBDIR
@@ -37,7 +40,7 @@ def prepare(inv: Inventory, source: str | Path = HAPT, force: bool = False) -> P
         return Placed(data, fresh, cache_path(folder), None)
     folder = har_dir(None)
     data, fresh = ensure_cache(folder, source, force=force)
-    copied = share.put(inv, cache_path(folder), RELATIVE) if fresh or force or not on_share(inv) else None
+    copied = share.put(inv, cache_path(folder), RELATIVE) if fresh or force or known_missing or not on_share(inv) else None
     return Placed(data, fresh, cache_path(folder), copied)
 
 
