@@ -20,9 +20,9 @@ import yaml
 
 from picluster.errors import ClusterError, UsageError
 from picluster.lab import Lab, keys, mockpi, naming, netns, procs, reap_orphans, teardown
-from picluster.lab.host import User
+from picluster.lab.host import HostOptions, User
 from picluster.lab.registry import known_ids, state_root
-from picluster.lab.vm import VM, VMHost, accel, guest, image, mirror, seed, support, tap
+from picluster.lab.vm import VM, VMHost, accel, guest, image, mirror, seed, support, tap, virtiofs
 from picluster.provision.steps import packages as provision_packages
 
 from conftest import picluster
@@ -253,6 +253,29 @@ def test_vm_command_has_one_nic_the_tap_and_no_user_network(tmp_path):
     assert args[args.index("-accel") + 1].startswith("tcg") and args[args.index("-cpu") + 1] == "max"
     # Its disks live in its dir: that is how a lab's teardown finds a qemu whose state is lost.
     assert any(a.startswith(f"file={tmp_path}/disk.qcow2,") for a in args)
+
+
+def test_a_vm_sharing_this_machines_python_gets_shared_memory_and_one_read_only_mount_per_directory(tmp_path):
+    dirs = virtiofs.coordinator_dirs()
+    repo = str(REPO.resolve())
+    assert repo in dirs or any(repo.startswith(d + "/") for d in dirs)  # picluster's source (editable install)
+    prefix = str(Path(sys.prefix).resolve())
+    assert any(prefix == d or prefix.startswith(d + "/") for d in dirs)  # the venv
+    assert not any(a != b and a.startswith(b + "/") for a in dirs for b in dirs)  # none inside another
+    vm = VM("node01", 1, "10.9.9.11", 24, "pcl-zq1-01", "pcl-zq1", tmp_path, shares=["/opt/py", "/work/tree"])
+    args = vm.command(image.Image(tmp_path, {"recipe_hash": "x"}), accel.Accel("tcg", "max", "test"))
+    # vhost-user needs the guest's memory shared with virtiofsd, and all of it.
+    assert args[args.index("-object") + 1] == "memory-backend-memfd,id=mem,size=1024M,share=on"
+    assert "node,memdev=mem" in args
+    devices = [args[i + 1] for i, a in enumerate(args) if a == "-device" and args[i + 1].startswith("vhost-user-fs")]
+    assert devices == ["vhost-user-fs-pci,chardev=fs0,tag=pclfs0", "vhost-user-fs-pci,chardev=fs1,tag=pclfs1"]
+    assert f"socket,id=fs1,path={tmp_path}/virtiofs1.sock" in args  # in its dir: the sweep finds its virtiofsd
+    assert "memory-backend-memfd" not in " ".join(VM("node02", 2, "10.9.9.12", 24, "t", "b", tmp_path).command(
+        image.Image(tmp_path, {"recipe_hash": "x"}), accel.Accel("tcg", "max", "test")))
+    assert virtiofs.seed_lines(vm.shares) == "pclfs0 /opt/py\npclfs1 /work/tree\n"
+    with pytest.raises(ClusterError, match="has a space or a newline"):
+        virtiofs.seed_lines(["/my dir"])
+    assert 'mount -t virtiofs -o ro "$tag" "$path"' in guest.SEED_SH  # the guest mounts them read-only
 
 
 def test_a_vm_host_round_trips_through_the_state_file_without_its_login(tmp_path):
@@ -543,6 +566,35 @@ def test_cli_up_status_ssh_reboot_and_down_of_a_vm_lab(vm_image, tmp_path):
         nothing_left(lab_id, lab.run_dir)
     finally:
         teardown(lab_id)
+
+
+@pytest.mark.vm
+def test_a_vm_runs_this_machines_venv_read_only_and_again_after_a_reboot(vm_image, tmp_path):
+    lab = Lab(1, vm=True, root=tmp_path / "labs", host_options={"node01": HostOptions(coordinator_python=True)})
+    lab.up()
+    try:
+        host = lab.host("node01")
+
+        def as_user(command: str) -> subprocess.CompletedProcess:
+            return host.run(["runuser", "-u", lab.user.name, "--", "sh", "-c", command], check=False, timeout=300)
+
+        def runs_picluster() -> None:
+            # What a node's task runs: the venv's Python and picluster, as the cluster user.
+            done = as_user(f"{sys.prefix}/bin/python -c 'import picluster, psutil; print(picluster.__file__)'")
+            assert done.returncode == 0, done.stderr
+            assert done.stdout.strip() == str(Path(sys.modules["picluster"].__file__).resolve())
+
+        runs_picluster()
+        written = as_user(f"touch {REPO}/.written-by-a-vm")
+        assert written.returncode != 0 and "Read-only file system" in written.stderr
+        assert not (REPO / ".written-by-a-vm").exists()
+        host.reboot(300)
+        runs_picluster()  # mounted again at every boot
+        daemons = [p for p in procs.naming_path(lab.run_dir) if psutil.Process(p).name() == "virtiofsd"]
+        assert len(daemons) == len(host.shares)  # one per directory, the same across the guest's reboot
+    finally:
+        lab.down()
+    assert procs.naming_path(lab.run_dir) == []  # no virtiofsd left with its qemu gone
 
 
 @pytest.mark.vm

@@ -55,6 +55,10 @@ class HostOptions:
     # master's export and its own mount are the same files: what provision makes in the export
     # (the people's work folders) every host sees.
     exports_share: bool = False
+    # True: the host runs this machine's Python, venv and picluster at their own paths, so a test's
+    # inventory can name sys.prefix as its venv.  A namespace host always can (it shares the
+    # files); a VM mounts them read-only through virtiofs (lab/vm/virtiofs.py).
+    coordinator_python: bool = False
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "HostOptions":

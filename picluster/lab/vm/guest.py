@@ -7,7 +7,7 @@ and sshd start.
 
 What the harness relies on is applied at *every* boot, from the seed, so a reboot comes back
 the same: hostname, address (a runtime networkd file in /run), sshd host key, the MOCK device-tree
-model.  What provisioning may change afterwards (/etc/hosts, the user's authorized_keys, sudoers,
+model, this machine's runtime when shared.  What provisioning may change afterwards (/etc/hosts, the user's authorized_keys, sudoers,
 the MOCK boot partition) is written only on the first boot of that seed, so a reboot does not undo
 provisioning's edits.
 
@@ -57,6 +57,18 @@ install -m 600 -o root -g root "$SEED/ssh_host_ed25519_key" /etc/ssh/ssh_host_ed
 install -m 644 -o root -g root "$SEED/ssh_host_ed25519_key.pub" /etc/ssh/ssh_host_ed25519_key.pub
 if [ -d "$SEED/sys-firmware" ] && ! mountpoint -q /sys/firmware; then
     mount --bind "$SEED/sys-firmware" /sys/firmware
+fi
+# This machine's runtime at its own paths, read-only, where the seed asks for it (virtiofs.py).
+# A mount that fails is said on the console and the boot goes on: SSH still lets a test see why.
+if [ -f "$SEED/virtiofs" ]; then
+    while read -r tag path; do
+        mkdir -p "$path"
+        mountpoint -q "$path" || mount -t virtiofs -o ro "$tag" "$path" ||
+            echo "picluster-seed: cannot mount virtiofs $tag at $path" >&2
+        # The cluster user must walk to it: parents such as /root (0700) get o+x.
+        dir=$(dirname "$path")
+        while [ "$dir" != / ]; do chmod o+x "$dir"; dir=$(dirname "$dir"); done
+    done < "$SEED/virtiofs"
 fi
 
 # -- first boot of this seed only: what provisioning may edit later ---------------------------

@@ -21,7 +21,7 @@ from picluster.lab import naming
 from picluster.lab.host import HostOptions
 from picluster.lab.vm import accel as accel_mod
 from picluster.lab.vm import image as image_mod
-from picluster.lab.vm import support, tap
+from picluster.lab.vm import support, tap, virtiofs
 from picluster.lab.vm.host import Login, VMHost
 
 
@@ -65,6 +65,8 @@ class VMHosts:
             options=lab.host_options.get(name, HostOptions()),
             arch=self.arch,
         )
+        if host.options.coordinator_python:
+            host.shares = virtiofs.coordinator_dirs()
         host.login = login_of(lab)
         return host
 

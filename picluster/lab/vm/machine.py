@@ -31,7 +31,7 @@ from picluster.cluster.lifetime import die_with_parent
 from picluster.errors import ClusterError
 from picluster.lab import commands
 from picluster.lab.host import HostOptions, StateFileEntry, User
-from picluster.lab.vm import seed, support, tap
+from picluster.lab.vm import seed, support, tap, virtiofs
 from picluster.lab.vm.accel import Accel
 from picluster.lab.vm.image import Image
 from picluster.processes import same_process, start_time
@@ -72,6 +72,8 @@ class VM(StateFileEntry):
     # without one per VM (qemu's default is the same for all) every VM would get the same id.
     uuid: str | None = None
     arch: str = "amd64"  # the guest's Debian architecture: amd64, or arm64 (emulated)
+    # Directories of this machine the guest mounts read-only at the same paths (virtiofs.py).
+    shares: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.dir = Path(self.dir)
@@ -122,6 +124,7 @@ class VM(StateFileEntry):
             authorized_key=authorized_key,
             sudo_nopasswd=self.options.sudo_nopasswd,
             pi_model=self.options.pi_model,
+            virtiofs=virtiofs.seed_lines(self.shares),
         )
         host_key = seed.write_tree(identity, self.seed_dir)
         seed.make_disk(self.seed_dir, self.seed_disk)
@@ -150,6 +153,7 @@ class VM(StateFileEntry):
             "-device", "virtio-rng-pci",
             "-chardev", f"file,id=console,path={self.console_log},append=on",
             "-serial", "chardev:console",
+            *virtiofs.qemu_args(self.shares, self.dir, self.memory_mib),
         ]  # fmt: skip
 
     # -- process ----------------------------------------------------------------------------
@@ -163,6 +167,7 @@ class VM(StateFileEntry):
             raise ClusterError(f"VM {self.name} is running already (pid {self.pid})")
         if not tap.exists(self.tap):
             tap.create(self.tap, self.bridge)
+        virtiofs.start(self.dir, self.shares, owned)
         with open(self.qemu_log, "ab") as log:
             proc = subprocess.Popen(
                 self.command(image, accel),

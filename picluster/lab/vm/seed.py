@@ -27,6 +27,7 @@ class Identity:
     authorized_key: str  # one authorized_keys line
     sudo_nopasswd: bool = True
     pi_model: str | None = mockpi.DEFAULT_MODEL
+    virtiofs: str = ""  # "TAG PATH" lines: this machine's directories to mount (virtiofs.py)
 
 
 def settings_text(identity: Identity, seed_id: str) -> str:
@@ -54,6 +55,8 @@ def write_tree(identity: Identity, directory: Path) -> str:
     (directory / "settings").write_text(settings_text(identity, secrets.token_hex(8)))
     (directory / "authorized_keys").write_text(identity.authorized_key.rstrip("\n") + "\n")
     (directory / "hosts").write_text(hosts_file(identity.name))
+    if identity.virtiofs:
+        (directory / "virtiofs").write_text(identity.virtiofs)
     # The same MOCK boot partition and device-tree model as a namespace host's (mockpi.py).
     mockpi.seed_boot_partition(directory / "boot-firmware")
     if identity.pi_model:
