@@ -35,8 +35,15 @@ def lab_cluster(lab4, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PICLUSTER_STATE_DIR", str(folder / "state"))
         mp.delenv("PICLUSTER_INVENTORY", raising=False)
-        up = picluster("cluster", "up", "-i", path)
+        # Given too little time, `cluster up` says the servers are still starting and how to wait
+        # for them; they go on starting, and the command it names finds them and waits.
+        hurried = picluster("cluster", "up", "-i", path, "--timeout", "1")
+        assert hurried.returncode == 1 and hurried.stderr.strip().splitlines()[-1] == (
+            "picluster: error: node[01-04]: not answering after 1 s (ps:0, worker:0, worker:1, worker:2: still starting); "
+            "they go on starting: 'picluster cluster up --timeout 300' waits for them, 'picluster cluster down' stops them"), hurried.stderr
+        up = picluster("cluster", "up", "-i", path, "--timeout", "300")
         assert up.returncode == 0, up.stderr
+        assert up.stdout.strip().endswith("already up"), up.stdout  # the same servers, not started twice
         try:
             yield lab4, path
         finally:

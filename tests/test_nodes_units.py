@@ -236,3 +236,18 @@ def test_apt_waits_for_its_lock_and_says_once_who_holds_it(inv_path, monkeypatch
     assert chores._apt(ScriptedNode((100, "E: Unable to locate package x")), node, "install x", 60, said.append).exited == 100
     older = chores.LOCKED.search("E: Could not get lock /var/lib/dpkg/lock-frontend - open (11: Resource temporarily unavailable)")
     assert older.group("path") == "/var/lib/dpkg/lock-frontend" and chores._holder(older) == ""
+
+
+def test_cluster_up_giving_up_says_still_starting_or_unreachable_and_what_to_do(inv_path):
+    from picluster.cluster.nodes import _not_answering
+
+    layout = from_inventory(load_inventory(inv_path))
+    slow = {"node03": {"worker:1": ("alive", None, ())}, "node04": {"worker:2": ("ready", None, ())}}
+    # While one still starts, waiting is the advice (the other may answer by then).
+    assert _not_answering(layout, slow, 120) == (
+        "node[03-04]: not answering after 120 s (worker:1: still starting); they go on starting: "
+        "'picluster cluster up --timeout 360' waits for them, 'picluster cluster down' stops them")
+    walled = {"node04": {"worker:2": ("ready", None, ())}}
+    assert _not_answering(layout, walled, 30) == (
+        "node04: not answering after 30 s, though started on the node (worker:2 at 127.0.1.4:2222): this machine cannot "
+        "reach it; check the inventory's addresses and that 'picluster provision' let this machine in")

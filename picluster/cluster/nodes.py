@@ -179,11 +179,26 @@ def _wait_started(layout: Layout, nodes: "dict[str, tuple[Node, Remote]]", timeo
         # Ready files say the servers bound their address; this machine must reach them too.
         waiting -= {node for node in ready if not unanswered([t for t in layout.tasks if t.node == node])}
         if waiting and time.monotonic() > deadline:
-            pending = [t for t in layout.tasks if t.node in waiting]
-            labels = ", ".join(t.label for t in pending)
-            raise ClusterError(f"{nodeset.fold(waiting)}: not answering after {timeout:.0f} s ({labels})")
+            raise ClusterError(_not_answering(layout, {n: checked[n] for n in waiting}, timeout))
         if waiting:
             time.sleep(CHECK_S)
+
+
+def _not_answering(layout: Layout, states: dict[str, dict], timeout: float) -> str:
+    """One line for the tasks `cluster up` gave up on, with what to do: a server still starting
+    (a slow card, a first import of TensorFlow) needs more time, and keeps starting meanwhile; one
+    whose node says it is ready but that this machine cannot reach is a network matter."""
+    pending = [t for t in layout.tasks if t.node in states]
+    unreached = [t for t in pending if states[t.node].get(t.label, ("",))[0] == "ready"]
+    starting = [t for t in pending if t not in unreached]
+    nodes = nodeset.fold(states)
+    if starting:
+        labels = ", ".join(t.label for t in starting)
+        return (f"{nodes}: not answering after {timeout:.0f} s ({labels}: still starting); they go on starting: "
+                f"'picluster cluster up --timeout {max(int(timeout) * 3, 300)}' waits for them, 'picluster cluster down' stops them")
+    where = ", ".join(f"{t.label} at {t.host}:{t.port}" for t in unreached)
+    return (f"{nodes}: not answering after {timeout:.0f} s, though started on the node ({where}): this machine "
+            f"cannot reach it; check the inventory's addresses and that 'picluster provision' let this machine in")
 
 
 def _names(layout: Layout, node: str) -> dict[str, str]:
