@@ -147,7 +147,7 @@ def test_provision_writes_every_file_once_and_a_second_run_changes_nothing(lab4,
         assert host.read_file("/etc/hostname") == f"{host.name}\n"
         assert host.run(["hostname"]).stdout.strip() == host.name
         assert host.read_file("/boot/firmware/config.txt").endswith("[all]\ngpu_mem=16\n")
-        assert host.read_file("/etc/fstab").splitlines()[-1] == f"{master.address}:/srv/picluster /mnt/picluster nfs defaults,_netdev 0 0"
+        assert host.read_file("/etc/fstab").splitlines()[-1] == f"{master.address}:/srv/picluster /mnt/picluster nfs defaults,_netdev,lookupcache=positive 0 0"
         assert "PasswordAuthentication no" in host.read_file("/etc/ssh/sshd_config.d/00-picluster.conf")
         assert "\noptions sunrpc tcp_slot_table_entries=128\n" in host.read_file("/etc/modprobe.d/sunrpc.conf")
         assert "\nsunrpc.tcp_slot_table_entries = 128\n" in host.read_file("/etc/sysctl.d/60-picluster-sunrpc.conf")

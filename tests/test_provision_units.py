@@ -96,7 +96,7 @@ def test_template_lines():
         "/srv/picluster 192.168.1.0/26(rw,sync,no_subtree_check,root_squash)\n"
     )
     assert templates.render("fstab.j2", **TEMPLATE_VARS["fstab.j2"]) == (
-        "192.168.1.16:/srv/picluster /mnt/picluster nfs defaults,_netdev 0 0\n"
+        "192.168.1.16:/srv/picluster /mnt/picluster nfs defaults,_netdev,lookupcache=positive 0 0\n"
     )
     defaults = templates.render("nfs-kernel-server.j2", nfsd_threads=16, mountd_port=20048)
     assert "\nRPCNFSDCOUNT=16\n" in defaults

@@ -183,6 +183,12 @@ def check_nfs_and_firewall(lab: Lab, inv: Inventory, threads: int) -> None:
     assert sh(lab.host("node03"), f"cat {inv.data_dir}/written-on-node02") == token
     assert master.read_file(f"{inv.share_dir}/written-on-node02").strip() == token
     assert sh(master, f"stat -c '%U %a' {inv.share_dir}") == f"{inv.user} 775"
+    # A node that looked for a file sees it at once once the master puts it in its export (as a
+    # first training puts the data set there): lookupcache=positive, not a minute's "no such file".
+    late = f"{inv.data_dir}/put-later-{token}"
+    assert sh(lab.host("node03"), f"test -e {late} && echo there || echo missing") == "missing"
+    sh(master, f"echo {token} > {inv.share_dir}/put-later-{token}")
+    assert sh(lab.host("node03"), f"cat {late}") == token
     check_firewall(lab, inv)
 
 

@@ -171,6 +171,9 @@ def _read_back(ctx: Context):
         yield Item("export", Status.FAILED, f"exportfs -v does not list {share} for {subnet}")
 
 
+LOOKUPCACHE = "lookupcache=pos"  # how /proc/mounts shows lookupcache=positive
+
+
 def client(ctx: Context):
     inv, remote = ctx.inv, ctx.remote
     mnt = str(inv.data_dir)
@@ -190,12 +193,28 @@ def client(ctx: Context):
         return
     # Before the mount, so the share's transport starts with the slots.
     yield _slot_table(ctx)
-    source = f"{ctx.master_address}:{inv.share_dir}"
-    mounted = remote.run(f"findmnt -n -o SOURCE --mountpoint {q(mnt)}", check=False).stdout.strip()
-    if mounted == source:
-        yield Item("mount", Status.OK, f"{source} on {mnt}")
-    else:
-        yield action_item(ctx, "mount", f"mount {q(mnt)}", f"mount {source} on {mnt}", timeout=120)
+    yield _mount(ctx, f"{ctx.master_address}:{inv.share_dir}", mnt)
+
+
+def _mount(ctx: Context, source: str, mnt: str) -> Item:
+    """The share on its mount point with the fstab line's options.  lookupcache=positive: by
+    default a client caches "no such file" for up to a minute, so a file put on the share (the
+    data set a first training copies to the master's export) stays invisible to a node that just
+    looked for it; a remount cannot change the option, so an old mount is mounted again."""
+    found = ctx.remote.run(f"findmnt -n -o SOURCE,OPTIONS --mountpoint {q(mnt)}", check=False).stdout.split()
+    if not found or found[0] != source:
+        return action_item(ctx, "mount", f"mount {q(mnt)}", f"mount {source} on {mnt}", timeout=120)
+    if LOOKUPCACHE in found[-1].split(","):
+        return Item("mount", Status.OK, f"{source} on {mnt}")
+    if ctx.dry_run:
+        return Item("mount", Status.CHANGED, f"would mount {source} on {mnt} again, with lookupcache=positive")
+    again = ctx.remote.run(f"umount {q(mnt)} && mount {q(mnt)}", sudo=True, check=False, timeout=120)
+    if again.exited == 0:
+        return Item("mount", Status.CHANGED, f"mounted {source} on {mnt} again, with lookupcache=positive")
+    if not ctx.remote.ok(f"findmnt -n --mountpoint {q(mnt)}"):  # unmounted, then the mount failed
+        return Item("mount", Status.FAILED, f"{source} on {mnt}: {(again.stderr.strip().splitlines() or ['mount failed'])[-1]}")
+    # In use (a job reads the share): it keeps its old options until it is next mounted.
+    return Item("mount", Status.OK, f"{source} on {mnt} (in use: lookupcache=positive from its next mount, at the latest the next boot)")
 
 
 def _slot_table(ctx: Context) -> Item:
