@@ -16,7 +16,7 @@ import pytest
 from test_remote_cluster import picluster_processes
 
 from picluster.cluster.nodes import RUN_DIR
-from picluster.jobs.launch.staging import node_job_name
+from picluster.cluster.staging import node_job_name
 from picluster.paths import state_dir
 
 from conftest import picluster

@@ -3,6 +3,7 @@ itself through others (CONTRIBUTING.md, *Layers*).  Imports inside functions cou
 import is still an arrow."""
 
 import ast
+import re
 from pathlib import Path
 
 from conftest import ROOT
@@ -121,4 +122,15 @@ def test_jobs_start_their_processes_only_through_the_one_supervisor():
                 found += [f"{path.relative_to(ROOT)}: imports {n}" for n in names if n in ("subprocess", "multiprocessing")]
             elif isinstance(node, ast.Attribute) and node.attr in ("exec_command", "open_session", "Popen"):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.attr}")
+    assert found == []
+
+
+def test_jobs_and_the_cli_never_test_which_kind_of_cluster_they_have():
+    """A job and a command take a Cluster and use what it offers (stage, start_task, up, down in
+    attach): none tests the kind, so a new kind plugs in without touching them."""
+    asks = re.compile(r"isinstance\([^)]*\b(LocalCluster|NodeCluster|InProcessCluster|Allocation)\b"
+                      r"|\bcluster_?\.inventory is (not )?None|\.kind ==")
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+             for folder in ("jobs", "cli") for path in sorted((PACKAGE / folder).rglob("*.py"))
+             for n, line in enumerate(path.read_text().splitlines(), 1) if asks.search(line)]
     assert found == []

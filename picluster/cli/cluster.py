@@ -26,34 +26,12 @@ def cluster() -> None:
 @other_spelling("--nodes", "cluster up counts tasks: give --workers {value} (and --ps) for the local cluster; an inventory's nodes start as its [roles] say")
 def up(inventory, ps, workers, port, timeout) -> None:
     """Start the servers and wait until every task answers."""
-    from picluster.cluster.attach import find
+    from picluster.cluster import attach
 
-    console = Console()
-    if inventory is not None:
-        from picluster.cluster.nodes import NodeCluster
-
-        nodes = NodeCluster(inventory)
-        started = sum(len(processes) for processes in nodes.up(timeout).values())
-        _print_status(nodes, console)
-        click.echo(f"started {started} process(es)" if started else "already up")
-        return
-    from picluster.cluster.local import LocalCluster
-
-    running = find(None)
-    if isinstance(running, LocalCluster):
-        if len(running.layout.ps) != ps or len(running.layout.workers) != workers:
-            raise UsageError(
-                f"a local cluster with {len(running.layout.ps)} ps and {len(running.layout.workers)} workers "
-                "is already running; 'picluster cluster down' first"
-            )
-        restarted = running.restart_missing()
-        _print_status(running, console)
-        click.echo(f"restarted {len(restarted)} task(s)" if restarted else "already up")
-        return
-    stale = LocalCluster.open()
-    if stale is not None:
-        stale.stop()  # a state file left by a cluster that died
-    _print_status(LocalCluster.start(ps=ps, workers=workers, base_port=port), console)
+    running, done = attach.up(inventory, ps, workers, port, timeout)
+    _print_status(running, Console())
+    if done is not None:
+        click.echo(done)
 
 
 @cluster.command()
@@ -61,9 +39,8 @@ def up(inventory, ps, workers, port, timeout) -> None:
 def status(inventory) -> None:
     """Show each task, its node and whether it answers."""
     from picluster.cluster.attach import find
-    from picluster.cluster.local import LocalCluster
 
-    running = find(inventory) or LocalCluster.open()  # a stale local cluster: show what is down
+    running = find(inventory, stale=True)  # a stale local cluster: show what is down
     if running is None:
         click.echo("no local cluster (start one with 'picluster cluster up')")
         sys.exit(3)
@@ -76,21 +53,9 @@ def status(inventory) -> None:
 @inventory_option
 def down(inventory) -> None:
     """Stop every server and leave nothing running."""
-    if inventory is not None:
-        from picluster.cluster.nodes import NodeCluster
+    from picluster.cluster import attach
 
-        stopped = NodeCluster(inventory).down()
-        click.echo(f"stopped {sum(len(processes) for processes in stopped.values())} process(es) on {len(stopped)} node(s)")
-        return
-    from picluster.cluster.local import LocalCluster
-
-    running = LocalCluster.open()
-    if running is None:
-        click.echo("no local cluster running")
-        return
-    count = sum(1 for s in running.status() if s.task is not None and s.state != "down")
-    running.stop()
-    click.echo(f"stopped {count} task(s)")
+    click.echo(attach.down(inventory))
 
 
 def _print_status(cluster_, console: Console):

@@ -23,12 +23,47 @@ from picluster.errors import ClusterError, UsageError
 from picluster.inventory import Inventory
 
 
-def find(inventory: Inventory | None) -> Cluster | None:
-    """The inventory's nodes, else the running local cluster, else None."""
+def find(inventory: Inventory | None, stale: bool = False) -> Cluster | None:
+    """The inventory's nodes, else the running local cluster, else None.  With ``stale``, also a
+    local cluster whose tasks all died (to show what is down)."""
     if inventory is not None:
         return NodeCluster(inventory)
     running = LocalCluster.open()
-    return running if running is not None and running.is_running() else None
+    return running if running is not None and (stale or running.is_running()) else None
+
+
+def up(inventory: Inventory | None, ps: int, workers: int, port: int | None, timeout: float) -> tuple[Cluster, str | None]:
+    """`cluster up`: the inventory's servers, or the persistent local cluster (``ps``, ``workers``,
+    first ``port``), started where they are down; the cluster and what was done, in words (None:
+    a new local cluster, whose table says it all)."""
+    if inventory is not None:
+        nodes = NodeCluster(inventory)
+        started = sum(len(processes) for processes in nodes.up(timeout).values())
+        return nodes, f"started {started} process(es)" if started else "already up"
+    running = LocalCluster.open()
+    if running is not None and running.is_running():
+        if len(running.layout.ps) != ps or len(running.layout.workers) != workers:
+            raise UsageError(f"a local cluster with {len(running.layout.ps)} ps and {len(running.layout.workers)} workers "
+                             "is already running; 'picluster cluster down' first")
+        restarted = running.restart_missing()
+        return running, f"restarted {len(restarted)} task(s)" if restarted else "already up"
+    if running is not None:
+        running.stop()  # a state file left by a cluster that died
+    return LocalCluster.start(ps=ps, workers=workers, base_port=port), None
+
+
+def down(inventory: Inventory | None) -> str:
+    """`cluster down`: every server of the inventory's nodes, or of the local cluster, stopped;
+    what was stopped, in words."""
+    if inventory is not None:
+        stopped = NodeCluster(inventory).down()
+        return f"stopped {sum(len(processes) for processes in stopped.values())} process(es) on {len(stopped)} node(s)"
+    running = LocalCluster.open()
+    if running is None:
+        return "no local cluster running"
+    count = sum(1 for s in running.status() if s.task is not None and s.state != "down")
+    running.stop()
+    return f"stopped {count} task(s)"
 
 
 @contextmanager

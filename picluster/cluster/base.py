@@ -3,14 +3,16 @@
 A kind of cluster (the persistent local one, the inventory's nodes, the temporary one a job starts
 for itself, a Slurm job's allocation) says where its tasks listen (``layout``), whether each
 answers (``status``), where its node agents serve their metrics (``agents``), how a job's
-process starts on a node (``launcher``), and how it ends (``close``: a temporary cluster and an
-allocation stop what they started, the others are left running).  Jobs take a
+process starts on a node (``launcher``, ``stage`` its files, ``start_task``), and how it ends
+(``close``: a temporary cluster and an allocation stop what they started, the others are left
+running; ``release`` lets go of what a job opened to reach its nodes).  Jobs take a
 ``Cluster`` from ``attach`` and never ask which kind it is.
 """
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from picluster import nodeset
 from picluster.cluster.containers import reset
@@ -18,6 +20,9 @@ from picluster.cluster.probe import unanswered
 from picluster.clusterspec import Layout, Task
 from picluster.errors import ClusterError, UsageError
 from picluster.inventory import Inventory
+
+if TYPE_CHECKING:  # the supervisor brings paramiko: loaded when a job starts a process, not before
+    from picluster.cluster.tasks import LocalTask, NodeTask, TaskSpec
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,36 @@ class Cluster(ABC):
         """What starts a job's process on ``node`` from this machine: () runs it here (the local
         kinds; an inventory's nodes are reached over SSH instead), a Slurm job's ``srun``."""
         return ()
+
+    # -- a job's own processes on the nodes (launch) ---------------------------------------
+
+    # Whether start_task may be called from several threads at once (one SSH channel per task);
+    # a process started here is tied to the thread that starts it, so the local kinds say no.
+    parallel_start: bool = False
+
+    def stage(self, files: list[tuple[str, Path]], folder: Path, name: str, nodes: list[str], job: str) -> dict[str, str] | None:
+        """Put a job's ``files`` (relative name, file here) where its processes on ``nodes`` run
+        them, under the job's ``name`` (``job``: how messages name it, "job 12"); per node, that
+        folder as a shell word (its ``cd``).  None:
+        they run in ``folder`` as it is on this machine, which every node that runs them from
+        elsewhere (a launcher) must then see, or one line says which does not."""
+        if any(self.launcher(node) for node in nodes):
+            self.check_shared({"the script's folder": folder.resolve()})
+        return None
+
+    def start_task(self, spec: "TaskSpec", grace: float, on_line) -> "LocalTask | NodeTask":
+        """A job's process, started through the one supervisor: here, or where ``spec.launcher`` says."""
+        from picluster.cluster import tasks
+
+        return tasks.start(spec, grace, on_line)
+
+    def unreachable(self, node: str) -> bool:
+        """Whether ``node``, where the job reached a process of its own, stopped answering at all (a
+        cut cable, a crash): its task is then not waited for; it stops itself."""
+        return False
+
+    def release(self) -> None:  # noqa: B027  (most kinds open nothing per job)
+        """Let go of what the job opened to reach its nodes (connections); the servers stay."""
 
     def check_shared(self, paths: dict[str, Path]) -> None:  # noqa: B027  (here: this machine's files)
         """That every node the job starts processes on sees these paths ({what: path}); else

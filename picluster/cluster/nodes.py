@@ -9,6 +9,7 @@ address.  The start script is what the node runs again at boot (``start_script``
 import json
 import shlex
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from picluster import nodeset
@@ -41,6 +42,7 @@ class NodeCluster(Cluster):
         self.inventory = inv
         self.layout = from_inventory(inv)
         self.title = f"{inv.name}: {len(inv.nodes)} nodes"
+        self._remotes: dict[str, Remote] = {}  # a job's connections to the nodes its processes run on
 
     def status(self) -> list[TaskState]:
         """Each task, "up" or "down", probed from here (the agents are not: `top` shows them)."""
@@ -58,6 +60,37 @@ class NodeCluster(Cluster):
 
     def repair(self) -> None:
         self.up()
+
+    # -- a job's own processes: over SSH, one connection per node the job uses ----------------
+
+    parallel_start = True
+
+    def stage(self, files: list[tuple[str, Path]], folder: Path, name: str, nodes: list[str], job: str) -> dict[str, str] | None:
+        from picluster.cluster import staging
+
+        inv = self.inventory
+        opened = fan_out(lambda node: open_node(inv, inv.node(node)), sorted(set(nodes) - set(self._remotes)), name=lambda n: n)
+        self._remotes |= dict(opened.succeeded)
+        opened.raise_failures(f"{job}: reaching the workers")
+        return staging.stage(inv, {n: self._remotes[n] for n in nodes}, files, name, RUN_DIR,
+                             lambda: open_node(inv, inv.node(inv.nfs_master)))
+
+    def start_task(self, spec, grace: float, on_line):
+        """On its node over the connection ``stage`` opened; a task on "localhost" (a chief) here."""
+        from picluster.cluster import tasks
+
+        remote = self._remotes.get(spec.node)
+        if remote is None:
+            return super().start_task(spec, grace, on_line)
+        return tasks.start(spec, grace, on_line, remote, node_python(self.inventory))
+
+    def unreachable(self, node: str) -> bool:
+        return node in self._remotes and not answers(self.inventory.node(node).address, 22, 1.0)
+
+    def release(self) -> None:
+        remotes, self._remotes = self._remotes, {}
+        for remote in remotes.values():
+            remote.close()
 
 
 def node_python(inv: Inventory) -> str:

@@ -14,8 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from picluster import nodeset
-from picluster.cluster import probe
-from picluster.cluster import tasks as supervisor
+from picluster.cluster import probe, staging
 from picluster.cluster.base import Cluster
 from picluster.cluster.exits import Exit, Exited
 from picluster.cluster.tasks import HEARTBEAT_TIMEOUT_S, LOST, UNKNOWN, Heartbeat, LocalTask, NodeTask, TaskSpec
@@ -23,7 +22,7 @@ from picluster.errors import ClusterError
 from picluster.fanout import fan_out
 from picluster.inventory import Inventory
 from picluster.jobs.controller import Job, Running
-from picluster.jobs.launch import plan, policy, staging
+from picluster.jobs.launch import plan, policy
 from picluster.jobs.launch.config import LaunchConfig
 from picluster.jobs.launch.output import Output, log_name
 from picluster.paths import state_dir
@@ -65,7 +64,6 @@ class Launch(Job):
         self.tasks: dict[str, LocalTask | NodeTask] = {}
         self.specs: dict[str, TaskSpec] = {}
         self.codes: dict[str, list[int | None]] = {}
-        self.remotes: dict = {}
         self.job_id: int | None = None
         self.budget = policy.Budget(config.restart_limit)
         self.cut_off: set[str] = set()  # nodes that stopped answering at all during the job
@@ -94,8 +92,7 @@ class Launch(Job):
                 failure = self._watch()
         finally:
             self._stop_all()
-            for remote in self.remotes.values():
-                remote.close()
+            cluster.release()
             self.output.close()
         return Outcome(running.job_id, "FAILED" if failure else "COMPLETED", str(failure or ""), time.perf_counter() - start,
                        self.budget.used, self.codes, self.output.summary(), self.job_dir, failure)
@@ -105,47 +102,32 @@ class Launch(Job):
 
     # -- starting -------------------------------------------------------------------------
 
-    def _start_all(self, cluster) -> None:
+    def _start_all(self, cluster: Cluster) -> None:
         c, layout = self.config, cluster.layout
         if c.mode == "coordinator":
             specs = [plan.coordinator_task(c, layout, self.id)]
         else:
-            folders = None
-            if cluster.inventory is not None:
-                inv = cluster.inventory
-                nodes = [inv.node(t.node) for t in layout.workers]
-                from picluster.cluster.nodes import open_node
-
-                opened = fan_out(lambda node: open_node(inv, node), nodes)
-                self.remotes = dict(opened.succeeded)
-                opened.raise_failures(f"job {self.id}: reaching the workers")
-                folders = staging.stage(inv, self.remotes, c.files(), staging.node_job_name(self.id, state_dir()))
-            specs = plan.worker_tasks(c, layout, self.id, folders)
-            if folders is None and any(cluster.launcher(s.node) for s in specs):
-                # A Slurm job's tasks start on their nodes with srun, in the script's folder as it is
-                # here: a folder on the file system every node of the job mounts.
-                cluster.check_shared({"the script's folder": Path(c.folder).resolve()})
-                specs = [replace(s, launcher=cluster.launcher(s.node)) for s in specs]
+            nodes = [t.node for t in layout.workers]
+            folders = cluster.stage(c.files(), Path(c.folder), staging.node_job_name(self.id, state_dir()), nodes, f"job {self.id}")
+            specs = [replace(s, launcher=cluster.launcher(s.node)) for s in plan.worker_tasks(c, layout, self.id, folders)]
         self.specs = {s.label: s for s in specs}
         self.servers = list(layout.tasks)  # probed once a second while the job runs
         for spec in specs:
             self.output.add(spec.label, spec.prefix)
             self.codes[spec.label] = []
-        # Nodes' tasks start at once, one SSH channel each; local ones here, in the main thread.
-        started = fan_out(self._start, [s for s in specs if s.node in self.remotes], name=lambda s: s.label)
-        self.tasks = {s.label: self._start(s) for s in specs if s.node not in self.remotes} | started.succeeded
-        started.raise_failures(f"job {self.id}: starting the tasks")
+        # Where the cluster allows it, at once (one SSH channel each); else in this, the main thread.
+        if cluster.parallel_start:
+            started = fan_out(self._start, specs, name=lambda s: s.label)
+            self.tasks = dict(started.succeeded)
+            started.raise_failures(f"job {self.id}: starting the tasks")
+        else:
+            self.tasks = {s.label: self._start(s) for s in specs}
         self.running.note(f"job {self.id}: {c.name}, {c.mode} mode, {len(specs)} task(s) on {nodeset.fold(sorted({s.node for s in specs}))}"
                       f" (logs: {self.job_dir})")
 
     def _start(self, spec: TaskSpec) -> LocalTask | NodeTask:
         on_line = lambda text, label=spec.label: self.output.line(label, text)
-        if spec.node in self.remotes:
-            from picluster.cluster.nodes import node_python
-
-            assert self.cluster.inventory is not None  # remotes exist for inventory nodes only
-            return supervisor.start(spec, self.config.grace_s, on_line, self.remotes[spec.node], node_python(self.cluster.inventory))
-        return supervisor.start(spec, self.config.grace_s, on_line)
+        return self.cluster.start_task(spec, self.config.grace_s, on_line)
 
     # -- watching -------------------------------------------------------------------------
 
@@ -256,7 +238,7 @@ class Launch(Job):
         """The error naming servers that went silent; their nodes, if the nodes went silent too (a
         cut cable, a crash), are noted: their tasks are not waited for, they stop themselves."""
         nodes = sorted({t.node for t in tasks})
-        self.cut_off |= {node for node in nodes if node in self.remotes and not probe.answers(_address(self.cluster, node), 22, 1.0)}
+        self.cut_off |= {node for node in nodes if self.cluster.unreachable(node)}
         labels = nodeset.fold(t.label for t in tasks)
         return ClusterError(f"job {self.id} failed: {nodeset.fold(nodes)}: {labels} stopped answering; {then}")
 
@@ -301,6 +283,3 @@ class Launch(Job):
 def _job_dir(job_id: int) -> Path:
     return state_dir() / "jobs" / str(job_id)
 
-
-def _address(cluster, node: str) -> str:
-    return cluster.inventory.node(node).address

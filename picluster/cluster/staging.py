@@ -1,4 +1,5 @@
-"""Each-worker mode: the script (or ``--dir``) put where every worker node can run it.
+"""A launched job's files (each-worker mode: the script, or ``--dir``) put where every worker node
+can run them: the inventory's nodes' side of ``Cluster.stage`` (NodeCluster).
 
 On nodes that mount the cluster's share at ``data_dir`` it is written once, through the NFS
 master, into ``share_dir/jobs/<job>`` and read there as ``data_dir/jobs/<job>``, as the thesis
@@ -10,12 +11,12 @@ full disk — is named in one line before any task starts.
 
 import hashlib
 import shlex
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 import paramiko
 
 from picluster import nodeset
-from picluster.cluster.nodes import RUN_DIR, open_node
 from picluster.errors import ClusterError, UsageError
 from picluster.fanout import fan_out
 
@@ -27,17 +28,19 @@ def node_job_name(job_id: int, state: Path) -> str:
     return f"{job_id}-{hashlib.sha1(str(state.resolve()).encode()).hexdigest()[:8]}"
 
 
-def stage(inv, remotes: dict, files: list[tuple[str, Path]], name: str) -> dict[str, str]:
-    """Put ``files`` on every node of ``remotes``; per node, the folder as a shell word (its ``cd``)."""
+def stage(inv, remotes: dict, files: list[tuple[str, Path]], name: str, run_dir: str, open_master: Callable) -> dict[str, str]:
+    """Put ``files`` on every node of ``remotes``; per node, the folder as a shell word (its ``cd``).
+    ``run_dir``: the nodes' own folder under the user's home, for nodes without the share;
+    ``open_master()``: a connection to the NFS master, where it is not one of ``remotes``."""
     shared = PurePosixPath(str(inv.data_dir)) / "jobs" / name
     mounted = fan_out(lambda node: remotes[node].ok(f"mountpoint -q {shlex.quote(str(inv.data_dir))}"), list(remotes),
                       name=lambda node: node).raise_failures("checking the share")
     on_share = [node for node, yes in mounted.items() if yes]
     folders: dict[str, str] = {}
     if on_share:
-        _upload_to_share(inv, remotes, files, PurePosixPath(str(inv.share_dir)) / "jobs" / name)
+        _upload_to_share(inv, remotes, files, PurePosixPath(str(inv.share_dir)) / "jobs" / name, open_master)
         folders |= {node: shlex.quote(str(shared)) for node in on_share}
-    private = PurePosixPath(RUN_DIR) / "jobs" / name  # relative to the user's home, as SFTP sees it
+    private = PurePosixPath(run_dir) / "jobs" / name  # relative to the user's home, as SFTP sees it
     copies = [node for node in remotes if node not in on_share]
     fan_out(lambda node: _copy(remotes[node], files, private), copies, name=lambda node: node).raise_failures("copying the script")
     folders |= {node: f"\"$HOME\"/{shlex.quote(str(private))}" for node in copies}
@@ -45,9 +48,9 @@ def stage(inv, remotes: dict, files: list[tuple[str, Path]], name: str) -> dict[
     return folders
 
 
-def _upload_to_share(inv, remotes: dict, files, folder: PurePosixPath) -> None:
+def _upload_to_share(inv, remotes: dict, files, folder: PurePosixPath, open_master: Callable) -> None:
     own = inv.nfs_master not in remotes
-    master = open_node(inv, inv.node(inv.nfs_master)) if own else remotes[inv.nfs_master]
+    master = open_master() if own else remotes[inv.nfs_master]
     try:
         _copy(master, files, folder)
     except ClusterError as exc:
