@@ -239,7 +239,7 @@ def test_apt_waits_for_its_lock_and_says_once_who_holds_it(inv_path, monkeypatch
 
 
 def test_cluster_up_giving_up_says_still_starting_or_unreachable_and_what_to_do(inv_path):
-    from picluster.cluster.nodes import _not_answering
+    from picluster.cluster.nodes import MAX_TIMEOUT_S, _not_answering
 
     layout = from_inventory(load_inventory(inv_path))
     slow = {"node03": {"worker:1": ("alive", None, ())}, "node04": {"worker:2": ("ready", None, ())}}
@@ -247,6 +247,9 @@ def test_cluster_up_giving_up_says_still_starting_or_unreachable_and_what_to_do(
     assert _not_answering(layout, slow, 120) == (
         "node[03-04]: not answering after 120 s (worker:1: still starting); they go on starting: "
         "'picluster cluster up --timeout 360' waits for them, 'picluster cluster down' stops them")
+    # The command it names is one `cluster up` takes: never past its --timeout's hour.
+    assert "'picluster cluster up --timeout 3600' waits" in _not_answering(layout, slow, 1800)
+    assert f"--timeout NUMBER 1-{MAX_TIMEOUT_S} " in " ".join(picluster("cluster", "up", "--help").stdout.split())
     walled = {"node04": {"worker:2": ("ready", None, ())}}
     assert _not_answering(layout, walled, 30) == (
         "node04: not answering after 30 s, though started on the node (worker:2 at 127.0.1.4:2222): this machine cannot "

@@ -29,6 +29,7 @@ RUN_DIR = ".local/state/picluster/node"  # under the node user's home
 AGENT = "agent"
 START_SCRIPT = "start.sh"  # in RUN_DIR: what `up` started, run again at boot (start_script)
 CHECK_S = 0.5  # between checks of the starting processes (one SSH command per node)
+MAX_TIMEOUT_S = 3600  # the longest `cluster up --timeout`
 
 
 class NodeCluster(Cluster):
@@ -228,10 +229,16 @@ def _not_answering(layout: Layout, states: dict[str, dict], timeout: float) -> s
     if starting:
         labels = ", ".join(t.label for t in starting)
         return (f"{nodes}: not answering after {timeout:.0f} s ({labels}: still starting); they go on starting: "
-                f"'picluster cluster up --timeout {max(int(timeout) * 3, 300)}' waits for them, 'picluster cluster down' stops them")
+                f"'picluster cluster up --timeout {_longer(timeout)}' waits for them, 'picluster cluster down' stops them")
     where = ", ".join(f"{t.label} at {t.host}:{t.port}" for t in unreached)
     return (f"{nodes}: not answering after {timeout:.0f} s, though started on the node ({where}): this machine "
             f"cannot reach it; check the inventory's addresses and that 'picluster provision' let this machine in")
+
+
+def _longer(timeout: float) -> int:
+    """The wait `cluster up` suggests after ``timeout`` ran out: three times as long, at least five
+    minutes, never more than its --timeout takes (an hour)."""
+    return min(max(int(timeout) * 3, 300), MAX_TIMEOUT_S)
 
 
 def _names(layout: Layout, node: str) -> dict[str, str]:
