@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -99,17 +100,20 @@ def say(title: str, result: subprocess.CompletedProcess) -> None:
     print(f"\n$ {title}  (exit {result.returncode})\n{result.stdout}{result.stderr}")
 
 
+def type_line(folder: Path, env: dict, line: str, timeout: float = 1200) -> subprocess.CompletedProcess:
+    """A command line of the page, typed as written in the inventory's folder; said with its time."""
+    started = time.monotonic()
+    done = picluster(*line.split()[1:], cwd=folder, env=env, timeout=timeout)
+    say(f"{line}  [{time.monotonic() - started:.0f} s]", done)
+    return done
+
+
 @pytest.mark.lab
 @pytest.mark.long
 @pytest.mark.timeout(3600)
 def test_a_newcomer_walks_the_page_from_the_inventory_to_the_cards_commands(pis):
     _lab, folder, env, share = pis
-
-    def typed(line: str, timeout: float = 900) -> subprocess.CompletedProcess:
-        args = line.split()[1:]
-        done = picluster(*args, cwd=folder, env=env, timeout=timeout)
-        say(line, done)
-        return done
+    typed = partial(type_line, folder, env)
 
     plan = typed("picluster provision --dry-run")
     assert plan.returncode == 0, plan.stderr
@@ -187,12 +191,7 @@ def vm_pis(vm_image, tmp_path, state):
 @pytest.mark.timeout(3600)
 def test_a_newcomer_walks_the_page_on_vm_hosts_to_the_cards_commands(vm_pis):
     lab, folder, env = vm_pis
-
-    def typed(line: str, timeout: float = 1200) -> subprocess.CompletedProcess:
-        started = time.monotonic()
-        done = picluster(*line.split()[1:], cwd=folder, env=env, timeout=timeout)
-        say(f"{line}  [{time.monotonic() - started:.0f} s]", done)
-        return done
+    typed = partial(type_line, folder, env)
 
     plan = typed("picluster provision --dry-run")
     assert plan.returncode == 0 and "unreachable" not in plan.stdout, plan.stdout + plan.stderr

@@ -99,10 +99,6 @@ class Cluster(ABC):
 
     # -- a job's own processes on the nodes (launch) ---------------------------------------
 
-    # Whether start_task may be called from several threads at once (one SSH channel per task);
-    # a process started here is tied to the thread that starts it, so the local kinds say no.
-    parallel_start: bool = False
-
     def stage(self, files: list[tuple[str, Path]], folder: Path, name: str, nodes: list[str], job: str) -> dict[str, str] | None:
         """Put a job's ``files`` (relative name, file here) where its processes on ``nodes`` run
         them, under the job's ``name`` (``job``: how messages name it, "job 12"); per node, that

@@ -64,8 +64,6 @@ class NodeCluster(Cluster):
 
     # -- a job's own processes: over SSH, one connection per node the job uses ----------------
 
-    parallel_start = True
-
     def stage(self, files: list[tuple[str, Path]], folder: Path, name: str, nodes: list[str], job: str) -> dict[str, str] | None:
         from picluster.cluster import staging
 

@@ -348,10 +348,19 @@ def untraversable_dirs(paths: list[Path]) -> list[str]:
 def shared_under_tmp() -> list[str]:
     """The running venv and picluster's source, when they live under /tmp (hosts get a private
     /tmp): the servers started in the hosts run this same code."""
+    tmp = Path("/tmp")
+    return outermost([p for p in runtime_paths() if tmp in p.parents])
+
+
+def runtime_paths() -> set[Path]:
+    """What a host needs to run this process's code: the venv and picluster's source tree (an
+    editable install)."""
     import picluster
 
-    paths = {Path(sys.prefix).resolve(), Path(picluster.__file__).resolve().parent.parent}
-    tmp = Path("/tmp")
-    kept = sorted(str(p) for p in paths if tmp in p.parents)
-    # A directory inside another kept one comes along with it.
+    return {Path(sys.prefix).resolve(), Path(picluster.__file__).resolve().parent.parent}
+
+
+def outermost(paths) -> list[str]:
+    """``paths`` sorted, without those inside another one (a directory comes with its parent)."""
+    kept = sorted({str(p) for p in paths})
     return [p for p in kept if not any(p != q and p.startswith(q + "/") for q in kept)]

@@ -115,13 +115,10 @@ class Launch(Job):
         for spec in specs:
             self.output.add(spec.label, spec.prefix)
             self.codes[spec.label] = []
-        # Where the cluster allows it, at once (one SSH channel each); else in this, the main thread.
-        if cluster.parallel_start:
-            started = fan_out(self._start, specs, name=lambda s: s.label)
-            self.tasks = dict(started.succeeded)
-            started.raise_failures(f"job {self.id}: starting the tasks")
-        else:
-            self.tasks = {s.label: self._start(s) for s in specs}
+        # At once: a node's task costs an SSH channel's round trips, a local one a fork.
+        started = fan_out(self._start, specs, name=lambda s: s.label)
+        self.tasks = dict(started.succeeded)
+        started.raise_failures(f"job {self.id}: starting the tasks")
         self.running.note(f"job {self.id}: {c.name}, {c.mode} mode, {len(specs)} task(s) on {nodeset.fold(sorted({s.node for s in specs}))}"
                       f" (logs: {self.job_dir})")
 

@@ -20,24 +20,20 @@ import sys
 import time
 from pathlib import Path
 
-import picluster
 from picluster.cluster.lifetime import die_with_parent
 from picluster.errors import ClusterError
+from picluster.lab.host import outermost, runtime_paths
 
 VIRTIOFSD = "/usr/lib/qemu/virtiofsd"  # Debian 12's qemu-system-common
 SOCKET_WAIT = 10.0
 
 
 def coordinator_dirs() -> list[str]:
-    """The directories a VM needs to run this process's Python and picluster: the venv, the
-    Python it was made from (unless that is the system's own /usr, which the image has), and
-    picluster's source tree (an editable install); one kept directory covers those inside it."""
-    paths = {Path(sys.prefix).resolve(), Path(picluster.__file__).resolve().parent.parent}
+    """The directories a VM needs to run this process's Python and picluster: the venv and
+    picluster's source tree (host.runtime_paths), and the Python the venv was made from unless
+    that is the system's own /usr, which the image has; one directory covers those inside it."""
     base = Path(sys.base_prefix).resolve()
-    if base != Path("/usr"):
-        paths.add(base)
-    kept = sorted(str(p) for p in paths)
-    return [p for p in kept if not any(p != q and p.startswith(q + "/") for q in kept)]
+    return outermost(runtime_paths() | ({base} if base != Path("/usr") else set()))
 
 
 def tag(index: int) -> str:
