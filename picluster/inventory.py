@@ -34,6 +34,10 @@ Example::
 The file is untrusted input: every key is checked and errors name the key and the fix.  Strings
 are checked by what they become (picluster.tokens): paths and names end up in /etc/exports,
 /etc/fstab, /etc/hosts, firewall rules and shell commands on every node.
+
+Over 400 lines: every table of the file is checked here, in one pass that names the key at fault,
+because the checks cross tables (roles name nodes, [slurm]'s controller and [users]' uids must
+fit the nodes); the string checks themselves are picluster.tokens'.
 """
 
 import ipaddress

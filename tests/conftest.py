@@ -85,7 +85,7 @@ def state(tmp_path, monkeypatch):
     assert not left, f"servers or agents left running: {[p.pid for p in left]}"
 
 
-def cli(*args) -> list[str]:
+def command_line(*args) -> list[str]:
     """The command line that runs picluster's CLI from this checkout with this interpreter."""
     return [sys.executable, "-m", "picluster", *map(str, args)]
 
@@ -94,14 +94,14 @@ def picluster(*args, env=None, timeout=300, input=None, cwd=ROOT, how=()) -> sub
     """Run the real CLI in a subprocess, to its end: real exit codes, real stderr.  ``how``: a
     prefix that runs it otherwise (e.g. as another user)."""
     return subprocess.run(
-        [*how, *cli(*args)], capture_output=True, text=True, timeout=timeout,
+        [*how, *command_line(*args)], capture_output=True, text=True, timeout=timeout,
         env=env or os.environ.copy(), input=input, cwd=cwd,
     )  # fmt: skip
 
 
 def picluster_popen(*args, env=None, cwd=ROOT, **popen) -> subprocess.Popen:
     """Start the real CLI in a subprocess and return at once (text pipes for stdout and stderr)."""
-    return subprocess.Popen(cli(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    return subprocess.Popen(command_line(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env or os.environ.copy(), cwd=cwd, **popen)
 
 
@@ -134,6 +134,8 @@ def one_line(result, code: int, *needles: str) -> str:
     return errors[0]
 
 
+from har_synthetic import uci_zip  # noqa: E402,F401  (a small source zip in the UCI layout)
 from lab_fixtures import lab4, lab_factory, lab_support, vm3, vm_image, vm_support  # noqa: E402,F401  (test hosts, picluster.lab)
 from launch_fixtures import launch  # noqa: E402,F401  (picluster launch in the background, stopped after the test)
 from storage_fixtures import small_disk  # noqa: E402,F401  (a tmpfs to fill or make read-only)
+from train_fixtures import tiny  # noqa: E402,F401  (a tiny HAR data set)

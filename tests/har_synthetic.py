@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from picluster.data.har.spec import CHANNELS
 
@@ -176,3 +177,9 @@ def write_gz(path: Path, data: bytes) -> Path:
         out.write(data)
     path.write_bytes(buffer.getvalue())
     return path
+
+
+@pytest.fixture
+def uci_zip(tmp_path):
+    """A small source zip in the UCI layout (uci_files()'s: its arrays are ``uci_files()[1]``)."""
+    return write_zip(tmp_path / "UCI HAR Dataset.zip", uci_files()[0])

@@ -1,7 +1,9 @@
-"""A fifth kind of cluster, made in this test, runs a Monte-Carlo job and a launch: the jobs use
-what ``Cluster`` offers (layout, launcher, stage, start_task) and never ask which kind they have,
+"""A fifth kind of cluster, made in this test, runs a Monte-Carlo job, a launch and a training: the
+jobs use what ``Cluster`` offers (layout, launcher, stage, job_folder, start_task) and never ask
+which kind they have,
 so a kind plugs in as one class plus its line in ``attach`` (here: a patched ``find``)."""
 
+import json
 import os
 from pathlib import Path
 
@@ -11,9 +13,15 @@ from picluster.cluster import attach
 from picluster.cluster.base import Agent, Cluster, TaskState
 from picluster.cluster.inprocess import InProcessCluster
 from picluster.jobs import controller
+from picluster.jobs.har import coordinator, progress
+from picluster.jobs.har.config import TrainConfig
+from picluster.jobs.har.job import HarJob
 from picluster.jobs.launch import config as launch_config
 from picluster.jobs.launch.launcher import Launch
 from picluster.jobs.montecarlo.job import MonteCarloJob
+from picluster.views.live import JobDisplay
+
+from train_fixtures import write_tiny_har
 
 pytestmark = pytest.mark.e2e
 
@@ -76,3 +84,15 @@ def test_a_launch_runs_its_tasks_through_the_kinds_own_launcher(borrowed, tmp_pa
     said = sorted(line for text in logs.values() for line in text.splitlines() if line.startswith("task "))
     assert said == ["task 0 localhost", "task 1 localhost"], logs
     assert os.environ.get(MARK) is None  # the mark came from the launcher, not from here
+
+
+def test_a_training_starts_its_clients_through_the_kind(borrowed, tmp_path):
+    config = TrainConfig.for_model(model="convlstm", layers=1, conv_filters=4, conv_pool=8, rnn_hidden=8, batch=20, learning_rate=0.01,
+                                   workers=2, ps=1, epochs=2, data_dir=str(write_tiny_har(tmp_path / "har")))
+    run = coordinator.new_run_dir(tmp_path / "run")
+    display = JobDisplay("train har", "epochs", live=False)
+    job = HarJob(config, run, "auto", progress.Printer(config, run, quiet=True), progress.Follower(config, display))
+    result = controller.run(job, None, display=display)
+    assert sorted(borrowed.started) == ["worker:0", "worker:1"]
+    assert result["epochs_run"] == 2 and 0.0 <= result["test_accuracy"] <= 1.0, result
+    assert json.loads(run.layout.read_text())["cluster"] == "borrowed"

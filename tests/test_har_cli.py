@@ -14,10 +14,6 @@ def _no_ambient_config(monkeypatch, tmp_path):
     monkeypatch.setenv("COLUMNS", "100")
 
 
-@pytest.fixture
-def uci_zip(tmp_path):
-    return write_zip(tmp_path / "UCI HAR Dataset.zip", uci_files()[0])
-
 
 def test_prepares_once_then_reuses(tmp_path, uci_zip, capsys):
     out = tmp_path / "out"

@@ -10,17 +10,11 @@ from picluster.data.har.dataset import HarData, cache_path, ensure_cache, har_di
 from picluster.data.har.spec import VALIDATION_SUBJECTS
 from picluster.errors import UsageError
 
-from har_synthetic import uci_files, write_folder, write_zip
-
-
-@pytest.fixture
-def uci_zip(tmp_path):
-    files, expected = uci_files()
-    return write_zip(tmp_path / "UCI HAR Dataset.zip", files), expected
+from har_synthetic import uci_files, write_folder
 
 
 def test_uci_source_is_split_by_volunteer(uci_zip):
-    path, expected = uci_zip
+    path, expected = uci_zip, uci_files()[1]
     data = prepare(path)
     train, test = expected["train"], expected["test"]
     in_val = np.isin(train["subject"], VALIDATION_SUBJECTS)
@@ -33,7 +27,7 @@ def test_uci_source_is_split_by_volunteer(uci_zip):
 
 
 def test_save_and_load_round_trip(tmp_path, uci_zip):
-    data = prepare(uci_zip[0])
+    data = prepare(uci_zip)
     path = cache_path(tmp_path / "out")
     save(data, path)
     again = load(path)
@@ -55,7 +49,7 @@ def _rewrite(path, **changes):
 
 def test_altered_array_fails_the_checksum(tmp_path, uci_zip):
     path = cache_path(tmp_path)
-    save(prepare(uci_zip[0]), path)
+    save(prepare(uci_zip), path)
     with np.load(path) as npz:
         x = npz["x_test"].copy()
     x[0, 0, 0] += 1.0
@@ -76,7 +70,7 @@ def test_altered_array_fails_the_checksum(tmp_path, uci_zip):
 )
 def test_damaged_cache_is_a_usage_error(tmp_path, uci_zip, damage, message):
     path = cache_path(tmp_path)
-    save(prepare(uci_zip[0]), path)
+    save(prepare(uci_zip), path)
     damage(path)
     with pytest.raises(UsageError, match=message) as caught:
         load(path)
@@ -90,7 +84,7 @@ def test_missing_cache_names_the_command(tmp_path):
 
 def test_failed_write_leaves_the_old_cache_and_no_temporary(tmp_path, uci_zip, monkeypatch):
     path = cache_path(tmp_path / "out")
-    data = prepare(uci_zip[0])
+    data = prepare(uci_zip)
     save(data, path)
     before = path.read_bytes()
 
@@ -105,7 +99,7 @@ def test_failed_write_leaves_the_old_cache_and_no_temporary(tmp_path, uci_zip, m
 
 
 def test_cache_is_reused_for_the_same_source_and_rebuilt_for_another(tmp_path, uci_zip):
-    zip_path, _ = uci_zip
+    zip_path = uci_zip
     out = tmp_path / "data"
     first, fresh = ensure_cache(out, zip_path)
     assert fresh
@@ -125,7 +119,7 @@ def test_cache_is_reused_for_the_same_source_and_rebuilt_for_another(tmp_path, u
 
 
 def test_damaged_cache_is_rebuilt_for_a_named_source_but_not_silently_replaced(tmp_path, uci_zip):
-    zip_path, _ = uci_zip
+    zip_path = uci_zip
     out = tmp_path / "data"
     ensure_cache(out, zip_path)
     cache_path(out).write_bytes(b"garbage")
@@ -140,7 +134,7 @@ def test_unwritable_data_dir_is_a_usage_error(tmp_path, uci_zip):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     with pytest.raises(UsageError, match="cannot write the HAR cache"):
-        ensure_cache(blocker / "har", uci_zip[0])
+        ensure_cache(blocker / "har", uci_zip)
 
 
 def test_har_dir_is_the_data_dir_or_the_inventory_share(tmp_path, monkeypatch, uci_zip):
@@ -152,5 +146,5 @@ def test_har_dir_is_the_data_dir_or_the_inventory_share(tmp_path, monkeypatch, u
 
     assert har_dir(Inventory()) == tmp_path / "share" / "har"
     # load_har() with no folder uses har_dir()
-    data = load_har(source=uci_zip[0])
+    data = load_har(source=uci_zip)
     assert load(tmp_path / "local" / "har" / "har.npz").checksum == data.checksum

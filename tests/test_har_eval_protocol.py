@@ -16,14 +16,10 @@ from picluster.jobs.har import folds, metrics
 from picluster.jobs.har.config import TrainConfig
 
 from conftest import ROOT, picluster
-from train_fixtures import TINY_MODEL, write_tiny_har
+from train_fixtures import TINY_MODEL
 
 STANDALONE = [*TINY_MODEL, "--standalone", "--threads", "1"]
 
-
-@pytest.fixture
-def tiny(tmp_path):
-    return write_tiny_har(tmp_path / "har")
 
 
 def _rows(run_dir):

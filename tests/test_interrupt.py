@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cli, picluster_popen, server_processes
+from conftest import ROOT, command_line, picluster_popen, server_processes
 
 
 def started(args, env=None) -> subprocess.Popen:
@@ -38,7 +38,7 @@ def test_ctrl_c_while_python_loads_the_command_line(tmp_path):
     fake.mkdir()
     (fake / "__init__.py").write_text("import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(30)\n")
     env = dict(__import__("os").environ, PYTHONPATH=str(tmp_path))
-    result = subprocess.run([*cli(), "data", "har"], capture_output=True, text=True, env=env,
+    result = subprocess.run([*command_line(), "data", "har"], capture_output=True, text=True, env=env,
                             cwd=ROOT, timeout=60)
     assert_interrupted(result.returncode, result.stderr)
 

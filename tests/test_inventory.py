@@ -9,7 +9,7 @@ from picluster import nodeset
 from picluster.errors import UsageError
 from picluster.inventory import load_inventory, parse_inventory
 
-from conftest import ROOT, cli, one_line, picluster
+from conftest import ROOT, command_line, one_line, picluster
 
 GOOD = """
 [cluster]
@@ -148,7 +148,7 @@ def test_a_device_is_not_read_to_its_end():
     def cap():
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 
-    result = subprocess.run([*cli(), "inventory", "--ansible", "-i", "/dev/zero"],
+    result = subprocess.run([*command_line(), "inventory", "--ansible", "-i", "/dev/zero"],
                             capture_output=True, text=True, timeout=120, preexec_fn=cap, cwd=ROOT)
     one_line(result, 2, "inventory /dev/zero: larger than 1024 KiB")
 

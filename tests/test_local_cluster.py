@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from conftest import ROOT, cli, picluster, server_processes
+from conftest import ROOT, command_line, picluster, server_processes
 
 pytestmark = pytest.mark.e2e
 
@@ -132,7 +132,7 @@ def test_configured_port_places_the_tasks_and_then_the_agent(state):
 
 def start_long_run(state):
     proc = subprocess.Popen(
-        [*cli(), "run", "montecarlo", "--samples", "1e13", "--nodes", "2"],
+        [*command_line(), "run", "montecarlo", "--samples", "1e13", "--nodes", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=os.environ.copy(),
         # pytest started as a background job (`cmd &` without job control) passes SIGINT on ignored: undo that.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),

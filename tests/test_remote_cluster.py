@@ -17,7 +17,7 @@ import pytest
 from picluster.cluster.nodes import RUN_DIR
 from picluster.lab import keys
 
-from conftest import cli, picluster
+from conftest import command_line, picluster
 
 pytestmark = pytest.mark.lab
 
@@ -116,7 +116,7 @@ def test_worker_killed_mid_run_names_the_node(lab_cluster):
     lab, inventory = lab_cluster
     assert picluster("cluster", "up", "-i", inventory).returncode == 0
     run = subprocess.Popen(
-        [*cli(), "run", "montecarlo", "-i", str(inventory), "--samples", "1e12",
+        [*command_line(), "run", "montecarlo", "-i", str(inventory), "--samples", "1e12",
          "--nodes", "2", "--no-live"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )

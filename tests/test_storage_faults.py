@@ -15,7 +15,7 @@ from picluster import atomic
 from picluster.errors import StorageError
 from picluster.jobs.har import metrics
 
-from conftest import ROOT, cli, one_line, picluster, server_processes
+from conftest import ROOT, command_line, one_line, picluster, server_processes
 from train_fixtures import TINY_MODEL, write_tiny_har
 
 ROW = {"epoch": 1, "global_step": 10, "train_loss": 1.5, "time": 1700000000.123}
@@ -135,7 +135,7 @@ def test_cluster_state_on_a_read_only_file_system_starts_nothing(small_disk, mon
 def test_a_sweep_table_onto_a_full_disk_is_one_line_and_no_file(small_disk, state):
     out = small_disk.path / "t5.csv"
     # Full only once the sweep has begun: the check before it must pass, the write after it fail.
-    proc = subprocess.Popen([*cli(), "run", "montecarlo", "--sweep", "1e6,2e6", "--nodes-list", "1",
+    proc = subprocess.Popen([*command_line(), "run", "montecarlo", "--sweep", "1e6,2e6", "--nodes-list", "1",
                              "--csv", str(out), "--no-live"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         deadline = time.monotonic() + 120

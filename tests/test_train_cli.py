@@ -15,13 +15,8 @@ from picluster.clusterspec import Layout
 from picluster.data.har.dataset import CACHE_NAME, checksum, save
 
 from conftest import picluster, picluster_popen
-from train_fixtures import TINY_CONV, TINY_MODEL, checkpointed_step, write_tiny_har
+from train_fixtures import TINY_CONV, TINY_MODEL, checkpointed_step
 from train_fixtures import error_line as _error_line
-
-
-@pytest.fixture
-def tiny(tmp_path):
-    return write_tiny_har(tmp_path / "har")
 
 
 def _rows(run_dir):

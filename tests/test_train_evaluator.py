@@ -13,13 +13,8 @@ from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.metrics import read_rows
 
 from conftest import picluster, picluster_popen
-from train_fixtures import TINY_MODEL, write_tiny_har
+from train_fixtures import TINY_MODEL
 from train_fixtures import error_line as _error_line
-
-
-@pytest.fixture
-def tiny(tmp_path):
-    return write_tiny_har(tmp_path / "har")
 
 
 def _rows(run_dir):

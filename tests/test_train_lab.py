@@ -20,7 +20,7 @@ from test_remote_cluster import picluster_processes
 from picluster.cluster.nodes import RUN_DIR
 from picluster.jobs.har.clients import node_run_name
 
-from conftest import cli, picluster
+from conftest import command_line, picluster
 from train_fixtures import TINY_MODEL, checkpointed_step, write_tiny_har
 from train_fixtures import error_line as _error_line
 
@@ -54,7 +54,7 @@ def _client_pid(host) -> int:
 
 def _start_training(inventory, run, *extra) -> subprocess.Popen:
     return subprocess.Popen(
-        [*cli(), "train", "har", "-i", str(inventory), "--epochs", "50", *TINY_MODEL,
+        [*command_line(), "train", "har", "-i", str(inventory), "--epochs", "50", *TINY_MODEL,
          "--run-dir", str(run), "--no-live", *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )

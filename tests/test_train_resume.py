@@ -14,16 +14,11 @@ import pytest
 
 from picluster.errors import UsageError
 from picluster.jobs.har.config import TrainConfig
-from picluster.jobs.har.coordinator import resume_config
+from picluster.jobs.har.resume import resume_config
 from picluster.jobs.har.rundir import RunDir
 
-from conftest import ROOT, cli, one_line, picluster
-from train_fixtures import TINY_MODEL, write_tiny_har
-
-
-@pytest.fixture
-def tiny(tmp_path):
-    return write_tiny_har(tmp_path / "har")
+from conftest import ROOT, command_line, one_line, picluster
+from train_fixtures import TINY_MODEL
 
 
 def _run_with(tmp_path, tiny, config: object, rows: int = 0):
@@ -181,7 +176,7 @@ def test_no_intact_checkpoint_refuses_and_keeps_the_records(state, tmp_path, tin
 @pytest.mark.lab  # small_disk: root
 def test_a_disk_that_fills_during_training_stops_it_in_one_line_and_resume_continues(state, tmp_path, tiny, small_disk):
     run = small_disk.path / "run"
-    proc = subprocess.Popen([*cli(), "train", "har", "--standalone", "--data-dir", str(tiny),
+    proc = subprocess.Popen([*command_line(), "train", "har", "--standalone", "--data-dir", str(tiny),
                              "--run-dir", str(run), *TINY_MODEL, "--epochs", "30", "--no-live"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from picluster.data.har.dataset import CACHE_NAME, HarData, checksum, save
 
@@ -44,3 +45,9 @@ def error_line(err: str) -> str:
     lines = [ln for ln in err.splitlines() if ln.startswith("picluster: error:")]
     assert len(lines) == 1, err
     return lines[0]
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    """A tiny HAR data set (write_tiny_har) in the test's folder."""
+    return write_tiny_har(tmp_path / "har")

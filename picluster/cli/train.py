@@ -104,12 +104,13 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
     from datetime import datetime
     from functools import partial
 
-    from picluster.cluster import allocation
+    from picluster.cluster import allocation, attach
     from picluster.data.har import har_dir
     from picluster.jobs import controller
     from picluster.jobs.har import coordinator, progress
     from picluster.jobs.har.config import TrainConfig
     from picluster.jobs.har.job import HarJob
+    from picluster.jobs.har.resume import resume_config, run_inventory
     from picluster.jobs.har.rundir import RunDir
     from picluster.views.live import JobDisplay
 
@@ -120,7 +121,7 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
         if run_dir is not None:
             raise UsageError("give --resume or --run-dir, not both")
         run = RunDir(resume)
-        config = coordinator.resume_config(run)
+        config = resume_config(run)
         if given.get("model", config.model) != config.model:
             raise UsageError(f"--resume {resume} trained --model {config.model}; it cannot continue as --model {given['model']}: start a new run")
         if given:
@@ -129,7 +130,7 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
                 raise UsageError(f"--resume keeps the run's config; only --epochs may change (got --{sorted(set(given) - {'epochs'})[0].replace('_', '-')})")
             config = replace(config, **given)
         if inventory is None:
-            inventory = coordinator.run_inventory(run)
+            inventory = run_inventory(run)
     else:
         if inventory is not None:
             given = _inventory_defaults(inventory, given)
@@ -152,7 +153,8 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
                 _prepare_on_first_use(Path(config.data_dir))
             elif not config.standalone:
                 before = partial(_put_on_share_on_first_use, inventory)
-    coordinator.worker_runtime(worker_runtime, None if config.standalone else inventory)  # bad choices fail before anything starts
+    # Bad choices fail before anything starts; the cluster's own answer comes once it is attached.
+    coordinator.worker_runtime(worker_runtime, attach.worker_runtimes(None if config.standalone else inventory))
     if inventory is None:
         coordinator.check_data(config)  # before a run directory or a server exists; nodes check their own copy
     run = run or coordinator.new_run_dir(run_dir)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from picluster.cluster.allocation import Allocation, sizes
+from picluster.cluster.allocation import Allocation, job_id, sizes
 from picluster.cluster.base import Cluster
 from picluster.cluster.inprocess import InProcessCluster
 from picluster.cluster.local import MAX_TASKS, LocalCluster
@@ -114,6 +114,22 @@ def attach(inventory: Inventory | None, workers: int, ps: int = 0, temporary: bo
         yield cluster
     finally:
         cluster.close()
+
+
+def cluster_name(inventory: Inventory | None) -> str:
+    """The ``name`` of the cluster ``attach`` gives for ``inventory`` (what a job record names),
+    known before it is attached: "slurm:ID" inside a Slurm job, the inventory file, or "local"."""
+    slurm = job_id()
+    if slurm is not None:
+        return f"slurm:{slurm}"
+    source = inventory.source if inventory is not None else None
+    return str(source.resolve()) if source is not None else "local"
+
+
+def worker_runtimes(inventory: Inventory | None) -> tuple[str, ...]:
+    """What a training's --worker-runtime may choose on the cluster ``attach`` gives for
+    ``inventory``, known before anything starts (inside a Slurm job: its allocation's)."""
+    return (NodeCluster if inventory is not None and job_id() is None else Cluster).worker_runtimes
 
 
 def default_workers(inventory: Inventory | None) -> int:

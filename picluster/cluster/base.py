@@ -3,10 +3,10 @@
 A kind of cluster (the persistent local one, the inventory's nodes, the temporary one a job starts
 for itself, a Slurm job's allocation) says where its tasks listen (``layout``), whether each
 answers (``status``), where its node agents serve their metrics (``agents``), how a job's
-process starts on a node (``launcher``, ``stage`` its files, ``start_task``), and how it ends
-(``close``: a temporary cluster and an allocation stop what they started, the others are left
-running; ``release`` lets go of what a job opened to reach its nodes).  Jobs take a
-``Cluster`` from ``attach`` and never ask which kind it is.
+process starts on a node (``launcher``, ``stage`` its files or give it a ``job_folder``,
+``start_task``), and how it ends (``close``: a temporary cluster and an allocation stop what they
+started, the others are left running; ``release`` lets go of what a job opened to reach its
+nodes).  Jobs take a ``Cluster`` from ``attach`` and never ask which kind it is.
 """
 
 from abc import ABC, abstractmethod
@@ -22,6 +22,7 @@ from picluster.errors import ClusterError, UsageError
 from picluster.inventory import Inventory
 
 if TYPE_CHECKING:  # the supervisor brings paramiko: loaded when a job starts a process, not before
+    from picluster.cluster.jobfolder import JobFolder
     from picluster.cluster.tasks import LocalTask, NodeTask, TaskSpec
 
 
@@ -58,6 +59,10 @@ class Cluster(ABC):
     # Whether the machine the job's coordinator runs on has CPU to spare beside the job's tasks
     # (a training's evaluator): not where the coordinator runs on one of the cluster's own nodes.
     coordinator_spare: bool = True
+    # How a training client may run beside a worker node's own server (train har --worker-runtime):
+    # "separate", a process of its own, on every kind; a kind whose nodes run servers with doors and
+    # pid files (jobfolder.py) also offers "resident" and "shared".  The first is what "auto" picks.
+    worker_runtimes: tuple[str, ...] = ("separate",)
 
     @property
     def description(self) -> str:
@@ -66,10 +71,15 @@ class Cluster(ABC):
         return f"{self.kind} cluster"
 
     @property
+    def inventory_file(self) -> str | None:
+        """The inventory file its nodes come from (what a resumed training goes back to), or None."""
+        source = self.inventory.source if self.inventory is not None else None
+        return str(source.resolve()) if source is not None else None
+
+    @property
     def name(self) -> str:
         """What a job record names as its cluster: the inventory file, or "local"."""
-        source = self.inventory.source if self.inventory is not None else None
-        return str(source.resolve()) if source is not None else "local"
+        return self.inventory_file or "local"
 
     @abstractmethod
     def status(self) -> list[TaskState]:
@@ -97,7 +107,7 @@ class Cluster(ABC):
         kinds; an inventory's nodes are reached over SSH instead), a Slurm job's ``srun``."""
         return ()
 
-    # -- a job's own processes on the nodes (launch) ---------------------------------------
+    # -- a job's own processes on the nodes (launch, train) ---------------------------------
 
     def stage(self, files: list[tuple[str, Path]], folder: Path, name: str, nodes: list[str], job: str) -> dict[str, str] | None:
         """Put a job's ``files`` (relative name, file here) where its processes on ``nodes`` run
@@ -115,6 +125,13 @@ class Cluster(ABC):
 
         return tasks.start(spec, grace, on_line)
 
+    def job_folder(self, node: str, name: str) -> "JobFolder | None":
+        """A folder of the job's own on ``node`` (``name``, relative: the same on every node and
+        unique per coordinator) for its process there to run in, over this cluster's connection to
+        the node (opened here, closed by ``release``).  None: the process runs in this machine's
+        folders, which every node that runs it from elsewhere (a launcher) must see (check_shared)."""
+        return None
+
     def unreachable(self, node: str) -> bool:
         """Whether ``node``, where the job reached a process of its own, stopped answering at all (a
         cut cable, a crash): its task is then not waited for; it stops itself."""
@@ -125,7 +142,8 @@ class Cluster(ABC):
 
     def check_shared(self, paths: dict[str, Path]) -> None:  # noqa: B027  (here: this machine's files)
         """That every node the job starts processes on sees these paths ({what: path}); else
-        one line naming the node and the path."""
+        one line naming the node and the path.  Nothing to check where they run here, or in
+        folders of the job's own (job_folder)."""
 
     def forget(self, containers: list[str]) -> None:
         """Drop what a job left in these resource containers on the ps tasks (its variables):

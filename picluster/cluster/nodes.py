@@ -8,14 +8,16 @@ address.  The start script is what the node runs again at boot (``start_script``
 
 import json
 import shlex
+import threading
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from picluster import nodeset
 from picluster.cluster.base import Agent, Cluster, TaskState
 from picluster.cluster.door import door_path
 from picluster.cluster.exits import TAIL_LINES, Exit, Exited
+from picluster.cluster.jobfolder import JobFolder
 from picluster.cluster.probe import answers, unanswered
 from picluster.clusterspec import Layout, Task, from_inventory
 from picluster.errors import ClusterError
@@ -38,12 +40,14 @@ class NodeCluster(Cluster):
     kind = "inventory"
     what = "the inventory"
     inventory: Inventory
+    worker_runtimes = ("resident", "shared", "separate")  # its servers have doors and pid files (jobfolder.py)
 
     def __init__(self, inv: Inventory) -> None:
         self.inventory = inv
         self.layout = from_inventory(inv)
         self.title = f"{inv.name}: {len(inv.nodes)} nodes"
         self._remotes: dict[str, Remote] = {}  # a job's connections to the nodes its processes run on
+        self._opening = threading.Lock()  # a job opens its nodes' connections from several threads
 
     def status(self) -> list[TaskState]:
         """Each task, "up" or "down", probed from here (the agents are not: `top` shows them)."""
@@ -85,6 +89,18 @@ class NodeCluster(Cluster):
 
     def unreachable(self, node: str) -> bool:
         return node in self._remotes and not answers(self.inventory.node(node).address, 22, 1.0)
+
+    def job_folder(self, node: str, name: str) -> JobFolder:
+        """``name`` under the node's run folder, over a connection kept until ``release``."""
+        with self._opening:
+            remote = self._remotes.get(node)
+        if remote is None:
+            opened = open_node(self.inventory, self.inventory.node(node))
+            with self._opening:
+                remote = self._remotes.setdefault(node, opened)
+            if remote is not opened:  # another thread of the job reached the node first
+                opened.close()
+        return JobFolder(node, remote, PurePosixPath(RUN_DIR) / name, f"$HOME/{RUN_DIR}")
 
     def release(self) -> None:
         remotes, self._remotes = self._remotes, {}
@@ -302,16 +318,3 @@ def down(inv: Inventory) -> Results[list[str]]:
         return [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("stopped ")]
 
     return fan_out(stop, inv.nodes).raise_failures("cluster down")
-
-
-def stop_task_command(job: str, index: int) -> str:
-    """Shell lines that stop this node's server of task ``job:index`` (as ``up`` started it) and wait until
-    it is gone, so that another process can take its address: a training replica that serves
-    its worker task itself (``picluster train har`` on an inventory cluster).  ``up`` starts it again."""
-    name, run = f"{job}-{index}", f"$HOME/{RUN_DIR}"
-    return (
-        f"f={run}/{name}.pid; if [ -f $f ] && p=$(cat $f) && kill -0 $p 2>/dev/null && grep -q picluster.cluster.server /proc/$p/cmdline; then "
-        "kill -TERM -$p 2>/dev/null || kill -TERM $p; "
-        "for i in $(seq 100); do s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); [ -z \"$s\" ] || [ \"$s\" = Z ] && break; sleep 0.1; done; "
-        f"kill -KILL -$p 2>/dev/null; fi; rm -f $f {run}/{name}.ready"
-    )

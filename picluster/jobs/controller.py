@@ -102,17 +102,11 @@ class Job(ABC):
 
 def run(job: Job, inventory: Inventory | None, live: bool = True, display: JobDisplay | None = None) -> Any:
     """The job, from its record to its end; returns what its body returned."""
-    from picluster.cluster.attach import attach
+    from picluster.cluster.attach import attach, cluster_name
 
     display = display or JobDisplay(job.title, job.unit, live=live)
-    from picluster.cluster.allocation import job_id
-
-    slurm_job = job_id()
-    if slurm_job is not None:  # attach gives it the allocation: the record says which
-        cluster_name = f"slurm:{slurm_job}"
-    else:
-        cluster_name = str(inventory.source.resolve()) if inventory is not None and inventory.source else "local"
-    with records.recorded(job.name, job.kind, job.mode, cluster_name, ["picluster", *sys.argv[1:]], job.log_dir,
+    # The record is made before the cluster is attached (a job waiting for its servers is listed).
+    with records.recorded(job.name, job.kind, job.mode, cluster_name(inventory), ["picluster", *sys.argv[1:]], job.log_dir,
                           keep_rejected=job.keep_rejected) as record, ExitStack() as stack:
         cluster: Cluster | None = None
         if not job.standalone:

@@ -11,7 +11,7 @@ State lives in ``registry.state_root() / <id>``: the run's key, known_hosts, the
 registry.py knows which labs exist on this machine; plan.py decides what a new one will be;
 kinds.py is what differs between namespace hosts and VM hosts (lab/vm/).
 
-At about 430 lines this module is over the project's ~350: ``Lab`` is the one handle tests and
+Over 400 lines (about 470): ``Lab`` is the one handle tests and
 ``picluster lab`` hold for a lab's whole life (up, faults, status, down), so its methods stay
 together; every part that stands alone lives beside it (plan, registry, kinds, ssh, inventory, host).
 """

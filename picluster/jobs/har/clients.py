@@ -1,21 +1,21 @@
-"""The training clients, one per worker task, under the one task supervisor (cluster/tasks.py):
-a process here, or on its node over SSH, each started through the tether.
+"""The training clients, one per worker task, under the one task supervisor (cluster/tasks.py),
+each started by its cluster (``Cluster.start_task``) through the tether: a process here (or where
+the cluster's launcher runs it), or in a folder of the job's own on its node (``job_folder``).
 
 The coordinator sees ``poll()`` (an exit status as a shell reports it; LOST when the node's SSH
 connection is gone), ``terminate()``, ``kill()``, ``wait()``, a label and the local log, which the
 client's output streams into as it runs (from a node too).  Each gets its task in ``TF_CONFIG``,
-as TFJob's replicas do.  A node's client keeps its own run directory on the node
-(``~/.local/state/picluster/node/runs/<run>``), which mirror.py keeps in step with the
-coordinator's.  The tether is the lifeline: when the coordinator goes away, even by SIGKILL, its
+as TFJob's replicas do.  A client in a job folder (an inventory node's
+``~/.local/state/picluster/node/runs/<run>``) keeps its own run directory there, which mirror.py
+keeps in step with the coordinator's.  The tether is the lifeline: when the coordinator goes away, even by SIGKILL, its
 pipe or SSH channel closes (or its heartbeat stops) and the tether stops the client.
 """
 
 import hashlib
 import re
-import shlex
 import threading
 import time
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from picluster.cluster import tasks as supervisor
@@ -27,6 +27,8 @@ from picluster.jobs.har.mirror import COPY_ERRORS, Mirror
 from picluster.jobs.har.rundir import RunDir
 
 if TYPE_CHECKING:
+    from picluster.cluster.base import Cluster
+    from picluster.cluster.jobfolder import JobFolder
     from picluster.cluster.ssh import Remote
 
 __all__ = ["LOST", "UNKNOWN", "Client", "Heartbeat", "describe", "start", "stop"]
@@ -76,53 +78,52 @@ class Supervised:
 class Client(Supervised):
     """A worker task's training client; its output lines go to the run's ``worker-N.log``."""
 
-    def __init__(self, run: RunDir, task: int, tf_config: str | None, launch: str, runtime: str = "separate",
-                 inv=None, node=None, resume: bool = False, launched: tuple[str, tuple[str, ...]] | None = None,
-                 beside: bool = False) -> None:
-        """node: an inventory node, reached over SSH; launched: (node, launcher), a process started
-        here that runs on that node (srun in a Slurm job, the run directory on a shared file system).
-        runtime (inventory nodes): "resident", inside the node's server through its door (a node
-        whose server has none falls back to "shared"); "shared", a process that serves the task in
-        place of the node's server; "separate", a process beside it.  beside: the run's evaluator
-        runs beside the coordinator (what a node's chief's mirror copies back)."""
+    def __init__(self, run: RunDir, task: int, tf_config: str | None, launch: str, cluster: "Cluster | None" = None,
+                 node: str = "localhost", runtime: str = "separate", resume: bool = False, beside: bool = False) -> None:
+        """cluster (None: a standalone run, here) starts the client on ``node``: in a folder of the
+        job's own there (Cluster.job_folder) whose chief's files are mirrored back, else in the run
+        directory here (a launcher's node reads it on a shared file system).  runtime (a cluster
+        that offers it, Cluster.worker_runtimes): "resident", inside the node's server through its
+        door (a node whose server has none falls back to "shared"); "shared", a process that
+        serves the task in place of the node's server; "separate", a process beside it.  beside:
+        the run's evaluator runs beside the coordinator (what a node's chief's mirror copies back)."""
         self.task = task
         self.runtime = runtime
         self.beside = beside
-        self.node = node.name if node is not None else launched[0] if launched else "localhost"
-        self.label = f"worker {task}" + (f" on {self.node}" if self.node != "localhost" else "")
+        self.node = node
+        self.label = f"worker {task}" + (f" on {node}" if node != "localhost" else "")
         self.log = run.worker_log(task)
-        self.remote: Remote | None = None
+        self.remote: Remote | None = None  # the node's connection, where the client runs in a job folder
         self.mirror: Mirror | None = None
         argv = ["-m", MODULE, "--launch", launch]
         env = {"TF_CONFIG": tf_config} if tf_config is not None else {}
+        folder = cluster.job_folder(node, f"runs/{node_run_name(run.path)}") if cluster is not None else None
         self._out = open(self.log, "a", encoding="utf-8")  # noqa: SIM115  (open while the client runs; close() closes it)
         self._lock = threading.Lock()
         try:
-            if node is None:
+            if folder is None:
                 env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-                spec = TaskSpec(f"worker:{task}", self.node, self.label, [*argv, "--run-dir", str(run)], str(run), env,
-                                launcher=launched[1] if launched else ())
-                self.proc = supervisor.start(spec, GRACE_S, self._line)
+                spec = TaskSpec(f"worker:{task}", node, self.label, [*argv, "--run-dir", str(run)], str(run), env,
+                                launcher=cluster.launcher(node) if cluster is not None else ())
+                self.proc = cluster.start_task(spec, GRACE_S, self._line) if cluster is not None else supervisor.start(spec, GRACE_S, self._line)
             else:
-                self.proc = self._start_on_node(inv, node, run, task, resume, argv, env)
+                assert cluster is not None
+                self.proc = self._start_in(folder, cluster, run, resume, argv, env)
         except BaseException:
             self._out.close()
             raise
 
-    def _start_on_node(self, inv, node, run: RunDir, task: int, resume: bool, argv: list[str], env: dict):
-        from picluster.cluster.door import door_path
-        from picluster.cluster.nodes import RUN_DIR, node_python, open_node, stop_task_command
-
-        remote_dir = PurePosixPath(RUN_DIR) / "runs" / node_run_name(run.path)  # relative to the user's home
-        self.remote = remote = open_node(inv, node)
+    def _start_in(self, folder: "JobFolder", cluster: "Cluster", run: RunDir, resume: bool, argv: list[str], env: dict):
+        """In the job's folder on its node: the run's files pushed there first, the chief's mirrored back."""
+        task = self.task
+        self.remote = folder.remote
         try:
-            home = f"\"$HOME\"/{shlex.quote(str(remote_dir))}"
-            door = door_path(f"$HOME/{RUN_DIR}", "worker", task)
-            found = remote.out(f"umask 077 && mkdir -p {home} && cd {home} && rm -f result.json progress.json live.json && "
-                               f"if [ -S \"{door}\" ]; then echo \"{door}\"; fi")
+            home, door = folder.word, folder.door("worker", task)
+            found = folder.remote.out(f"umask 077 && mkdir -p {home} && cd {home} && rm -f result.json progress.json live.json && "
+                                      f"if [ -S \"{door}\" ]; then echo \"{door}\"; fi")
             if self.runtime == "resident" and not found:
                 self.runtime = "shared"  # a server started by an older picluster, without a door
-            self.mirror = mirror = Mirror(remote.conn.sftp(), remote_dir, run.path, self.beside)
+            self.mirror = mirror = Mirror(folder.remote.conn.sftp(), folder.path, run.path, self.beside)
             mirror.push_for_start(chief=task == 0, resume=resume)
             prelude = ""
             if self.runtime == "resident":
@@ -131,11 +132,10 @@ class Client(Supervised):
             elif self.runtime == "shared":
                 # The client hosts its worker task's server in place of the node's own (stopped first,
                 # on its address): one TensorFlow runtime on the node instead of two.
-                argv, prelude = [*argv, "--serve"], stop_task_command("worker", task)
-            spec = TaskSpec(f"worker:{task}", node.name, self.label, [*argv, "--run-dir", "."], home, env, prelude=prelude)
-            return supervisor.start(spec, GRACE_S, self._line, remote, node_python(inv))
+                argv, prelude = [*argv, "--serve"], folder.stop_server("worker", task)
+            spec = TaskSpec(f"worker:{task}", folder.node, self.label, [*argv, "--run-dir", "."], home, env, prelude=prelude)
+            return cluster.start_task(spec, GRACE_S, self._line)
         except (*COPY_ERRORS, ClusterError) as exc:
-            remote.close()
             raise ClusterError(f"cannot start worker {task}'s client: {exc}") from None
 
     # -- the chief's files ------------------------------------------------------------------
@@ -167,8 +167,6 @@ class Client(Supervised):
         self.proc.close(wait=self.proc.poll() not in (None, LOST))
         with self._lock:
             self._out.close()
-        if self.remote is not None:
-            self.remote.close()
 
 
 def node_run_name(run_dir: Path) -> str:
@@ -177,33 +175,19 @@ def node_run_name(run_dir: Path) -> str:
     return f"{re.sub(r'[^A-Za-z0-9._-]', '_', run_dir.name)[:40]}-{digest}"
 
 
-def start(run: RunDir, layout: Layout | None, inventory=None, resume: bool = False, launch: str = "",
-          runtime: str = "separate", launcher=None, beside: bool = False) -> list:
-    """One client per worker task of ``layout`` (None: one client, alone): over SSH on inventory
-    nodes, else started here (``launcher(node)``: on the task's node, as a Slurm job's srun does).
-    ``layout`` holds only the tasks this run uses.  runtime (inventory nodes only), beside: see Client."""
-    if layout is None:
+def start(run: RunDir, layout: Layout | None, cluster: "Cluster | None" = None, resume: bool = False, launch: str = "",
+          runtime: str = "separate", beside: bool = False) -> list:
+    """One client per worker task of ``layout`` on ``cluster`` (None for both: one client, alone,
+    here), all at once.  ``layout`` holds only the tasks this run uses.  runtime, beside: see Client."""
+    if layout is None or cluster is None:
         return [Client(run, 0, None, launch)]
     workers = layout.workers
-    if inventory is None:
-        clients: list[Client] = []
-        try:
-            for t in workers:
-                prefix = launcher(t.node) if launcher is not None else ()
-                clients.append(Client(run, t.index, layout.tf_config("worker", t.index), launch,
-                                      launched=(t.node, prefix) if prefix else None))
-        except BaseException:
-            stop(clients)
-            raise
-        return clients
-    nodes = {n.name: n for n in inventory.nodes}
-    started = fan_out(
-        lambda t: Client(run, t.index, layout.tf_config("worker", t.index), launch, runtime, inventory, nodes[t.node], resume,
-                         beside=beside),
-        workers,
-        name=lambda t: t.node,  # one worker task per node
-    )
-    clients = list(started.succeeded.values())
+    nodes = [t.node for t in workers]
+    # A failure is named by its node where each node has one worker task, else by the task.
+    name = (lambda t: t.node) if len(set(nodes)) == len(nodes) else (lambda t: t.label)
+    started = fan_out(lambda t: Client(run, t.index, layout.tf_config("worker", t.index), launch, cluster, t.node, runtime,
+                                       resume, beside), workers, name=name)
+    clients = [started.succeeded[name(t)] for t in workers if name(t) in started.succeeded]  # in task order: the chief first
     if started.failed:
         stop(clients)
         started.raise_failures("starting the training clients")

@@ -26,11 +26,10 @@ from picluster.clusterspec import Layout
 from picluster.data.har import har_dir
 from picluster.data.har.dataset import cache_path
 from picluster.errors import STORAGE_EXIT, ClusterError, StorageError, UsageError
-from picluster.inventory import Inventory, load_inventory
 from picluster.jobs.har import clients, metrics, trained
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import load_data
-from picluster.jobs.har.rundir import RunDir
+from picluster.jobs.har.rundir import RunDir, read_json
 from picluster.paths import state_dir
 
 if TYPE_CHECKING:  # the cluster runtime; a standalone run needs none of it
@@ -84,17 +83,18 @@ def check_data(config: TrainConfig) -> None:
     load_data(config)
 
 
-def worker_runtime(choice: str, inventory: Inventory | None) -> str:
-    """Where a worker node's client runs.  "resident": inside the node's server process, through
-    its door (no TensorFlow import, one runtime per node, what a 1 GB Pi can hold); "shared": a
-    process that serves the task in place of the node's server (stopped, and started again at the
-    end); "separate": a process beside the node's own server.  "auto": resident on inventory
-    nodes, separate on the local cluster, whose servers share this machine anyway."""
+def worker_runtime(choice: str, offered: tuple[str, ...]) -> str:
+    """Where a worker node's client runs, of the ways its cluster offers (Cluster.worker_runtimes,
+    "auto": the first).  "resident": inside the node's server process, through its door (no
+    TensorFlow import, one runtime per node, what a 1 GB Pi can hold); "shared": a process that
+    serves the task in place of the node's server (stopped, and started again at the end);
+    "separate": a process beside the node's own server (on the local kinds, whose servers share
+    this machine anyway, the only way)."""
     if choice not in RUNTIMES:
         raise UsageError(f"--worker-runtime {choice!r} must be one of {', '.join(RUNTIMES)}")
     if choice == "auto":
-        return "resident" if inventory is not None else "separate"
-    if choice in ("resident", "shared") and inventory is None:
+        return offered[0]
+    if choice not in offered:
         raise UsageError(f"--worker-runtime {choice} needs an inventory cluster (-i): local workers are this machine's own servers")
     return choice
 
@@ -103,15 +103,15 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", events: E
     """Run (or continue) the training in ``run`` on ``cluster`` (None: standalone); return the
     result (result.json's contents, and the workers lost on the way).
 
-    On an inventory's nodes the clients run there over SSH and read the data set from the nodes'
-    share (``config.data_dir``); otherwise they are local processes and the caller has checked the
-    data set first (``check_data``: before any run directory exists).  runtime (worker_runtime):
+    Where the cluster gives each client a folder of the job's own on its node (an inventory's
+    nodes) the clients run there and read the data set from the nodes' share (``config.data_dir``);
+    otherwise they run in the run directory here, and the caller has checked the data set first
+    (``check_data``: before any run directory exists).  runtime (worker_runtime):
     "resident" runs each client inside its node's server; "shared" stops each used worker's
     server on its node, lets the node's client serve that task itself, and starts the node's
     servers again at the end.
     """
-    inventory = cluster.inventory if cluster is not None else None
-    runtime = worker_runtime(runtime, inventory)
+    runtime = worker_runtime(runtime, cluster.worker_runtimes if cluster is not None else ("separate",))
     data_here = evaluator_data(config) if cluster is not None else None
     spare = cluster is not None and cluster.coordinator_spare
     config = replace(config, evaluator=evaluator_place(config.evaluator, cluster is not None, data_here, spare))
@@ -135,7 +135,7 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", events: E
     used = Layout(tuple(t for t in cluster.layout.tasks if t.index < (config.ps if t.job == "ps" else config.workers)))
     launch = secrets.token_hex(4)
     atomic.write_json(run.layout, {"layout": used.to_json(), "cluster": cluster.kind, "launch": launch,
-                                   "inventory": str(inventory.source.resolve()) if inventory is not None and inventory.source else None,
+                                   "inventory": cluster.inventory_file,
                                    "worker_runtime": runtime})
     events.note(f"cluster: {cluster.kind}, {config.ps} ps + {config.workers} workers"
                 + (f" (started in {cluster.start_s:.1f} s)" if cluster.start_s else "")
@@ -144,32 +144,41 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", events: E
     beside: list[clients.Evaluator] = []
     try:
         with Recorder(Monitor.of(cluster), run.nodes), clients.Heartbeat(lambda: running + beside):  # Recorder: each node's CPU and memory, for `picluster plot RUN_DIR`
-            if inventory is None:  # processes on other nodes (a Slurm job's) read the run and the data here
-                cluster.check_shared({"the run directory": run.path.resolve(), "the data set": Path(config.data_dir).resolve()})
+            # Clients the cluster runs here read the run and the data set here: from other nodes (a
+            # Slurm job's), on a file system they all mount.  Those in job folders get their own copies.
+            cluster.check_shared({"the run directory": run.path.resolve(), "the data set": Path(config.data_dir).resolve()})
             if config.evaluator == "coordinator":  # first: its TensorFlow loads while the clients start
                 assert data_here is not None
                 trained.clear_handed_over(run.to_evaluate)  # an earlier launch's leftovers (a node's chief clears its own)
                 beside.append(clients.Evaluator(run, launch, str(data_here)))
-            running = clients.start(run, used, inventory, resume, launch, runtime=runtime, launcher=cluster.launcher,
-                                    beside=bool(beside))
+            running = clients.start(run, used, cluster, resume, launch, runtime=runtime, beside=bool(beside))
             # A shared worker's server lives and dies with its client, whose exit is watched anyway.
             standing_in = {c.task for c in running if c.runtime == "shared"}
             servers = tuple(t for t in used.tasks if t.job == "ps" or t.index not in standing_in)
             return _follow(run, config, running, events, servers, launch, beside[0] if beside else None)
     finally:
-        clients.stop(running + beside)
-        events.stopped(running)  # each client's exit status, for the job record
-        try:  # the launch's variables on the ps: a cluster that stays up would keep them until it stops
-            cluster.forget([container(launch)])
-        except Unreachable:
-            pass  # a ps that stopped took them with it (the run's own failure names it)
-        except OSError as exc:
-            events.note(f"could not free this run's variables on the ps ({exc}); they stay until its server restarts")
-        if _servers_to_restart(running, runtime):
-            try:  # the worker servers the clients stood in for (or took down): the cluster as it was found
-                cluster.repair()
-            except ClusterError as exc:
-                events.note(f"could not start the worker servers again ({exc}); 'picluster cluster up' starts them")
+        try:
+            _clean_up(cluster, running, beside, events, launch, runtime)
+        finally:
+            cluster.release()  # the connections the clients' job folders were reached over
+
+
+def _clean_up(cluster: "Cluster", running: list, beside: list, events: Events, launch: str, runtime: str) -> None:
+    """After the run, however it ended: every client stopped, this launch's variables freed on the
+    ps, and the worker servers the clients stood in for started again."""
+    clients.stop(running + beside)
+    events.stopped(running)  # each client's exit status, for the job record
+    try:  # the launch's variables on the ps: a cluster that stays up would keep them until it stops
+        cluster.forget([container(launch)])
+    except Unreachable:
+        pass  # a ps that stopped took them with it (the run's own failure names it)
+    except OSError as exc:
+        events.note(f"could not free this run's variables on the ps ({exc}); they stay until its server restarts")
+    if _servers_to_restart(running, runtime):
+        try:  # the worker servers the clients stood in for (or took down): the cluster as it was found
+            cluster.repair()
+        except ClusterError as exc:
+            events.note(f"could not start the worker servers again ({exc}); 'picluster cluster up' starts them")
 
 
 def evaluator_data(config: TrainConfig) -> Path | None:
@@ -232,11 +241,11 @@ def _follow(run: RunDir, config: TrainConfig, running: list, events: Events, tas
                     started = True  # an epoch is done (a short one may end before any live.json)
                     events.epoch(row)
         if _changed(run.resume_note, stamps):
-            note = _read_json(run.resume_note)  # checkpoints.write_note
+            note = read_json(run.resume_note)  # checkpoints.write_note
             if isinstance(note, dict) and note.get("launch") == launch:  # this launch's chief restored a checkpoint
                 events.note(_resume_line(note))
         if _changed(run.live, stamps):
-            live = _read_json(run.live)
+            live = read_json(run.live)
             if live:
                 started = True
                 events.live(live)
@@ -351,13 +360,6 @@ def _changed(path: Path, stamps: dict) -> bool:
     return stamp is not None
 
 
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
-        return None
-
-
 def _raise_if_server_gone(tasks, run: RunDir) -> None:
     gone = unanswered(tasks, tries=3)
     if gone:
@@ -373,30 +375,3 @@ def _resume_hint(run: RunDir) -> str:
 def _resume_line(note: dict) -> str:
     damaged = "".join(f"checkpoint {name} is damaged ({why}); " for name, why in note.get("damaged") or [])
     return f"{damaged}resumed from checkpoints/{note.get('checkpoint')} (epoch {note.get('epoch')}, step {note.get('global_step')})"
-
-
-def resume_config(run: RunDir) -> TrainConfig:
-    """The run's config.json, checked as the command line is; refused before anything starts when
-    the run has records but no checkpoint to continue them from (starting over would overwrite them)."""
-    if not run.config.exists():
-        raise UsageError(f"--resume {run}: no run there (config.json missing)")
-    config = TrainConfig.load(run.config)
-    placed = _read_json(run.layout) or {}
-    on_nodes = isinstance(placed, dict) and placed.get("inventory")  # the chief's node may hold checkpoints we lack
-    if not on_nodes and metrics.read_rows(run.metrics) and not run.has_checkpoint():
-        raise UsageError(f"--resume {run}: the run has records but no checkpoint to continue them from; "
-                         "resuming would start over and overwrite them: start a new run instead")
-    return config
-
-
-def run_inventory(run: RunDir) -> Inventory | None:
-    """The inventory a run trained on, parsed (a resumed run goes back to the same nodes), else None."""
-    placed = _read_json(run.layout) or {}
-    if not isinstance(placed, dict) or not isinstance(placed.get("inventory", ""), (str, type(None))):
-        raise UsageError(f"--resume {run}: layout.json is not a run's layout; give --inventory or start a new run")
-    if not placed.get("inventory"):
-        return None
-    path = Path(placed["inventory"])
-    if not path.is_file():
-        raise UsageError(f"--resume {run}: it trained on the cluster of {path}, which is gone; give --inventory")
-    return load_inventory(path)

@@ -12,6 +12,10 @@ the same command runs locally or over SSH on a node.  Worker 0 is the chief (chi
 The training loop, top to bottom: load the data, build the graph, open the session (the chief
 initialises or restores), wait for every worker of this launch, then per epoch: train on this
 worker's shard, time the exchange with the ps, record, and let the chief evaluate and save.
+
+Over 400 lines: the loop is meant to read top to bottom in one file (as nanoGPT's train.py
+does), so the session, the barrier and the epoch stay beside it; the chief's evaluation and
+records (chief.py), the graph (graph.py) and checkpoints (checkpoints.py) live apart.
 """
 
 import argparse

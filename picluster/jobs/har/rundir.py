@@ -27,6 +27,7 @@ The evaluator is the chief itself (worker 0, between its epochs) or, with ``--ev
 coordinator``, a process beside the coordinator (evaluator.py) that reads the chief's checkpoints.
 """
 
+import json
 from pathlib import Path
 
 
@@ -128,3 +129,12 @@ class RunDir:
 
     def has_checkpoint(self) -> bool:
         return any(self.checkpoints.glob("*.index"))
+
+
+def read_json(path: Path) -> dict | None:
+    """A run's JSON file as written (None: missing, half written, or not JSON): the files are
+    read while their writers run, and a damaged one is the same as none."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return None

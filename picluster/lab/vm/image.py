@@ -16,6 +16,10 @@ a half-built image never has the final name, and one whose builder died is swept
 
 Every package provisioning installs is preinstalled (packages.py's EVERYWHERE and MASTER, the
 Ansible roles' apt tasks), so nothing inside a VM needs a network: the lab has none.
+
+Over 400 lines: an image is built, cached and checked against one recipe hash, and the three
+share it and the build directory's naming (a half-built or stale image must never pass the check);
+what goes inside the guest is guest.py's, the packages' list packages.py's.
 """
 
 import contextlib
