@@ -10,7 +10,6 @@ servers); no client outlives the coordinator (PDEATHSIG locally, a closed stdin 
 import json
 import os
 import secrets
-import time
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -25,11 +24,12 @@ from picluster.cluster.probe import unanswered
 from picluster.clusterspec import Layout
 from picluster.data.har import har_dir
 from picluster.data.har.dataset import cache_path
-from picluster.errors import STORAGE_EXIT, ClusterError, StorageError, UsageError
+from picluster.errors import STORAGE_EXIT, ClusterError, PiclusterError, StorageError, UsageError
 from picluster.jobs.har import clients, metrics, trained
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import load_data
 from picluster.jobs.har.rundir import RunDir, read_json
+from picluster.jobs.watch import DONE, GOES_ON, watch
 from picluster.paths import state_dir
 
 if TYPE_CHECKING:  # the cluster runtime; a standalone run needs none of it
@@ -50,7 +50,6 @@ _RUNTIME_NOTE = {"resident": ", each worker's client inside its node's server",
 POLL_S = 0.2
 REMOTE_POLL_S = 1.0  # each poll of a node's chief is an SSH round trip
 CHECK_S = 5.0  # seconds between checks that the cluster's servers still answer
-STARTUP_SETTLE_S = 0.5  # after a client died at start-up: time for others to follow, to report them together
 
 
 def new_run_dir(path: Path | None) -> RunDir:
@@ -217,110 +216,166 @@ def _servers_to_restart(running: list, runtime: str) -> bool:
 
 def _follow(run: RunDir, config: TrainConfig, running: list, events: Events, tasks=(), launch: str = "",
             evaluator: "clients.Evaluator | None" = None) -> dict:
-    """Follow the chief's records until the run ends: the chief's exit, or with an evaluator beside
-    us, the evaluator's (it writes result.json once the target is reached or the last epoch is in)."""
-    csv_path = run.metrics
-    # Keyed by write time: on --resume the chief drops rows it will redo, and only new ones show.
-    shown = {r.get("time") for r in metrics.read_rows(csv_path)}
-    lost: set[int] = set()
-    stamps: dict[Path, tuple] = {}
-    chief = running[0]
-    poll_s = POLL_S if chief.remote is None else REMOTE_POLL_S
-    last_check = time.monotonic()
-    started = False  # the chief is training (live.json, or an epoch's row): deaths from now on are mid-run
-    chief_done = False  # the chief finished its epochs and its files are here: the evaluator finishes the rest
-    while True:
-        code = chief.poll()
-        if not chief_done:
-            chief.sync(final=code == 0)
-            chief_done = code == 0
-        if _changed(csv_path, stamps):
-            for row in metrics.read_rows(csv_path):
-                if row.get("time") not in shown:
-                    shown.add(row.get("time"))
-                    started = True  # an epoch is done (a short one may end before any live.json)
-                    events.epoch(row)
+    """Follow the chief's records until the run ends (the watch loop, jobs/watch.py): the chief's
+    exit, or with an evaluator beside us, the evaluator's (it writes result.json once the target is
+    reached or the last epoch is in); the result, and the workers lost on the way."""
+    training = _Training(run, config, running, events, tasks, launch, evaluator)
+    failure = watch(training)
+    if failure is not None:
+        raise failure
+    # result.json is the chief's alone; the workers lost on the way are the coordinator's to tell.
+    return json.loads(run.result.read_text()) | {"lost_workers": sorted(training.lost)}
+
+
+class _Training:
+    """A training as the watch loop sees it (watch.Watched): the chief's files followed each round,
+    each client's exit judged (a sync run fails with a worker, an async one goes on without it),
+    the servers still needed probed every CHECK_S."""
+
+    probe_s = CHECK_S
+    probe_patience = (3, 2.0, 0.5)  # a Pi's server under a training's load may be slow to accept
+
+    def __init__(self, run: RunDir, config: TrainConfig, running: list, events: Events, tasks, launch: str,
+                 evaluator: "clients.Evaluator | None") -> None:
+        self.run, self.config, self.running, self.events, self.tasks, self.launch = run, config, running, events, tuple(tasks), launch
+        self.chief, self.evaluator = running[0], evaluator
+        self.poll_s = POLL_S if self.chief.remote is None else REMOTE_POLL_S
+        # The evaluator first: in a round where both end, its verdict (the result) is the run's.
+        self.clients = ({evaluator.label: evaluator} if evaluator is not None else {}) | {c.label: c for c in running}
+        # Keyed by write time: on --resume the chief drops rows it will redo, and only new ones show.
+        self.shown = {r.get("time") for r in metrics.read_rows(run.metrics)}
+        self.lost: set[int] = set()
+        self.stamps: dict[Path, tuple] = {}
+        self.started = False  # the chief is training (live.json, or an epoch's row): deaths from now on are mid-run
+        self.chief_done = False  # the chief finished its epochs and its files are here: the evaluator finishes the rest
+
+    def handles(self) -> dict:
+        return self.clients
+
+    def follow(self) -> bool:
+        if not self.chief_done:
+            self._sync_chief(self.chief.poll() == 0)
+        self._records()
+        return False
+
+    def _sync_chief(self, final: bool) -> None:
+        self.chief.sync(final=final)
+        self.chief_done = final
+
+    def _records(self) -> None:
+        """What the chief (or the evaluator) wrote since the last look, as events."""
+        run, stamps = self.run, self.stamps
+        if _changed(run.metrics, stamps):
+            for row in metrics.read_rows(run.metrics):
+                if row.get("time") not in self.shown:
+                    self.shown.add(row.get("time"))
+                    self.started = True  # an epoch is done (a short one may end before any live.json)
+                    self.events.epoch(row)
         if _changed(run.resume_note, stamps):
             note = read_json(run.resume_note)  # checkpoints.write_note
-            if isinstance(note, dict) and note.get("launch") == launch:  # this launch's chief restored a checkpoint
-                events.note(_resume_line(note))
+            if isinstance(note, dict) and note.get("launch") == self.launch:  # this launch's chief restored a checkpoint
+                self.events.note(_resume_line(note))
         if _changed(run.live, stamps):
             live = read_json(run.live)
             if live:
-                started = True
-                events.live(live)
-        if evaluator is not None:
-            judged = evaluator.poll()
-            if judged == 0 and run.result.exists():
-                break  # the target reached (the clients are stopped on the way out), or every epoch evaluated
-            if judged is not None:
-                _raise_evaluator_failure(evaluator, judged, run)
-        if code is not None and not (code == 0 and evaluator is not None):
-            if code != 0:
-                _raise_if_server_gone(tasks, run)  # the cause, when a server died under the chief
-                if not started:
-                    _raise_startup_failure(running)
-                chief.fetch_log()
-                if code == UsageError.exit_code:  # e.g. a node's copy of the data set is missing
-                    raise UsageError(f"{chief.label}: {_message(chief.log)}")
-                if code == STORAGE_EXIT:
-                    raise _storage_failure(chief, run)
-                raise ClusterError(f"the chief ({chief.label}) failed: {_message(chief.log)} (log: {chief.log})"
-                                   + _resume_hint(run))
-            break
+                self.started = True
+                self.events.live(live)
+
+    def judge(self, label: str, code: int):
+        client = self.clients[label]
+        if client is self.evaluator:
+            if code == 0 and self.run.result.exists():
+                return DONE  # the target reached (the clients are stopped on the way out), or every epoch evaluated
+            return _evaluator_failure(client, code, self.run)
+        if client is self.chief:
+            if code == 0:
+                if not self.chief_done:
+                    self._sync_chief(True)
+                return DONE
+            return self._server_gone(self.tasks) or self._client_failure(client, code) or ClusterError(
+                f"the chief ({client.label}) failed: {_message(client.log)} (log: {client.log})" + _resume_hint(self.run))
         # Once the chief has finished, others may fail as it closes the queues: not a loss.
-        done = run.result.exists()
-        for client in [] if done else running[1:]:
-            code = client.poll()
-            if code is None or code == 0 or client.task in lost:  # 0: it finished its epochs
-                continue
-            _raise_if_server_gone([t for t in tasks if t.job == "ps" or t.index in (0, client.task)], run)
-            if not started:
-                _raise_startup_failure(running)
-            client.fetch_log()
-            if code == UsageError.exit_code:
-                raise UsageError(f"{client.label}: {_message(client.log)}")
-            if code == STORAGE_EXIT:
-                raise _storage_failure(client, run)
-            why = clients.describe(code)
-            if config.mode == "sync":
-                raise ClusterError(f"{client.label} died ({why}: {last_line(client.log)}); sync training cannot go on without it"
-                                   + _resume_hint(run))
-            lost.add(client.task)
-            events.note(f"{client.label} died ({why}); async training goes on with {config.workers - len(lost)} worker(s)")
-        if time.monotonic() - last_check > CHECK_S and not done:
-            # A dead server leaves the clients waiting forever: notice it here.
-            last_check = time.monotonic()
-            needed = [t for t in tasks if t.job == "ps" or t.index == 0 or config.mode == "sync"]
-            _raise_if_server_gone([t for t in needed if t.job == "ps" or t.index not in lost], run)
-        time.sleep(poll_s)
-    # result.json is the chief's alone; the workers lost on the way are the coordinator's to tell.
-    return json.loads(run.result.read_text()) | {"lost_workers": sorted(lost)}
+        if code == 0 or self.run.result.exists():
+            return DONE
+        needed = [t for t in self.tasks if t.job == "ps" or t.index in (0, client.task)]
+        failure = self._server_gone(needed) or self._client_failure(client, code)
+        if failure is not None:
+            return failure
+        why = clients.describe(code)
+        if self.config.mode == "sync":
+            return ClusterError(f"{client.label} died ({why}: {last_line(client.log)}); sync training cannot go on without it"
+                                + _resume_hint(self.run))
+        self.lost.add(client.task)
+        self.events.note(f"{client.label} died ({why}); async training goes on with {self.config.workers - len(self.lost)} worker(s)")
+        return GOES_ON
+
+    def _client_failure(self, client, code: int) -> PiclusterError | None:
+        """What a client's failure says of its own: all the clients that died before training began
+        (one cause, often), or its usage or storage error."""
+        if not self.started:
+            startup = _startup_failure(self.running)
+            if startup is not None:
+                return startup
+        client.fetch_log()
+        if code == UsageError.exit_code:  # e.g. a node's copy of the data set is missing
+            return UsageError(f"{client.label}: {_message(client.log)}")
+        if code == STORAGE_EXIT:
+            return _storage_failure(client, self.run)
+        return None
+
+    def _server_gone(self, tasks) -> ClusterError | None:
+        """The cause, when a server died under a client."""
+        gone = unanswered(tasks, tries=3)
+        return self.silent(gone) if gone else None
+
+    def failed(self, failures):
+        raise AssertionError(f"every failure of a training is judged on its own: {failures}")  # judge never says FAILED
+
+    def finished(self, done: set[str]) -> bool:
+        last = self.evaluator if self.evaluator is not None else self.chief
+        if last.label not in done:
+            return False
+        self._records()  # the rows written as it ended
+        return True
+
+    def needed(self, done: set[str]) -> list:
+        """A dead server leaves the clients waiting forever: the ps, the chief's, and in a sync run
+        every worker's still training."""
+        if self.run.result.exists():
+            return []
+        needed = [t for t in self.tasks if t.job == "ps" or t.index == 0 or self.config.mode == "sync"]
+        return [t for t in needed if t.job == "ps" or t.index not in self.lost]
+
+    def silent(self, tasks) -> ClusterError:
+        return ClusterError(f"{tasks[0].label} on {tasks[0].node} stopped answering; the run stopped" + _resume_hint(self.run))
+
+    def progress(self, done: set[str]) -> None:
+        pass  # the chief's records are the progress (follow)
 
 
-def _raise_evaluator_failure(evaluator, code: int, run: RunDir) -> None:
+def _evaluator_failure(evaluator, code: int, run: RunDir) -> PiclusterError:
     evaluator.fetch_log()
     if code == UsageError.exit_code:  # e.g. this machine's copy of the data set is damaged
-        raise UsageError(f"{evaluator.label}: {_message(evaluator.log)}")
+        return UsageError(f"{evaluator.label}: {_message(evaluator.log)}")
     if code == STORAGE_EXIT:
-        raise _storage_failure(evaluator, run)
+        return _storage_failure(evaluator, run)
     last = last_line(evaluator.log)
     said = f": {_message(evaluator.log)}" if last.startswith(ERROR_PREFIX) else ""  # not its last progress line
-    raise ClusterError(f"{evaluator.label} failed ({clients.describe(code)}){said} (log: {evaluator.log})" + _resume_hint(run))
+    return ClusterError(f"{evaluator.label} failed ({clients.describe(code)}){said} (log: {evaluator.log})" + _resume_hint(run))
 
 
-def _raise_startup_failure(running: list) -> None:
+def _startup_failure(running: list) -> Exited | None:
     """Clients that died before training began: often all of them, for one cause (a node's venv
-    without picluster), so they are named together, folded by node, with their logs' last lines."""
-    time.sleep(STARTUP_SETTLE_S)
+    without picluster), so they are named together, folded by node, with their logs' last lines.
+    None: a missing data set and the like, the user's to fix, said in its own words."""
     dead = [(c, c.poll()) for c in running]
     dead = [(c, code) for c, code in dead if code not in (None, 0)]
     if not dead or all(code == UsageError.exit_code for _, code in dead):
-        return  # a missing data set and the like: the user's to fix, said in its own words below
+        return None
     for client, _ in dead:
         client.fetch_log()
-    raise Exited("train har", [Exit(getattr(c, "node", "localhost"), f"worker:{c.task} client", None if code in (clients.UNKNOWN, clients.LOST) else code,
-                                    file_tail(c.log)) for c, code in dead])
+    return Exited("train har", [Exit(getattr(c, "node", "localhost"), f"worker:{c.task} client", None if code in (clients.UNKNOWN, clients.LOST) else code,
+                                     file_tail(c.log)) for c, code in dead])
 
 
 ERROR_PREFIX = "picluster.jobs.har.replica: error: "  # how a client's (or the evaluator's) last line names its error
@@ -358,12 +413,6 @@ def _changed(path: Path, stamps: dict) -> bool:
         return False
     stamps[path] = stamp
     return stamp is not None
-
-
-def _raise_if_server_gone(tasks, run: RunDir) -> None:
-    gone = unanswered(tasks, tries=3)
-    if gone:
-        raise ClusterError(f"{gone[0].label} on {gone[0].node} stopped answering; the run stopped" + _resume_hint(run))
 
 
 def _resume_hint(run: RunDir) -> str:

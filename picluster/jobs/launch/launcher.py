@@ -2,9 +2,10 @@
 
 Top to bottom: record the job (PENDING), attach the running cluster (never a temporary one: the
 servers ``cluster up`` started do the work), plan the tasks, stage the script on the worker nodes
-(each-worker mode), start every task through the tether, record RUNNING, then watch: a task's
-exit is judged by the policy (done, restart, fail), and once a second the servers are probed —
-a dead ps fails the job, a dead worker server (coordinator mode) is restarted within the budget.
+(each-worker mode), start every task through the tether, record RUNNING, then the watch loop
+(jobs/watch.py) asks the job: a task's exit is judged by the policy (done, restart, fail), and
+once a second the servers are probed — a dead ps fails the job, a dead worker server
+(coordinator mode) is restarted within the budget.
 However the job ends (done, failed, Ctrl-C, ``picluster cancel``'s SIGTERM), every task still
 running is stopped (its lifeline closes: SIGTERM, grace, SIGKILL) before the record is closed.
 """
@@ -18,9 +19,10 @@ from picluster.cluster import probe, staging
 from picluster.cluster.base import Cluster
 from picluster.cluster.exits import Exit, Exited
 from picluster.cluster.tasks import HEARTBEAT_TIMEOUT_S, LOST, UNKNOWN, Heartbeat, LocalTask, NodeTask, TaskSpec
-from picluster.errors import ClusterError
+from picluster.errors import ClusterError, PiclusterError
 from picluster.fanout import fan_out
 from picluster.inventory import Inventory
+from picluster.jobs import watch
 from picluster.jobs.controller import Job, Running
 from picluster.jobs.launch import plan, policy
 from picluster.jobs.launch.config import LaunchConfig
@@ -29,7 +31,6 @@ from picluster.paths import state_dir
 
 POLL_S = 0.1
 PROBE_S = 1.0  # between checks that the cluster's servers still answer
-SETTLE_S = 0.5  # after a failure: tasks that fail together are reported together
 KILL_AFTER_S = 5.0  # beyond the grace period, before a task's whole session is killed
 
 
@@ -43,7 +44,7 @@ class Outcome:
     exit_codes: dict[str, list[int | None]]
     summary: list[str]
     log_dir: Path
-    error: ClusterError | None = None  # the failure, with its details (logs' last lines)
+    error: PiclusterError | None = None  # the failure, with its details (logs' last lines)
 
 
 class Launch(Job):
@@ -67,6 +68,7 @@ class Launch(Job):
         self.job_id: int | None = None
         self.budget = policy.Budget(config.restart_limit)
         self.cut_off: set[str] = set()  # nodes that stopped answering at all during the job
+        self.why = ""  # what the policy said of the first task that failed the job
 
     def placement(self, cluster: Cluster | None, job_id: int):
         assert cluster is not None
@@ -89,7 +91,7 @@ class Launch(Job):
         try:
             with Heartbeat(lambda: self.tasks.values()):  # self.tasks is rebound as tasks start
                 self._start_all(cluster)
-                failure = self._watch()
+                failure = watch.watch(self)
         finally:
             self._stop_all()
             cluster.release()
@@ -128,82 +130,52 @@ class Launch(Job):
 
     # -- watching -------------------------------------------------------------------------
 
-    def _watch(self) -> ClusterError | None:
-        """Until the job is done (None) or has failed (the error)."""
-        done: set[str] = set()
-        probed = time.monotonic()
-        while True:
-            ended = self._ended(done)
-            if any(code != 0 for _, code in ended):
-                time.sleep(SETTLE_S)  # tasks that die together (a broken venv) are reported together
-                ended += [e for e in self._ended(done) if e[0] not in {label for label, _ in ended}]
-            failures: list[Exit] = []
-            why = ""
-            for label, code in ended:
-                self.tasks[label].close()  # its last lines are in the log before we judge
-                spec = self.specs[label]
-                self.codes[label].append(code)
-                if code == LOST:
-                    self.store.task_exited(self.id, label, None, "FAILED")
-                    return self._server_cause() or ClusterError(f"job {self.id} failed: {spec.node}: lost (its SSH connection closed during the job)")
-                decision, why_now = self.budget.decide(code)
-                state = {policy.DONE: "COMPLETED", policy.RESTART: "RUNNING", policy.FAIL: "FAILED"}[decision]
-                self.store.task_exited(self.id, label, code, state)
-                if decision == policy.DONE:
-                    done.add(label)
-                elif decision == policy.RESTART:
-                    self._restart(label, code, why_now)
-                else:
-                    failures.append(Exit(spec.node, label, code, tuple(self.output.tail(label))))
-                    why = why or why_now
-            if failures:
-                return self._server_cause() or Exited(f"job {self.id} failed", failures, when="", then=why)
-            if self._finished(done):
-                return None
-            if time.monotonic() - probed > PROBE_S:
-                probed = time.monotonic()
-                cause = self._probe_servers(done)
-                if cause:
-                    return cause
-            running = len(self.tasks) - len(done)
-            self.running.progress(len(done), len(self.tasks), f"{running} running, restarts {self.budget.used}/{self.config.restart_limit}")
-            time.sleep(POLL_S)
+    # The watch loop's questions (jobs/watch.py).
+    poll_s = POLL_S
+    probe_s = PROBE_S
+    probe_patience = (2, 1.0, 0.2)
 
-    def _ended(self, done: set[str]) -> list[tuple[str, int | None]]:
-        """Tasks that ended since the last look (each is judged once)."""
-        out: list[tuple[str, int | None]] = []
-        for label, task in self.tasks.items():
-            if label in done or task.judged:
-                continue
-            code = task.poll()
-            if code is not None:
-                task.judged = True
-                out.append((label, None if code == UNKNOWN else code))
-        return out
+    def handles(self) -> dict[str, LocalTask | NodeTask]:
+        return self.tasks
 
-    def _finished(self, done: set[str]) -> bool:
+    def follow(self) -> bool:
+        return False  # a launch's only records are its tasks' exits
+
+    def judge(self, label: str, code: int) -> str | ClusterError:
+        """A task's exit, by the failure policy: done, restarted within the budget, or the job fails."""
+        self.tasks[label].close()  # its last lines are in the log before we judge
+        spec = self.specs[label]
+        status = None if code == UNKNOWN else code
+        self.codes[label].append(status)
+        if status == LOST:
+            self.store.task_exited(self.id, label, None, "FAILED")
+            return self._server_cause() or ClusterError(f"job {self.id} failed: {spec.node}: lost (its SSH connection closed during the job)")
+        decision, why = self.budget.decide(status)
+        state = {policy.DONE: "COMPLETED", policy.RESTART: "RUNNING", policy.FAIL: "FAILED"}[decision]
+        self.store.task_exited(self.id, label, status, state)
+        if decision == policy.DONE:
+            return watch.DONE
+        if decision == policy.RESTART:
+            self._restart(label, status, why)
+            return watch.GOES_ON
+        self.why = self.why or why
+        return watch.FAILED
+
+    def failed(self, failures) -> ClusterError:
+        exits = [Exit(self.specs[label].node, label, None if code == UNKNOWN else code, tuple(self.output.tail(label))) for label, code in failures]
+        return self._server_cause() or Exited(f"job {self.id} failed", exits, when="", then=self.why)
+
+    def finished(self, done: set[str]) -> bool:
         if self.config.mode == "coordinator":
             return plan.CHIEF in done
         return len(done) == len(self.tasks)
 
-    def _restart(self, label: str, code: int | None, why: str) -> None:
-        from picluster.cluster.exits import status_text
+    def needed(self, done: set[str]) -> list:
+        return [t for t in self.servers if t.job == "ps" or self.config.mode == "coordinator" or t.label not in done]
 
-        spec = self.specs[label]
-        attempt = len(self.codes[label]) + 1
-        self.output.note(label, f"{status_text(code)}: restarting ({why})")
-        self.running.note(f"job {self.id}: {label} on {spec.node} ended ({status_text(code)}); {why}")
-        self.specs[label] = spec = replace(spec, env=spec.env | {"PICLUSTER_ATTEMPT": str(attempt)})
-        self.tasks[label] = self._start(spec)
-        self.store.restarted(self.id, label)
-
-    def _probe_servers(self, done: set[str]) -> ClusterError | None:
+    def silent(self, silent) -> ClusterError | None:
         """A dead ps fails the job; a dead worker server is restarted within the budget (coordinator
         mode: the workers are its tasks) or fails the job (each-worker: its task cannot go on)."""
-        watched = [t for t in self.servers if t.job == "ps" or self.config.mode == "coordinator" or t.label not in done]
-        silent = probe.unanswered(watched, tries=2, timeout=1.0, pause=0.2)
-        if not silent:
-            return None
         if self.config.mode == "each-worker" or any(t.job == "ps" for t in silent):
             return self._silent_servers(silent)
         for task in silent:
@@ -217,6 +189,21 @@ class Launch(Job):
             self.running.note(f"job {self.id}: {task.label} on {task.node} stopped answering; restarting its server ({why})")
         self.cluster.repair()
         return None
+
+    def progress(self, done: set[str]) -> None:
+        running = len(self.tasks) - len(done)
+        self.running.progress(len(done), len(self.tasks), f"{running} running, restarts {self.budget.used}/{self.config.restart_limit}")
+
+    def _restart(self, label: str, code: int | None, why: str) -> None:
+        from picluster.cluster.exits import status_text
+
+        spec = self.specs[label]
+        attempt = len(self.codes[label]) + 1
+        self.output.note(label, f"{status_text(code)}: restarting ({why})")
+        self.running.note(f"job {self.id}: {label} on {spec.node} ended ({status_text(code)}); {why}")
+        self.specs[label] = spec = replace(spec, env=spec.env | {"PICLUSTER_ATTEMPT": str(attempt)})
+        self.tasks[label] = self._start(spec)
+        self.store.restarted(self.id, label)
 
     def _server_cause(self) -> ClusterError | None:
         """When tasks fail because a server died under them, the server is the news."""
