@@ -104,8 +104,9 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
     from datetime import datetime
     from functools import partial
 
-    from picluster.cluster import allocation, attach
+    from picluster.cluster import attach
     from picluster.data.har import har_dir
+    from picluster.data.har.dataset import HAR_SUBDIR
     from picluster.jobs import controller
     from picluster.jobs.har import coordinator, progress
     from picluster.jobs.har.config import TrainConfig
@@ -131,31 +132,29 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
             config = replace(config, **given)
         if inventory is None:
             inventory = run_inventory(run)
+        where = attach.place(inventory)
     else:
         if inventory is not None:
-            given = _inventory_defaults(inventory, given)
-            data_dir = data_dir or har_dir(inventory)  # the share, as the nodes mount it
-        slurm = allocation.sizes()
-        if slurm is not None and not given.get("standalone"):
-            # In a Slurm job (which wins over an inventory): a worker on each node without a ps,
-            # and the data and the run on the share every node of the job mounts.
-            nodes, ps = slurm
-            given = given | {k: v for k, v in (("workers", max(1, nodes - ps)), ("ps", ps)) if options.get(k) is None}
-            share = allocation.shared_dir()
-            if share is not None:
-                data_dir = data_dir or share / "har"
-                run_dir = run_dir or allocation.work_folder(share) / "runs" / f"{datetime.now():%Y%m%d-%H%M%S}-slurm{allocation.job_id()}"
-        config = TrainConfig.for_model(**given, data_dir=str(data_dir or har_dir()))
+            _check_inventory(inventory, given)
+        where = attach.place(inventory)
+        if not given.get("standalone"):
+            # Every worker and ps task of the cluster (a Slurm job's: a worker on each node without a
+            # ps), the data on the share every node mounts, and a Slurm job's runs there too.
+            given = {k: v for k, v in (("workers", where.workers), ("ps", where.ps)) if v is not None} | given
+            if where.runs is not None:
+                run_dir = run_dir or where.runs / f"{datetime.now():%Y%m%d-%H%M%S}{where.run_suffix}"
+        data_dir = data_dir or (where.share / HAR_SUBDIR if where.share is not None else har_dir())
+        config = TrainConfig.for_model(**given, data_dir=str(data_dir))
         run = None
-        if not chosen_data and slurm is None:
+        if not chosen_data and not where.queued:
             # Not inside Slurm: the job runs on a node whose runtime lacks the offline source.
-            if inventory is None:
+            if not where.data_on_nodes:
                 _prepare_on_first_use(Path(config.data_dir))
             elif not config.standalone:
                 before = partial(_put_on_share_on_first_use, inventory)
     # Bad choices fail before anything starts; the cluster's own answer comes once it is attached.
-    coordinator.worker_runtime(worker_runtime, attach.worker_runtimes(None if config.standalone else inventory))
-    if inventory is None:
+    coordinator.worker_runtime(worker_runtime, coordinator.ALONE if config.standalone else where.worker_runtimes)
+    if not where.data_on_nodes:
         coordinator.check_data(config)  # before a run directory or a server exists; nodes check their own copy
     run = run or coordinator.new_run_dir(run_dir)
     display = JobDisplay("train har", "epochs", live=live and not as_json)
@@ -209,10 +208,9 @@ def _put_on_share_on_first_use(inv) -> None:
                f"which every node reads at {shared_data.seen_by_nodes(inv)}", err=True)
 
 
-def _inventory_defaults(inv, given: dict) -> dict:
-    """On an inventory cluster, every worker and ps task is used unless the options say otherwise."""
+def _check_inventory(inv, given: dict) -> None:
+    """A training on an inventory's cluster keeps its variables on ps tasks, and is not standalone."""
     if given.get("standalone"):
         raise UsageError("--standalone trains in one local process; drop --inventory (or --standalone)")
     if not inv.ps and "ps" not in given:
         raise UsageError(f"{inv.source}: no node has the ps role; training keeps its variables on ps tasks, so give one node that role")
-    return {"workers": len(inv.workers), "ps": len(inv.ps)} | given

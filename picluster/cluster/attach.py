@@ -12,8 +12,10 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
 
-from picluster.cluster.allocation import Allocation, job_id, sizes
+from picluster.cluster.allocation import Allocation, job_id, shared_dir, sizes, work_folder
 from picluster.cluster.base import Cluster
 from picluster.cluster.inprocess import InProcessCluster
 from picluster.cluster.local import MAX_TASKS, LocalCluster
@@ -116,20 +118,41 @@ def attach(inventory: Inventory | None, workers: int, ps: int = 0, temporary: bo
         cluster.close()
 
 
-def cluster_name(inventory: Inventory | None) -> str:
-    """The ``name`` of the cluster ``attach`` gives for ``inventory`` (what a job record names),
-    known before it is attached: "slurm:ID" inside a Slurm job, the inventory file, or "local"."""
-    slurm = job_id()
+@dataclass(frozen=True)
+class Place:
+    """Where a job will run, known before anything starts (``attach`` then gives the cluster
+    itself), and the defaults that follow from it.  Inside a Slurm job the allocation wins over an
+    inventory, as in ``attach``."""
+
+    name: str  # what the job's record names as its cluster (the attached cluster's ``name``)
+    worker_runtimes: tuple[str, ...]  # what a training's --worker-runtime may choose there
+    workers: int | None = None  # a training's worker tasks when not told (None: the job's own default)
+    ps: int | None = None
+    share: Path | None = None  # the folder every node reads at this path (an inventory's data_dir, a Slurm job's share)
+    runs: Path | None = None  # where a job's run folders go when not told (None: this machine's state)
+    run_suffix: str = ""  # after a run folder's time stamp: the Slurm job's id
+    queued: bool = False  # inside a Slurm job: the nodes' runtime has no offline source to prepare data from
+    data_on_nodes: bool = False  # the nodes read their own copy of the data (an inventory's share): none here to check
+
+
+def place(inventory: Inventory | None) -> Place:
+    """Where a job given ``inventory`` (None: this machine) runs, and its defaults."""
+    slurm = sizes()
     if slurm is not None:
-        return f"slurm:{slurm}"
-    source = inventory.source if inventory is not None else None
-    return str(source.resolve()) if source is not None else "local"
-
-
-def worker_runtimes(inventory: Inventory | None) -> tuple[str, ...]:
-    """What a training's --worker-runtime may choose on the cluster ``attach`` gives for
-    ``inventory``, known before anything starts (inside a Slurm job: its allocation's)."""
-    return (NodeCluster if inventory is not None and job_id() is None else Cluster).worker_runtimes
+        # A worker on each node without a ps, the data and the runs on the share every node of the job mounts.
+        nodes, ps = slurm
+        share = shared_dir()
+        base = Place(f"slurm:{job_id()}", Cluster.worker_runtimes, max(1, nodes - ps), ps, share,
+                     work_folder(share) / "runs" if share is not None else None, f"-slurm{job_id()}", queued=True)
+    elif inventory is not None:
+        source = str(inventory.source.resolve()) if inventory.source is not None else "local"
+        base = Place(source, NodeCluster.worker_runtimes, len(inventory.workers), len(inventory.ps))
+    else:
+        return Place("local", Cluster.worker_runtimes)
+    if inventory is None:
+        return base
+    # An inventory's nodes mount its share at data_dir (a Slurm job's given share is that same folder).
+    return replace(base, share=Path(inventory.data_dir), data_on_nodes=True)
 
 
 def default_workers(inventory: Inventory | None) -> int:

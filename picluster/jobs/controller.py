@@ -102,11 +102,11 @@ class Job(ABC):
 
 def run(job: Job, inventory: Inventory | None, live: bool = True, display: JobDisplay | None = None) -> Any:
     """The job, from its record to its end; returns what its body returned."""
-    from picluster.cluster.attach import attach, cluster_name
+    from picluster.cluster.attach import attach, place
 
     display = display or JobDisplay(job.title, job.unit, live=live)
     # The record is made before the cluster is attached (a job waiting for its servers is listed).
-    with records.recorded(job.name, job.kind, job.mode, cluster_name(inventory), ["picluster", *sys.argv[1:]], job.log_dir,
+    with records.recorded(job.name, job.kind, job.mode, place(inventory).name, ["picluster", *sys.argv[1:]], job.log_dir,
                           keep_rejected=job.keep_rejected) as record, ExitStack() as stack:
         cluster: Cluster | None = None
         if not job.standalone:

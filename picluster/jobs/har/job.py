@@ -46,7 +46,7 @@ class HarJob(Job):
             self.before()
         return coordinator.train(self.config, self.run, cluster, self, self.runtime)
 
-    # -- coordinator.Events --------------------------------------------------------------------
+    # -- follow.Events -------------------------------------------------------------------------
 
     def epoch(self, row: dict) -> None:
         self.printer.epoch(row)

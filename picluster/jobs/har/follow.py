@@ -1,0 +1,244 @@
+"""Following a training until it ends, in the one watch loop (jobs/watch.py): the chief's files
+(its records, progress and resume note, mirrored from its node), each client's exit judged (a sync
+run fails with any worker, an async one goes on without it), the servers still needed probed, and
+what a failure says in one line (its cause: a server gone, clients that died at start-up, a
+client's own usage or storage error)."""
+
+import json
+import os
+from pathlib import Path
+from typing import Protocol
+
+from picluster.cluster.exits import Exit, Exited, file_tail
+from picluster.cluster.lifetime import last_line
+from picluster.cluster.probe import unanswered
+from picluster.errors import STORAGE_EXIT, ClusterError, PiclusterError, StorageError, UsageError
+from picluster.jobs.har import clients, metrics
+from picluster.jobs.har.config import TrainConfig
+from picluster.jobs.har.rundir import RunDir, read_json
+from picluster.jobs.watch import DONE, GOES_ON, watch
+
+POLL_S = 0.2
+REMOTE_POLL_S = 1.0  # each poll of a node's chief is an SSH round trip
+CHECK_S = 5.0  # seconds between checks that the cluster's servers still answer
+
+
+class Events(Protocol):
+    """What the coordinator reports while it follows the chief."""
+
+    def epoch(self, row: dict) -> None: ...  # a row of metrics.csv, once the chief wrote it
+    def note(self, message: str) -> None: ...  # a line for the user: the cluster, a lost worker, a resume
+    def live(self, progress: dict) -> None: ...  # live.json: where the chief is within its epoch
+    def stopped(self, clients: list) -> None: ...  # the clients, once stopped (poll(): each one's exit status)
+
+
+def follow(run: RunDir, config: TrainConfig, running: list, events: Events, tasks=(), launch: str = "",
+            evaluator: "clients.Evaluator | None" = None) -> dict:
+    """Follow the chief's records until the run ends (the watch loop, jobs/watch.py): the chief's
+    exit, or with an evaluator beside us, the evaluator's (it writes result.json once the target is
+    reached or the last epoch is in); the result, and the workers lost on the way."""
+    training = _Training(run, config, running, events, tasks, launch, evaluator)
+    failure = watch(training)
+    if failure is not None:
+        raise failure
+    # result.json is the chief's alone; the workers lost on the way are the coordinator's to tell.
+    return json.loads(run.result.read_text()) | {"lost_workers": sorted(training.lost)}
+
+
+class _Training:
+    """A training as the watch loop sees it (watch.Watched): the chief's files followed each round,
+    each client's exit judged (a sync run fails with a worker, an async one goes on without it),
+    the servers still needed probed every CHECK_S."""
+
+    probe_s = CHECK_S
+    probe_patience = (3, 2.0, 0.5)  # a Pi's server under a training's load may be slow to accept
+
+    def __init__(self, run: RunDir, config: TrainConfig, running: list, events: Events, tasks, launch: str,
+                 evaluator: "clients.Evaluator | None") -> None:
+        self.run, self.config, self.running, self.events, self.tasks, self.launch = run, config, running, events, tuple(tasks), launch
+        self.chief, self.evaluator = running[0], evaluator
+        self.poll_s = POLL_S if self.chief.remote is None else REMOTE_POLL_S
+        # The evaluator first: in a round where both end, its verdict (the result) is the run's.
+        self.clients = ({evaluator.label: evaluator} if evaluator is not None else {}) | {c.label: c for c in running}
+        # Keyed by write time: on --resume the chief drops rows it will redo, and only new ones show.
+        self.shown = {r.get("time") for r in metrics.read_rows(run.metrics)}
+        self.lost: set[int] = set()
+        self.stamps: dict[Path, tuple] = {}
+        self.started = False  # the chief is training (live.json, or an epoch's row): deaths from now on are mid-run
+        self.chief_done = False  # the chief finished its epochs and its files are here: the evaluator finishes the rest
+
+    def handles(self) -> dict:
+        return self.clients
+
+    def follow(self) -> bool:
+        if not self.chief_done:
+            self._sync_chief(self.chief.poll() == 0)
+        self._records()
+        return False
+
+    def _sync_chief(self, final: bool) -> None:
+        self.chief.sync(final=final)
+        self.chief_done = final
+
+    def _records(self) -> None:
+        """What the chief (or the evaluator) wrote since the last look, as events."""
+        run, stamps = self.run, self.stamps
+        if _changed(run.metrics, stamps):
+            for row in metrics.read_rows(run.metrics):
+                if row.get("time") not in self.shown:
+                    self.shown.add(row.get("time"))
+                    self.started = True  # an epoch is done (a short one may end before any live.json)
+                    self.events.epoch(row)
+        if _changed(run.resume_note, stamps):
+            note = read_json(run.resume_note)  # checkpoints.write_note
+            if isinstance(note, dict) and note.get("launch") == self.launch:  # this launch's chief restored a checkpoint
+                self.events.note(_resume_line(note))
+        if _changed(run.live, stamps):
+            live = read_json(run.live)
+            if live:
+                self.started = True
+                self.events.live(live)
+
+    def judge(self, label: str, code: int):
+        client = self.clients[label]
+        if client is self.evaluator:
+            if code == 0 and self.run.result.exists():
+                return DONE  # the target reached (the clients are stopped on the way out), or every epoch evaluated
+            return _evaluator_failure(client, code, self.run)
+        if client is self.chief:
+            if code == 0:
+                if not self.chief_done:
+                    self._sync_chief(True)
+                return DONE
+            return self._server_gone(self.tasks) or self._client_failure(client, code) or ClusterError(
+                f"the chief ({client.label}) failed: {_message(client.log)} (log: {client.log})" + _resume_hint(self.run))
+        # Once the chief has finished, others may fail as it closes the queues: not a loss.
+        if code == 0 or self.run.result.exists():
+            return DONE
+        needed = [t for t in self.tasks if t.job == "ps" or t.index in (0, client.task)]
+        failure = self._server_gone(needed) or self._client_failure(client, code)
+        if failure is not None:
+            return failure
+        why = clients.describe(code)
+        if self.config.mode == "sync":
+            return ClusterError(f"{client.label} died ({why}: {last_line(client.log)}); sync training cannot go on without it"
+                                + _resume_hint(self.run))
+        self.lost.add(client.task)
+        self.events.note(f"{client.label} died ({why}); async training goes on with {self.config.workers - len(self.lost)} worker(s)")
+        return GOES_ON
+
+    def _client_failure(self, client, code: int) -> PiclusterError | None:
+        """What a client's failure says of its own: all the clients that died before training began
+        (one cause, often), or its usage or storage error."""
+        if not self.started:
+            startup = _startup_failure(self.running)
+            if startup is not None:
+                return startup
+        client.fetch_log()
+        if code == UsageError.exit_code:  # e.g. a node's copy of the data set is missing
+            return UsageError(f"{client.label}: {_message(client.log)}")
+        if code == STORAGE_EXIT:
+            return _storage_failure(client, self.run)
+        return None
+
+    def _server_gone(self, tasks) -> ClusterError | None:
+        """The cause, when a server died under a client."""
+        gone = unanswered(tasks, tries=3)
+        return self.silent(gone) if gone else None
+
+    def failed(self, failures):
+        raise AssertionError(f"every failure of a training is judged on its own: {failures}")  # judge never says FAILED
+
+    def finished(self, done: set[str]) -> bool:
+        last = self.evaluator if self.evaluator is not None else self.chief
+        if last.label not in done:
+            return False
+        self._records()  # the rows written as it ended
+        return True
+
+    def needed(self, done: set[str]) -> list:
+        """A dead server leaves the clients waiting forever: the ps, the chief's, and in a sync run
+        every worker's still training."""
+        if self.run.result.exists():
+            return []
+        needed = [t for t in self.tasks if t.job == "ps" or t.index == 0 or self.config.mode == "sync"]
+        return [t for t in needed if t.job == "ps" or t.index not in self.lost]
+
+    def silent(self, tasks) -> ClusterError:
+        return ClusterError(f"{tasks[0].label} on {tasks[0].node} stopped answering; the run stopped" + _resume_hint(self.run))
+
+    def progress(self, done: set[str]) -> None:
+        pass  # the chief's records are the progress (follow)
+
+
+def _evaluator_failure(evaluator, code: int, run: RunDir) -> PiclusterError:
+    evaluator.fetch_log()
+    if code == UsageError.exit_code:  # e.g. this machine's copy of the data set is damaged
+        return UsageError(f"{evaluator.label}: {_message(evaluator.log)}")
+    if code == STORAGE_EXIT:
+        return _storage_failure(evaluator, run)
+    last = last_line(evaluator.log)
+    said = f": {_message(evaluator.log)}" if last.startswith(ERROR_PREFIX) else ""  # not its last progress line
+    return ClusterError(f"{evaluator.label} failed ({clients.describe(code)}){said} (log: {evaluator.log})" + _resume_hint(run))
+
+
+def _startup_failure(running: list) -> Exited | None:
+    """Clients that died before training began: often all of them, for one cause (a node's venv
+    without picluster), so they are named together, folded by node, with their logs' last lines.
+    None: a missing data set and the like, the user's to fix, said in its own words."""
+    dead = [(c, c.poll()) for c in running]
+    dead = [(c, code) for c, code in dead if code not in (None, 0)]
+    if not dead or all(code == UsageError.exit_code for _, code in dead):
+        return None
+    for client, _ in dead:
+        client.fetch_log()
+    return Exited("train har", [Exit(getattr(c, "node", "localhost"), f"worker:{c.task} client", None if code in (clients.UNKNOWN, clients.LOST) else code,
+                                     file_tail(c.log)) for c, code in dead])
+
+
+ERROR_PREFIX = "picluster.jobs.har.replica: error: "  # how a client's (or the evaluator's) last line names its error
+
+
+def _message(log: Path) -> str:
+    return last_line(log).removeprefix(ERROR_PREFIX)
+
+
+def _storage_failure(client, run: RunDir) -> StorageError:
+    """A client could not write a file: its own line names the path and cause, or (its log on the
+    same full disk) the run directory's free space does."""
+    hint = _resume_hint(run).replace("; continue with", "; free it, then continue with")
+    said = _message(client.log) if client.log.exists() else ""
+    if said.startswith("cannot write ") and ": " in said:
+        path, why = said.removeprefix("cannot write ").rsplit(": ", 1)
+        return StorageError(path, why + hint)
+    try:
+        st = os.statvfs(run.path)
+        full = st.f_bavail * st.f_frsize < 1024 * 1024
+    except OSError:
+        full = False
+    why = "No space left on device" if full else f"{client.label} could not write its files (log: {client.log})"
+    return StorageError(run.path, why + hint)
+
+
+def _changed(path: Path, stamps: dict) -> bool:
+    """Whether ``path`` changed since the last look: the loop polls often, files change once an epoch."""
+    try:
+        st = path.stat()
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+    except OSError:
+        stamp = None
+    if stamps.get(path) == stamp:
+        return False
+    stamps[path] = stamp
+    return stamp is not None
+
+
+def _resume_hint(run: RunDir) -> str:
+    if run.has_checkpoint():
+        return f"; continue with 'picluster train har --resume {run}'"
+    return ""
+
+
+def _resume_line(note: dict) -> str:
+    damaged = "".join(f"checkpoint {name} is damaged ({why}); " for name, why in note.get("damaged") or [])
+    return f"{damaged}resumed from checkpoints/{note.get('checkpoint')} (epoch {note.get('epoch')}, step {note.get('global_step')})"
