@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from labcluster import lab_cluster
 
-from picluster.cluster.nodes import RUN_DIR
+from picluster.cluster.nodecluster import RUN_DIR
 from picluster.data.har import har_dir
 from picluster.data.har.dataset import CACHE_NAME
 from picluster.jobs.har.coordinator import RUNTIMES

@@ -200,7 +200,7 @@ def local_rows(repeats: int) -> list[tuple[str, str]]:
 
 
 def lab_rows(repeats: int) -> list[tuple[str, str]]:
-    from picluster.cluster.nodes import RUN_DIR
+    from picluster.cluster.nodecluster import RUN_DIR
     from picluster.clusterspec import from_inventory
     from picluster.inventory import load_inventory
     from picluster.lab import Lab

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from labcluster import cli, lab_cluster
 from thesis_style import ThesisStyle
 
-from picluster.cluster.nodes import RUN_DIR, NodeCluster
+from picluster.cluster.nodecluster import RUN_DIR, NodeCluster
 from picluster.clusterspec import from_inventory
 from picluster.jobs.montecarlo import thesis
 from picluster.jobs.montecarlo.estimate import MonteCarlo

@@ -15,7 +15,7 @@ import psutil
 import pytest
 from test_remote_cluster import picluster_processes
 
-from picluster.cluster.nodes import RUN_DIR
+from picluster.cluster.nodecluster import RUN_DIR
 from picluster.cluster.staging import node_job_name
 from picluster.paths import state_dir
 

@@ -88,7 +88,7 @@ def _every_kind_of_cluster(tmp_path):
     from picluster.cluster.allocation import Allocation, layout_of
     from picluster.cluster.inprocess import InProcessCluster
     from picluster.cluster.local import LocalCluster
-    from picluster.cluster.nodes import NodeCluster
+    from picluster.cluster.nodecluster import NodeCluster
     from picluster.inventory import parse_inventory
 
     layout = layout_of(["node01", "node02"], {"node01": "127.0.0.11", "node02": "127.0.0.12"}, 1, 2224)

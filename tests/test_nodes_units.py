@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from test_cli_input import assert_one_line_usage_error
 
-from picluster.cluster.nodes import RUN_DIR, START_SCRIPT, start_script
+from picluster.cluster.nodecluster import RUN_DIR, START_SCRIPT, start_script
 from picluster.clusterspec import from_inventory
 from picluster.inventory import load_inventory, select
 from picluster.provision import templates
@@ -239,7 +239,7 @@ def test_apt_waits_for_its_lock_and_says_once_who_holds_it(inv_path, monkeypatch
 
 
 def test_cluster_up_giving_up_says_still_starting_or_unreachable_and_what_to_do(inv_path):
-    from picluster.cluster.nodes import MAX_TIMEOUT_S, _not_answering
+    from picluster.cluster.nodecluster import MAX_TIMEOUT_S, _not_answering
 
     layout = from_inventory(load_inventory(inv_path))
     slow = {"node03": {"worker:1": ("alive", None, ())}, "node04": {"worker:2": ("ready", None, ())}}

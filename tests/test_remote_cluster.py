@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from picluster.cluster.nodes import RUN_DIR
+from picluster.cluster.nodecluster import RUN_DIR
 from picluster.lab import keys
 
 from conftest import command_line, picluster
@@ -194,7 +194,7 @@ def test_a_node_with_a_new_host_key_is_refused_until_replaced_then_rejoins_the_r
     pids = [node03.run(["cat", f"{run_dir}/{name}.pid"]).stdout.strip() for name in ("worker-1", "agent")]
     node03.run(["kill", "-KILL", *pids])
     # SIGKILL is delivered, not yet done: a dying process may still write its log while rm walks the
-    # folder, and each one's watcher shell (cluster/nodes.py, _detached) writes NAME.exit once it is
+    # folder, and each one's watcher shell (cluster/nodecluster.py, _detached) writes NAME.exit once it is
     # gone: rm only after every watcher has written it.
     deadline = time.monotonic() + 30
     exits = [f"{run_dir}/{name}.exit" for name in ("worker-1", "agent")]

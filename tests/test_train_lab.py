@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_remote_cluster import picluster_processes
 
-from picluster.cluster.nodes import RUN_DIR
+from picluster.cluster.nodecluster import RUN_DIR
 from picluster.jobs.har.clients import node_run_name
 
 from conftest import command_line, picluster

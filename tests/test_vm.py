@@ -22,7 +22,7 @@ from picluster.errors import ClusterError, UsageError
 from picluster.lab import Lab, keys, mockpi, naming, netns, procs, reap_orphans, teardown
 from picluster.lab.host import HostOptions, User
 from picluster.lab.registry import known_ids, state_root
-from picluster.lab.vm import VM, VMHost, accel, guest, image, mirror, seed, support, tap, virtiofs
+from picluster.lab.vm import VM, VMHost, accel, aptsource, guest, image, seed, support, tap, virtiofs
 from picluster.provision.steps import packages as provision_packages
 
 from conftest import picluster
@@ -108,12 +108,12 @@ def test_mirror_is_read_from_both_apt_source_formats(tmp_path):
         Suites: bookworm bookworm-updates
         Components: main contrib
     """))
-    assert mirror.debian_mirror("bookworm", tmp_path) == "http://mirror.example/debian"
+    assert aptsource.debian_mirror("bookworm", tmp_path) == "http://mirror.example/debian"
     (tmp_path / "sources.list.d" / "debian.sources").unlink()
     (tmp_path / "sources.list").write_text("deb [signed-by=/k.gpg arch=amd64] http://other.example/d bookworm main\n")
-    assert mirror.debian_mirror("bookworm", tmp_path) == "http://other.example/d"
+    assert aptsource.debian_mirror("bookworm", tmp_path) == "http://other.example/d"
     with pytest.raises(UsageError, match="no Debian trixie mirror") as caught:
-        mirror.debian_mirror("trixie", tmp_path)
+        aptsource.debian_mirror("trixie", tmp_path)
     one_line(caught.value)
 
 

@@ -21,7 +21,7 @@ def cluster() -> None:
 @option("--ps", "ps", type=Whole(0, 16), default=1, show_default=True, help="Parameter-server (ps) tasks (local cluster).")
 @option("--workers", type=Whole(1, 63), default=2, show_default=True, help="Worker tasks (local cluster).")
 @option("--port", type=Whole(1024, 65535), default=None, show_default="free ports", help="First port: the tasks' ports, then the agent's (local cluster).")
-# 3600: cluster.nodes.MAX_TIMEOUT_S, written out so the command line loads without the SSH side.
+# 3600: cluster.nodecluster.MAX_TIMEOUT_S, written out so the command line loads without the SSH side.
 @option("--timeout", type=Real(1, 3600), default=120.0, show_default=True,
         help="Seconds every task may take to answer (inventory; TensorFlow loads slowly on small boards).")
 @other_spelling("--nodes", "cluster up counts tasks: give --workers {value} (and --ps) for the local cluster; an inventory's nodes start as its [roles] say")

@@ -17,7 +17,7 @@ def top(inventory, once, interval) -> None:
     """Per-node CPU, load, memory, temperature, network and TensorFlow task states."""
     from picluster.cluster.attach import find
     from picluster.monitor.poll import Monitor
-    from picluster.views.nodes import nodes_table
+    from picluster.views.panel import nodes_table
 
     monitor = Monitor.of(find(inventory))
     console = Console()

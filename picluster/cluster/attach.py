@@ -19,7 +19,7 @@ from picluster.cluster.allocation import Allocation, job_id, shared_dir, sizes, 
 from picluster.cluster.base import Cluster
 from picluster.cluster.inprocess import InProcessCluster
 from picluster.cluster.local import MAX_TASKS, LocalCluster
-from picluster.cluster.nodes import NodeCluster
+from picluster.cluster.nodecluster import NodeCluster
 from picluster.clusterspec import from_inventory
 from picluster.errors import ClusterError, UsageError
 from picluster.inventory import Inventory

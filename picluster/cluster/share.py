@@ -10,7 +10,7 @@ target, renamed over it once whole: a node never reads half a data set.
 import shlex
 from pathlib import Path, PurePosixPath
 
-from picluster.cluster.nodes import open_node
+from picluster.cluster.nodecluster import open_node
 from picluster.errors import ClusterError
 from picluster.inventory import Inventory
 

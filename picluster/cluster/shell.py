@@ -2,14 +2,14 @@
 each node's output and exit code, or why the node could not be asked.
 
 The nodes are reached as every other command reaches them (the inventory's user and key, the
-process's host-key policy: cluster/nodes.open_node), at most ``fanout`` at a time.  A node that
+process's host-key policy: cluster/nodecluster.open_node), at most ``fanout`` at a time.  A node that
 cannot be reached, refuses the key or asks sudo for a password is that node's failure; the others
 run on.
 """
 
 from dataclasses import dataclass
 
-from picluster.cluster.nodes import open_node
+from picluster.cluster.nodecluster import open_node
 from picluster.fanout import FANOUT, Results, fan_out
 from picluster.inventory import Inventory
 

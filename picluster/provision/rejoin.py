@@ -2,7 +2,7 @@
 started as `cluster up` would (only what is missing), when any other node's task answers.  A
 cluster that is down stays down: `picluster cluster up` is the owner's to run."""
 
-from picluster.cluster.nodes import NodeCluster, up
+from picluster.cluster.nodecluster import NodeCluster, up
 from picluster.inventory import Inventory
 
 START_TIMEOUT = 600.0  # TensorFlow loads in seconds on a Pi 4, minutes on an emulated VM

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from picluster import nodeset
-from picluster.cluster.nodes import open_node
+from picluster.cluster.nodecluster import open_node
 from picluster.cluster.ssh import Unreachable
 from picluster.errors import ClusterError
 from picluster.fanout import fan_out, fold

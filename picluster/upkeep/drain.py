@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from shlex import quote as q
 
 from picluster.cluster.allocation import scontrol_nodes
-from picluster.cluster.nodes import open_node
+from picluster.cluster.nodecluster import open_node
 from picluster.errors import ClusterError
 from picluster.inventory import Inventory, Node
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from shlex import quote as q
 
 from picluster import nodeset
-from picluster.cluster.nodes import open_node
+from picluster.cluster.nodecluster import open_node
 from picluster.cluster.probe import answers
 from picluster.clusterspec import from_inventory
 from picluster.errors import ClusterError

@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from picluster.nodestats import NodeRow
-from picluster.views.nodes import nodes_table
+from picluster.views.panel import nodes_table
 
 
 @dataclass

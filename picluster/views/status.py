@@ -3,7 +3,7 @@
 from rich.table import Table
 
 from picluster.cluster.base import TaskState
-from picluster.views.nodes import STATE_STYLE
+from picluster.views.panel import STATE_STYLE
 
 
 def _state(state: str) -> str:

@@ -14,7 +14,7 @@ from picluster import nodeset
 from picluster.cluster.allocation import SINFO_NODES, not_serving, sinfo_states
 from picluster.cluster.here import Here, holds
 from picluster.cluster.hostkeys import HostKeyRefused
-from picluster.cluster.nodes import open_node
+from picluster.cluster.nodecluster import open_node
 from picluster.cluster.ssh import CommandFailed, Remote
 from picluster.errors import ClusterError, UsageError
 from picluster.fanout import GroupError, fan_out

@@ -39,7 +39,7 @@ from picluster import paths
 from picluster.cluster.lifetime import die_with_parent
 from picluster.errors import ClusterError, UsageError
 from picluster.lab import commands
-from picluster.lab.vm import guest, mirror
+from picluster.lab.vm import aptsource, guest
 
 SUITE = "bookworm"
 # Debian's names: "amd64" is this machine's own, "arm64" the Raspberry Pi's (emulated).
@@ -291,7 +291,7 @@ def build(cache: Path, say: Say, arch: str = NATIVE) -> Image:
     work.mkdir()
     started = time.monotonic()
     try:
-        source = mirror.debian_mirror(SUITE)
+        source = aptsource.debian_mirror(SUITE)
         took = "a few minutes" if arch == NATIVE else "tens of minutes: its programs run emulated"
         say(f"building the {arch} VM image {digest} with debootstrap from {source} ({took}, once)")
         root = work / "root"

@@ -22,7 +22,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from picluster.cluster.nodes import RUN_DIR, START_SCRIPT
+from picluster.cluster.nodecluster import RUN_DIR, START_SCRIPT
 from picluster.errors import ClusterError
 from picluster.provision import templates, wheelhouse
 from picluster.provision.result import Item, Status

@@ -4,7 +4,7 @@ import pytest
 
 from picluster.monitor.scrape import cpu_use, parse, rates
 from picluster.nodestats import NodeRow
-from picluster.views.nodes import cpu_bars, nodes_table, short_bytes, throttle_flag
+from picluster.views.panel import cpu_bars, nodes_table, short_bytes, throttle_flag
 
 from render import render
 
