@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from picluster.cluster.allocation import Allocation, job_id, shared_dir, sizes, work_folder
-from picluster.cluster.base import Cluster
+from picluster.cluster.base import Cluster, inventory_file
 from picluster.cluster.inprocess import InProcessCluster
 from picluster.cluster.local import MAX_TASKS, LocalCluster
 from picluster.cluster.nodecluster import NodeCluster
@@ -141,12 +141,11 @@ def place(inventory: Inventory | None) -> Place:
     if slurm is not None:
         # A worker on each node without a ps, the data and the runs on the share every node of the job mounts.
         nodes, ps = slurm
-        share = shared_dir()
-        base = Place(f"slurm:{job_id()}", Cluster.worker_runtimes, max(1, nodes - ps), ps, share,
-                     work_folder(share) / "runs" if share is not None else None, f"-slurm{job_id()}", queued=True)
+        share, job = shared_dir(), job_id()
+        base = Place(f"slurm:{job}", Cluster.worker_runtimes, max(1, nodes - ps), ps, share,
+                     work_folder(share) / "runs" if share is not None else None, f"-slurm{job}", queued=True)
     elif inventory is not None:
-        source = str(inventory.source.resolve()) if inventory.source is not None else "local"
-        base = Place(source, NodeCluster.worker_runtimes, len(inventory.workers), len(inventory.ps))
+        base = Place(inventory_file(inventory) or "local", NodeCluster.worker_runtimes, len(inventory.workers), len(inventory.ps))
     else:
         return Place("local", Cluster.worker_runtimes)
     if inventory is None:

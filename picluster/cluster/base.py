@@ -49,6 +49,12 @@ class Agent:
     port: int | None
 
 
+def inventory_file(inventory: Inventory | None) -> str | None:
+    """The file ``inventory`` was read from, whole (how records and runs name an inventory's cluster)."""
+    source = inventory.source if inventory is not None else None
+    return str(source.resolve()) if source is not None else None
+
+
 class Cluster(ABC):
     kind: str  # "local", "inventory", "temporary", "slurm": what `run --json` and `train` print
     what: str  # how error messages name it: "the inventory", "the running local cluster (...)"
@@ -73,8 +79,7 @@ class Cluster(ABC):
     @property
     def inventory_file(self) -> str | None:
         """The inventory file its nodes come from (what a resumed training goes back to), or None."""
-        source = self.inventory.source if self.inventory is not None else None
-        return str(source.resolve()) if source is not None else None
+        return inventory_file(self.inventory)
 
     @property
     def name(self) -> str:

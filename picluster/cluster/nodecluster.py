@@ -72,10 +72,8 @@ class NodeCluster(Cluster):
         from picluster.cluster import staging
 
         inv = self.inventory
-        opened = fan_out(lambda node: open_node(inv, inv.node(node)), sorted(set(nodes) - set(self._remotes)), name=lambda n: n)
-        self._remotes |= dict(opened.succeeded)
-        opened.raise_failures(f"{job}: reaching the workers")
-        return staging.stage(inv, {n: self._remotes[n] for n in nodes}, files, name, RUN_DIR,
+        reached = fan_out(self._reach, sorted(set(nodes)), name=lambda n: n).raise_failures(f"{job}: reaching the workers")
+        return staging.stage(inv, {n: reached[n] for n in nodes}, files, name, RUN_DIR,
                              lambda: open_node(inv, inv.node(inv.nfs_master)))
 
     def start_task(self, spec, grace: float, on_line):
@@ -92,6 +90,10 @@ class NodeCluster(Cluster):
 
     def job_folder(self, node: str, name: str) -> JobFolder:
         """``name`` under the node's run folder, over a connection kept until ``release``."""
+        return JobFolder(node, self._reach(node), PurePosixPath(RUN_DIR) / name, f"$HOME/{RUN_DIR}")
+
+    def _reach(self, node: str) -> "Remote":
+        """The job's connection to ``node``, opened on first use (from any of the job's threads)."""
         with self._opening:
             remote = self._remotes.get(node)
         if remote is None:
@@ -100,7 +102,7 @@ class NodeCluster(Cluster):
                 remote = self._remotes.setdefault(node, opened)
             if remote is not opened:  # another thread of the job reached the node first
                 opened.close()
-        return JobFolder(node, remote, PurePosixPath(RUN_DIR) / name, f"$HOME/{RUN_DIR}")
+        return remote
 
     def release(self) -> None:
         remotes, self._remotes = self._remotes, {}
