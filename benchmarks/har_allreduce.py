@@ -52,12 +52,12 @@ def task_main(args: argparse.Namespace) -> None:
     import numpy as np
     import tensorflow as tf
 
-    from picluster import cpus
     from picluster.jobs.har import augment
     from picluster.jobs.har.config import TrainConfig
     from picluster.jobs.har.data import load_data, shard
     from picluster.jobs.har.graph import TASK_SEED_STRIDE, network
     from picluster.jobs.har.model import channel_moments, l2_penalty, standardise
+    from picluster.util import cpus
 
     threads = cpus.usable()  # as picluster's servers size theirs
     tf.config.threading.set_intra_op_parallelism_threads(threads)

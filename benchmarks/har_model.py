@@ -32,7 +32,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from picluster.inventory import NODES_PER_PS
+from picluster.model.inventory import NODES_PER_PS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REFERENCE_SHARE = 0.222  # the 9-host shape's share of a core: the fit's unit

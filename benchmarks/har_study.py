@@ -44,7 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from picluster.errors import UsageError  # noqa: E402
+from picluster.util.errors import UsageError  # noqa: E402
 
 # resbidir with its defaults: the study's baseline until issue 13.  Names joined by '+' add their
 # options in order (the last value of an option wins), so "conv+l2-0.0005+rot45-all" is the

@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from labcluster import lab_cluster
 
-from picluster.clusterspec import from_inventory
 from picluster.jobs.montecarlo.estimate import MonteCarlo
 from picluster.lab.limits import Limits
+from picluster.model.clusterspec import from_inventory
 
 THESIS_SAMPLES, THESIS_SECONDS = 6 * 10**7, 7.713
 

@@ -16,9 +16,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from picluster.inventory import Inventory, load_inventory  # noqa: E402
 from picluster.lab import Lab  # noqa: E402
 from picluster.lab.limits import Limits  # noqa: E402
+from picluster.model.inventory import Inventory, load_inventory  # noqa: E402
 
 
 def cli(*args: str, timeout: float = 900) -> str:

@@ -201,9 +201,9 @@ def local_rows(repeats: int) -> list[tuple[str, str]]:
 
 def lab_rows(repeats: int) -> list[tuple[str, str]]:
     from picluster.cluster.nodecluster import RUN_DIR
-    from picluster.clusterspec import from_inventory
-    from picluster.inventory import load_inventory
     from picluster.lab import Lab
+    from picluster.model.clusterspec import from_inventory
+    from picluster.model.inventory import load_inventory
 
     with Lab(nodes=4) as lab:
         inventory = lab.write_inventory(Path(lab.run_dir) / "bench.toml")

@@ -38,11 +38,11 @@ from labcluster import cli, lab_cluster
 from thesis_style import ThesisStyle
 
 from picluster.cluster.nodecluster import RUN_DIR, NodeCluster
-from picluster.clusterspec import from_inventory
 from picluster.jobs.montecarlo import thesis
 from picluster.jobs.montecarlo.estimate import MonteCarlo
 from picluster.lab.cgroups import Cgroup
 from picluster.lab.limits import Limits, fair_share, machine, resolve
+from picluster.model.clusterspec import from_inventory
 from picluster.monitor.poll import Monitor
 from picluster.monitor.record import Recorder
 from picluster.plots import plot

@@ -17,11 +17,11 @@ the tests fail with that reason: a skipped lab test would hide a missing install
 
 import pytest
 
-from picluster.errors import ClusterError
 from picluster.lab import Lab, reap_orphans
 from picluster.lab.commands import missing_support
 from picluster.lab.vm import image as vm_image_mod
 from picluster.lab.vm import support as vm_support_mod
+from picluster.util.errors import ClusterError
 
 
 @pytest.fixture(scope="session")

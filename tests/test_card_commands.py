@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from picluster import tflog
+from picluster.util import tflog
 
 from conftest import picluster
 from train_fixtures import write_tiny_har
@@ -75,7 +75,7 @@ def test_a_tensorflow_import_on_a_terminal_process_shows_nothing_of_its_start(tm
     import subprocess
     import sys
 
-    code = "from picluster.tflog import import_tensorflow; import sys; tf = import_tensorflow(); print('warn', file=sys.stderr); print(tf.__version__)"
+    code = "from picluster.util.tflog import import_tensorflow; import sys; tf = import_tensorflow(); print('warn', file=sys.stderr); print(tf.__version__)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stderr == "warn\n"  # what the process itself writes after the import still reaches stderr

@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from picluster.clusterspec import Layout, from_inventory, local_layout, resolve_tasks
-from picluster.errors import UsageError
-from picluster.inventory import parse_inventory
+from picluster.model.clusterspec import Layout, from_inventory, local_layout, resolve_tasks
+from picluster.model.inventory import parse_inventory
+from picluster.util.errors import UsageError
 
 
 def inventory(ps="node01", worker="node[02-04]"):

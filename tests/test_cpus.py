@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from picluster import cpus
+from picluster.util import cpus
 
 
 def _tree(tmp_path, files):

@@ -8,7 +8,7 @@ import pytest
 from picluster.data.har import dataset
 from picluster.data.har.dataset import HarData, cache_path, ensure_cache, har_dir, load, load_har, prepare, save
 from picluster.data.har.spec import VALIDATION_SUBJECTS
-from picluster.errors import UsageError
+from picluster.util.errors import UsageError
 
 from har_synthetic import uci_files, write_folder
 

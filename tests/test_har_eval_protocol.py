@@ -11,9 +11,9 @@ import pytest
 
 from picluster.data.har.dataset import HarData, checksum
 from picluster.data.har.spec import TEST_SUBJECTS, TRAIN_SUBJECTS, VALIDATION_SUBJECTS
-from picluster.errors import UsageError
 from picluster.jobs.har import folds, metrics
 from picluster.jobs.har.config import TrainConfig
+from picluster.util.errors import UsageError
 
 from conftest import ROOT, picluster
 from train_fixtures import TINY_MODEL

@@ -33,7 +33,7 @@ def shared_tuple_key(doublings: int) -> bytes:
 def _load_in_child(tmp_path, data: bytes, timeout: float = 60):
     """Load through the HAPT reader in a fresh interpreter: a crash must not take pytest with it."""
     path = write_gz(tmp_path / "HAPT.pkl.gz", data)
-    code = ("import sys\nfrom picluster.data.har import hapt\nfrom picluster.errors import UsageError\n"
+    code = ("import sys\nfrom picluster.data.har import hapt\nfrom picluster.util.errors import UsageError\n"
             f"try:\n    hapt.read_recordings(__import__('pathlib').Path({str(path)!r}))\n"
             "except UsageError as exc:\n    print(exc)\n    sys.exit(2)\n")
     started = time.monotonic()

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from picluster.data.har.uci import read_uci
-from picluster.errors import UsageError
+from picluster.util.errors import UsageError
 
 from har_synthetic import ROOT, replace_line, uci_files, write_folder, write_zip
 

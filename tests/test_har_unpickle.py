@@ -10,7 +10,7 @@ import pytest
 
 from picluster.data.har import hapt
 from picluster.data.har.unpickle import ALLOWED, Frame, PickleRefused, restricted_loads
-from picluster.errors import UsageError
+from picluster.util.errors import UsageError
 
 from har_synthetic import hapt_pickle, recording_columns, write_gz
 

@@ -16,8 +16,8 @@ import pytest
 from picluster.cluster import hostkeys, knownhosts
 from picluster.cluster.hostkeys import HostKeyRefused
 from picluster.cluster.knownhosts import fingerprint
-from picluster.errors import UsageError
 from picluster.lab import keys
+from picluster.util.errors import UsageError
 
 from conftest import ROOT
 

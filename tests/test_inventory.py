@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from picluster import nodeset
-from picluster.errors import UsageError
-from picluster.inventory import load_inventory, parse_inventory
+from picluster.model import nodeset
+from picluster.model.inventory import load_inventory, parse_inventory
+from picluster.util.errors import UsageError
 
 from conftest import ROOT, command_line, one_line, picluster
 
@@ -155,7 +155,7 @@ def test_a_device_is_not_read_to_its_end():
 
 def test_the_shipped_example_is_the_docs_and_describes_a_16_pi_cluster():
     """examples/picluster.toml is what docs/cluster.md shows; both must stay a valid inventory."""
-    from picluster.clusterspec import from_inventory
+    from picluster.model.clusterspec import from_inventory
 
     from conftest import ROOT
 
@@ -175,7 +175,7 @@ def test_the_first_cluster_example_is_the_page_s_and_a_five_line_inventory_of_fo
     (here through a stand-in for the Pis' mDNS) to four nodes, node01 the ps and NFS master."""
     import socket
 
-    from picluster.clusterspec import from_inventory
+    from picluster.model.clusterspec import from_inventory
 
     from conftest import ROOT
 

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from picluster.errors import ClusterError, UsageError
 from picluster.jobs import record_schema
 from picluster.jobs.records import JobStore, recorded
+from picluster.util.errors import ClusterError, UsageError
 
 from conftest import one_line, picluster
 

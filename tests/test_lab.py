@@ -17,10 +17,10 @@ import paramiko
 import psutil
 import pytest
 
-from picluster import nodeset
-from picluster.errors import ClusterError, UsageError
 from picluster.lab import Host, HostOptions, Lab, commands, keys, links, naming, netns, procs, reap_orphans, snapshot, teardown
 from picluster.lab.registry import known_ids, state_root
+from picluster.model import nodeset
+from picluster.util.errors import ClusterError, UsageError
 
 from conftest import picluster
 
@@ -371,7 +371,7 @@ def test_inventory_describes_the_lab(lab4, tmp_path):
         "roles": {"ps": "node01", "worker": "node[02-04]", "nfs_master": "node01"},
     }
     assert lab4.inventory_path.read_text() == path.read_text()
-    from picluster.inventory import load_inventory
+    from picluster.model.inventory import load_inventory
 
     inventory = load_inventory(path)
     assert [(n.name, n.address) for n in inventory.nodes] == [(h.name, h.address) for h in lab4.hosts]

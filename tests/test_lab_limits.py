@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from picluster.errors import UsageError
-from picluster.inventory import AGENT_PORT
 from picluster.lab import Lab, cgroups, procs
 from picluster.lab.cgroups import Cgroup
 from picluster.lab.lab import HostStatus
 from picluster.lab.limits import MIN_QUOTA_US, Limits, parse_memory, resolve
 from picluster.lab.registry import known_ids
+from picluster.model.inventory import AGENT_PORT
+from picluster.util.errors import UsageError
 
 from conftest import picluster
 from render import render

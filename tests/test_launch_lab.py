@@ -17,7 +17,7 @@ from test_remote_cluster import picluster_processes
 
 from picluster.cluster.nodecluster import RUN_DIR
 from picluster.cluster.staging import node_job_name
-from picluster.paths import state_dir
+from picluster.util.paths import state_dir
 
 from conftest import picluster
 from launch_fixtures import EXAMPLES, job_record, kill_worker_script, wait_gone, write_script

@@ -8,7 +8,7 @@ import time
 import psutil
 import pytest
 
-from picluster import tflog
+from picluster.util import tflog
 
 from conftest import picluster, server_processes
 from launch_fixtures import EXAMPLES, job_record, kill_worker_script, script_processes, tethers, wait_gone, write_script

@@ -11,12 +11,12 @@ import time
 import psutil
 import pytest
 
-from picluster.clusterspec import local_layout
-from picluster.errors import UsageError
 from picluster.jobs.launch import config as launch_config
 from picluster.jobs.launch import plan
 from picluster.jobs.launch.output import Output, fold_lines
 from picluster.jobs.launch.policy import DONE, FAIL, RESTART, Budget, exit_class
+from picluster.model.clusterspec import local_layout
+from picluster.util.errors import UsageError
 
 
 @pytest.fixture

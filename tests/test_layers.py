@@ -15,9 +15,8 @@ LAYERS = (
     ("plots", "jobs"),
     ("monitor", "provision", "lab", "upkeep"),
     ("cluster", "views"),
-    ("clusterspec", "data", "inventory", "fanout", "nodestats"),
-    ("atomic", "nodeset", "tokens", "tflog", "processes", "cpus"),
-    ("paths", "errors"),
+    ("model", "data"),
+    ("util",),
 )
 ENTRY = {"__init__", "__main__"}  # the package's face and `python -m picluster`: above everything
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from picluster.inventory import AGENT_PORT, load_inventory
+from picluster.model.inventory import AGENT_PORT, load_inventory
 from picluster.monitor.agent import read_meminfo, registry_for
 
 ROOT = Path(__file__).resolve().parents[1]

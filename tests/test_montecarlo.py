@@ -3,8 +3,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from picluster.errors import UsageError
 from picluster.jobs.montecarlo.estimate import Estimate, split_samples
+from picluster.util.errors import UsageError
 
 
 def test_split_follows_the_thesis():
@@ -89,7 +89,7 @@ def _every_kind_of_cluster(tmp_path):
     from picluster.cluster.inprocess import InProcessCluster
     from picluster.cluster.local import LocalCluster
     from picluster.cluster.nodecluster import NodeCluster
-    from picluster.inventory import parse_inventory
+    from picluster.model.inventory import parse_inventory
 
     layout = layout_of(["node01", "node02"], {"node01": "127.0.0.11", "node02": "127.0.0.12"}, 1, 2224)
     inv = parse_inventory({"cluster": {"name": "pis", "user": "pi", "nodes": "node[01-02]", "addresses": "127.0.0.[11-12]"}})

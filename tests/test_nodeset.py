@@ -1,7 +1,7 @@
 import pytest
 
-from picluster.errors import UsageError
-from picluster.nodeset import MAX_NODES, expand, fold
+from picluster.model.nodeset import MAX_NODES, expand, fold
+from picluster.util.errors import UsageError
 
 
 def test_expand_padded_range():

@@ -15,8 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from picluster.cli.options import Count, Real, Whole
-from picluster.errors import UsageError
 from picluster.jobs.har.config import RESBIDIR_ONLY, TrainConfig
+from picluster.util.errors import UsageError
 
 from conftest import picluster
 

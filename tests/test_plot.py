@@ -215,8 +215,8 @@ def test_a_disk_full_after_the_first_figure_leaves_none(tmp_path, small_disk):
 @given(cells=st.lists(st.tuples(st.text(max_size=12), st.text(max_size=12), st.text(max_size=12)), min_size=1, max_size=6))
 def test_any_cell_is_drawn_only_if_it_is_a_sane_value(cells):
     """Property: whatever a sweep CSV's cells hold, checking gives numbers in range or a UsageError naming the line."""
-    from picluster.errors import UsageError
     from picluster.plots import sources
+    from picluster.util.errors import UsageError
 
     rows = [dict(zip(("samples", "nodes", "seconds"), c)) for c in cells]
     try:

@@ -8,7 +8,7 @@ import psutil
 import pytest
 
 from picluster.lab import registry
-from picluster.processes import START_TOLERANCE_S, same_process, start_time
+from picluster.util.processes import START_TOLERANCE_S, same_process, start_time
 
 
 @pytest.fixture

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from picluster import nodeset
-from picluster.inventory import load_inventory
 from picluster.lab import HostOptions, keys, snapshot
+from picluster.model import nodeset
+from picluster.model.inventory import load_inventory
 from picluster.provision.result import Status
 from picluster.provision.runner import provision, run_order
 from picluster.provision.steps import NO_NFS, Options

@@ -11,10 +11,9 @@ import jinja2
 import pytest
 import yaml
 
-from picluster import tokens
-from picluster.errors import ClusterError, UsageError
-from picluster.inventory import parse_inventory
 from picluster.lab import keys
+from picluster.model import tokens
+from picluster.model.inventory import parse_inventory
 from picluster.provision import facts, templates
 from picluster.provision.ansible_inventory import ansible_inventory
 from picluster.provision.result import Item, NodeReport, Status, StepResult, folded_skips, folded_summary
@@ -24,6 +23,7 @@ from picluster.provision.steps.firewall import rules_text
 from picluster.provision.steps.hostname import BEGIN, END, hosts_text
 from picluster.provision.steps.nfs import nfsd_threads
 from picluster.provision.steps.raspi import gpu_mem_text
+from picluster.util.errors import ClusterError, UsageError
 
 from conftest import picluster
 

@@ -23,8 +23,8 @@ import time
 
 import pytest
 
-from picluster.inventory import load_inventory
 from picluster.lab import Lab
+from picluster.model.inventory import load_inventory
 from picluster.provision import wheelhouse
 from picluster.provision.result import Status
 from picluster.provision.runner import provision, run_order

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from picluster.inventory import load_inventory
+from picluster.model.inventory import load_inventory
 
 from conftest import ansible_playbook, assert_converged, picluster
 from vm_checks import REMOVED, RUNTIME, apt_repository, as_a_fresh_card, check_nfs_and_firewall, check_runtime, inventory, served, sh

@@ -23,10 +23,10 @@ import psutil
 import pytest
 
 from picluster.cluster.allocation import step_ports
-from picluster.inventory import load_inventory
 from picluster.lab import Lab
 from picluster.lab.host import HostOptions
 from picluster.lab.limits import Limits
+from picluster.model.inventory import load_inventory
 from picluster.provision.result import Status
 from picluster.provision.runner import provision
 from picluster.provision.steps import Options

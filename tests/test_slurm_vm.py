@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_slurm_lab import forget_key, items, job_state, sinfo
 
-from picluster.inventory import load_inventory
+from picluster.model.inventory import load_inventory
 from picluster.provision.result import Status
 from picluster.provision.runner import provision
 from picluster.provision.steps import Options

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from picluster import atomic
-from picluster.errors import StorageError
 from picluster.jobs.har import metrics
+from picluster.util import atomic
+from picluster.util.errors import StorageError
 
 from conftest import ROOT, command_line, one_line, picluster, server_processes
 from train_fixtures import TINY_MODEL, write_tiny_har

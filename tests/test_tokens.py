@@ -1,4 +1,4 @@
-"""Inventory strings checked by what they become (picluster.tokens): the issue's cases, then properties.
+"""Inventory strings checked by what they become (picluster.model.tokens): the issue's cases, then properties.
 
 Every value that reaches /etc/exports, /etc/fstab, /etc/hosts, nftables, a shell or Ansible must
 be one plain token there, or the inventory is refused with the key's name.
@@ -14,12 +14,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from picluster import tokens
-from picluster.errors import UsageError
-from picluster.inventory import Inventory, Node, parse_inventory
+from picluster.model import tokens
+from picluster.model.inventory import Inventory, Node, parse_inventory
 from picluster.provision import templates
 from picluster.provision.ansible_inventory import ansible_inventory
 from picluster.provision.runner import public_key
+from picluster.util.errors import UsageError
 
 from conftest import picluster
 

@@ -11,8 +11,8 @@ import numpy as np
 import psutil
 import pytest
 
-from picluster.clusterspec import Layout
 from picluster.data.har.dataset import CACHE_NAME, checksum, save
+from picluster.model.clusterspec import Layout
 
 from conftest import picluster, picluster_popen
 from train_fixtures import TINY_CONV, TINY_MODEL, checkpointed_step

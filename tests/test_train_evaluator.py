@@ -7,10 +7,10 @@ import time
 import psutil
 import pytest
 
-from picluster.errors import UsageError
 from picluster.jobs.har import coordinator, trained
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.metrics import read_rows
+from picluster.util.errors import UsageError
 
 from conftest import picluster, picluster_popen
 from train_fixtures import TINY_MODEL

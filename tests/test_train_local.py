@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from picluster.errors import UsageError
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.metrics import read_rows
+from picluster.util.errors import UsageError
 
 from conftest import picluster
 from train_fixtures import TINY_CONV, error_line, write_tiny_har

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from picluster.errors import UsageError
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.metrics import confusion, weighted_f1
 from picluster.jobs.har.model import Shape, channel_moments, logits
+from picluster.util.errors import UsageError
 
 
 def _build(shape: Shape, cell: str = "block"):

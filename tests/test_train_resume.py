@@ -12,10 +12,10 @@ import time
 import psutil
 import pytest
 
-from picluster.errors import UsageError
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.resume import resume_config
 from picluster.jobs.har.rundir import RunDir
+from picluster.util.errors import UsageError
 
 from conftest import ROOT, command_line, one_line, picluster
 from train_fixtures import TINY_MODEL

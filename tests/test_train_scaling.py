@@ -7,8 +7,8 @@ import types
 import numpy as np
 import pytest
 
-from picluster.errors import UsageError
 from picluster.jobs.har.config import TrainConfig
+from picluster.util.errors import UsageError
 
 CLUSTER = {"ps": ["127.0.0.1:1", "127.0.0.1:2"], "worker": ["127.0.0.1:3", "127.0.0.1:4"]}
 

@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 
 from picluster.cluster.ssh import reach
-from picluster.errors import ClusterError
 from picluster.lab import Lab, keys
 from picluster.lab.limits import Limits
+from picluster.util.errors import ClusterError
 
 from conftest import ROOT, one_line, picluster
 from train_fixtures import TINY_MODEL, write_tiny_har

@@ -2,8 +2,8 @@
 
 import pytest
 
+from picluster.model.nodestats import NodeRow
 from picluster.monitor.scrape import cpu_use, parse, rates
-from picluster.nodestats import NodeRow
 from picluster.views.panel import cpu_bars, nodes_table, short_bytes, throttle_flag
 
 from render import render

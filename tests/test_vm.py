@@ -18,12 +18,12 @@ import psutil
 import pytest
 import yaml
 
-from picluster.errors import ClusterError, UsageError
 from picluster.lab import Lab, keys, mockpi, naming, netns, procs, reap_orphans, teardown
 from picluster.lab.host import HostOptions, User
 from picluster.lab.registry import known_ids, state_root
 from picluster.lab.vm import VM, VMHost, accel, aptsource, guest, image, seed, support, tap, virtiofs
 from picluster.provision.steps import packages as provision_packages
+from picluster.util.errors import ClusterError, UsageError
 
 from conftest import picluster
 

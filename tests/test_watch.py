@@ -6,9 +6,9 @@ import socket
 
 import pytest
 
-from picluster.clusterspec import Task
-from picluster.errors import ClusterError
 from picluster.jobs import watch
+from picluster.model.clusterspec import Task
+from picluster.util.errors import ClusterError
 
 pytestmark = pytest.mark.unit
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from picluster.errors import ClusterError, UsageError
 from picluster.provision import wheelhouse
 from picluster.provision.wheelhouse import Platform
+from picluster.util.errors import ClusterError, UsageError
 
 from conftest import one_line, picluster
 

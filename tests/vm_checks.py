@@ -15,8 +15,8 @@ import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from picluster.inventory import Inventory
 from picluster.lab import Lab
+from picluster.model.inventory import Inventory
 from picluster.provision.steps import Runtime
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -24,7 +24,7 @@ import click  # noqa: E402  (after the handler above: it covers the seconds thes
 
 from picluster import __version__  # noqa: E402
 from picluster.cli.group import Group  # noqa: E402
-from picluster.errors import PiclusterError  # noqa: E402
+from picluster.util.errors import PiclusterError  # noqa: E402
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:
         # Storage the library did not wrap in a StorageError (full, read-only, not ours): still one
         # line with the path and the cause.  Other OSErrors are bugs: their traceback is wanted.
-        from picluster.atomic import STORAGE_ERRNOS
+        from picluster.util.atomic import STORAGE_ERRNOS
 
         if exc.errno not in STORAGE_ERRNOS:
             raise

@@ -7,7 +7,7 @@ from rich.console import Console
 
 from picluster.cli.group import Group
 from picluster.cli.options import Real, Whole, inventory_option, node_inventory_option, option, other_spelling
-from picluster.errors import UsageError
+from picluster.util.errors import UsageError
 from picluster.views.status import tasks_table
 
 
@@ -74,9 +74,9 @@ def server(inventory, job, index, threads) -> None:
     """Run this node's TensorFlow task in the foreground (as the thesis's per-Pi script did)."""
     import os
 
-    from picluster import atomic
-    from picluster.clusterspec import from_inventory, local_ipv4_addresses, resolve_tasks
-    from picluster.paths import state_dir
+    from picluster.model.clusterspec import from_inventory, local_ipv4_addresses, resolve_tasks
+    from picluster.util import atomic
+    from picluster.util.paths import state_dir
 
     if inventory is None:
         raise UsageError("'picluster server' needs an inventory (--inventory, PICLUSTER_INVENTORY or ./picluster.toml); without one use 'picluster cluster up'")

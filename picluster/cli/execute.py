@@ -5,7 +5,7 @@ import sys
 import click
 
 from picluster.cli.options import Real, Whole, node_inventory_option, option
-from picluster.fanout import FANOUT
+from picluster.model.fanout import FANOUT
 
 
 @click.command("exec")
@@ -25,9 +25,9 @@ def execute(inventory, sudo, timeout, fanout, nodeset_, command) -> None:
     then 1.  Example: picluster exec all -- uptime
     """
     from picluster.cluster.shell import run_on
-    from picluster.errors import UsageError
-    from picluster.fanout import fold
-    from picluster.inventory import select
+    from picluster.model.fanout import fold
+    from picluster.model.inventory import select
+    from picluster.util.errors import UsageError
     from picluster.views.folded import exit_lines, folded
 
     if inventory is None:

@@ -14,7 +14,7 @@ CANCEL_WAIT_S = 120.0  # the job's grace period and the kill after it fit in thi
 
 
 def _slurm_inventory(inventory, job_id: str):
-    from picluster.errors import UsageError
+    from picluster.util.errors import UsageError
 
     if inventory is None or inventory.slurm is None:
         raise UsageError(f"{job_id} is a Slurm job: give the inventory with the [slurm] table (--inventory or PICLUSTER_INVENTORY)")
@@ -67,7 +67,7 @@ def jobs(inventory, job_id, limit, everyone) -> None:
         if down:
             click.echo(f"not available: {queue.describe(down)}: Slurm starts no job there")
     if store.damaged:
-        from picluster.errors import UsageError
+        from picluster.util.errors import UsageError
 
         raise UsageError(f"damaged records in {store.path}, not listed: {'; '.join(store.damaged)}")
 
@@ -79,8 +79,8 @@ def jobs(inventory, job_id, limit, everyone) -> None:
 def logs(inventory, job_id, label) -> None:
     """Print a job's output as it was streamed (node prefixes), or one task's log; a Slurm job's
     (slurm:ID) output file from the node that ran it."""
-    from picluster.errors import UsageError
     from picluster.jobs.records import JobStore
+    from picluster.util.errors import UsageError
 
     if isinstance(job_id, str):
         from picluster.jobs.slurm import queue
@@ -115,7 +115,7 @@ def logs(inventory, job_id, label) -> None:
 
 
 def _copy(path: Path, what: str) -> None:
-    from picluster.errors import UsageError
+    from picluster.util.errors import UsageError
 
     try:
         with open(path, "rb") as f:
@@ -133,8 +133,8 @@ def cancel(inventory, job_id) -> None:
     A Slurm job (slurm:ID) is cancelled with scancel, pending or running."""
     import signal
 
-    from picluster.errors import ClusterError
     from picluster.jobs.records import JobStore
+    from picluster.util.errors import ClusterError
 
     if isinstance(job_id, str):
         from picluster.jobs.slurm import queue

@@ -10,7 +10,7 @@ import click
 
 from picluster.cli.group import Group
 from picluster.cli.options import Real, Whole, option, other_spelling
-from picluster.errors import ClusterError, UsageError
+from picluster.util.errors import ClusterError, UsageError
 
 
 @click.group(cls=Group)
@@ -163,7 +163,7 @@ def _cgroup_version() -> int | None:
         help="Seconds each VM may take to answer SSH again.")
 def reboot(lab_id: str | None, nodes: str | None, timeout: float) -> None:
     """Reboot VM hosts (all, or NODES such as node[02-03]) and wait until each answers SSH again."""
-    from picluster import nodeset
+    from picluster.model import nodeset
 
     if os.geteuid() != 0:
         raise ClusterError("rebooting lab hosts needs root (they belong to root's lab)")

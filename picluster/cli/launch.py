@@ -31,10 +31,10 @@ def launch(inventory, mode, folder, restart_limit, grace, name, live, script, ar
     """
     from rich.text import Text
 
-    from picluster.errors import ClusterError
     from picluster.jobs import controller
     from picluster.jobs.launch import config as launch_config
     from picluster.jobs.launch.launcher import Launch
+    from picluster.util.errors import ClusterError
     from picluster.views.jobs import print_outcome
     from picluster.views.live import JobDisplay
 

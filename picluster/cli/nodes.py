@@ -6,7 +6,7 @@ import click
 
 from picluster.cli.group import Group
 from picluster.cli.options import Real, Whole, node_inventory_option, option
-from picluster.errors import UsageError
+from picluster.util.errors import UsageError
 
 NODESET_HELP = "NODESET: 'all', or nodes of the inventory as node[02-04],node07."
 
@@ -70,8 +70,8 @@ def shutdown(nodeset_, inventory, dry_run, yes, requeue, timeout) -> None:
 
 def _run(verb: str, past: str, pattern: str, inventory, dry_run: bool, yes: bool, requeue: bool, parallel: int | None,
          timeout: float) -> None:
-    from picluster import nodeset
-    from picluster.inventory import select
+    from picluster.model import nodeset
+    from picluster.model.inventory import select
     from picluster.upkeep import chores, order
 
     if inventory is None:

@@ -48,7 +48,7 @@ def other_spelling(wrong: str, answer: str):
 
 
 def _inventory_here(ctx: click.Context, param: click.Parameter, value: Path | None):
-    """The parsed inventory (``picluster.inventory.Inventory``; None: this machine's cluster), read
+    """The parsed inventory (``picluster.model.inventory.Inventory``; None: this machine's cluster), read
     once per command: --inventory, else PICLUSTER_INVENTORY (click reads it), else picluster.toml
     in this folder, as Fabric finds its fabfile and Compose its compose.yaml.  A file found here is
     said in one line: a command that would have run on the local cluster now runs on its nodes."""
@@ -60,8 +60,8 @@ def _inventory_here(ctx: click.Context, param: click.Parameter, value: Path | No
     if value is None:
         return None
     from picluster.cluster import hostkeys
-    from picluster.errors import UsageError
-    from picluster.inventory import load_inventory
+    from picluster.model.inventory import load_inventory
+    from picluster.util.errors import UsageError
 
     if ctx.get_parameter_source(param.name or "") is click.core.ParameterSource.ENVIRONMENT and not value.exists():
         # Set once in a shell profile and forgotten: name the variable, not only the file.

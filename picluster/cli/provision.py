@@ -5,7 +5,7 @@ from pathlib import Path
 import click
 
 from picluster.cli.options import Real, Whole, node_inventory_option, option
-from picluster.errors import ClusterError, StorageError, UsageError
+from picluster.util.errors import ClusterError, StorageError, UsageError
 
 _known_hosts_option = option(
     "--known-hosts",
@@ -48,9 +48,9 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
     still complete."""
     from rich.console import Console
 
-    from picluster import nodeset
     from picluster.cluster import hostkeys
-    from picluster.inventory import select, venv_path
+    from picluster.model import nodeset
+    from picluster.model.inventory import select, venv_path
     from picluster.provision.report import show
     from picluster.provision.runner import parse_only, run_order
     from picluster.provision.runner import provision as run
@@ -110,7 +110,7 @@ def inventory(inventory, as_ansible, out, known_hosts) -> None:
     if not as_ansible:
         raise UsageError("say which format: --ansible")
     if out is not None:
-        from picluster import atomic
+        from picluster.util import atomic
 
         try:
             atomic.not_a_file(out)  # a rename would replace a device or a pipe

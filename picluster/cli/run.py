@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
-from picluster import atomic
 from picluster.cli.group import Group
 from picluster.cli.options import Count, CountList, inventory_option, option, other_spelling
-from picluster.errors import StorageError, UsageError
+from picluster.util import atomic
+from picluster.util.errors import StorageError, UsageError
 
 MAX_NODES = 64
 

@@ -28,8 +28,8 @@ def submit(inventory, nodes, ps, cpus, time_limit, mem, nodelist, name, command)
     (one file, no arguments) keeps its #SBATCH lines; its SGE #$ lines are translated, each said.
     Example: picluster submit --nodes 8 --time 30 -- picluster run montecarlo --samples 1e8 --nodes 8
     """
-    from picluster.errors import UsageError
     from picluster.jobs.slurm import batch, queue, script
+    from picluster.util.errors import UsageError
 
     if inventory is None:
         raise UsageError("submit needs an inventory with a [slurm] table: give --inventory (or PICLUSTER_INVENTORY)")

@@ -6,7 +6,7 @@ import click
 
 from picluster.cli.group import Group
 from picluster.cli.options import Real, Whole, inventory_option, option, other_spelling
-from picluster.errors import UsageError
+from picluster.util.errors import UsageError
 
 
 @click.group(cls=Group)

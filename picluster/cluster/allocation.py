@@ -22,14 +22,14 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from picluster import nodeset
 from picluster.cluster.base import Agent, Cluster, TaskState
 from picluster.cluster.exits import file_tail
 from picluster.cluster.probe import answers
-from picluster.clusterspec import Layout, Task
-from picluster.errors import ClusterError
-from picluster.inventory import NODES_PER_PS
-from picluster.paths import state_dir
+from picluster.model import nodeset
+from picluster.model.clusterspec import Layout, Task
+from picluster.model.inventory import NODES_PER_PS
+from picluster.util.errors import ClusterError
+from picluster.util.paths import state_dir
 
 # The job's ps tasks listen on the first of the two ports Slurm reserves for the servers' step
 # (srun --resv-ports, slurm.conf's MpiParams=ports), its workers on the second: slurmctld gives a

@@ -20,9 +20,9 @@ from picluster.cluster.base import Cluster, inventory_file
 from picluster.cluster.inprocess import InProcessCluster
 from picluster.cluster.local import MAX_TASKS, LocalCluster
 from picluster.cluster.nodecluster import NodeCluster
-from picluster.clusterspec import from_inventory
-from picluster.errors import ClusterError, UsageError
-from picluster.inventory import Inventory
+from picluster.model.clusterspec import from_inventory
+from picluster.model.inventory import Inventory
+from picluster.util.errors import ClusterError, UsageError
 
 
 def find(inventory: Inventory | None, stale: bool = False) -> Cluster | None:

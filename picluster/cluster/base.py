@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from picluster import nodeset
 from picluster.cluster.containers import reset
 from picluster.cluster.probe import unanswered
-from picluster.clusterspec import Layout, Task
-from picluster.errors import ClusterError, UsageError
-from picluster.inventory import Inventory
+from picluster.model import nodeset
+from picluster.model.clusterspec import Layout, Task
+from picluster.model.inventory import Inventory
+from picluster.util.errors import ClusterError, UsageError
 
 if TYPE_CHECKING:  # the supervisor brings paramiko: loaded when a job starts a process, not before
     from picluster.cluster.jobfolder import JobFolder

@@ -192,7 +192,7 @@ def _log(line: str) -> None:
 
 def _anonymous_mib() -> int:
     """This process's anonymous resident memory (heap, stacks, tensors), in MiB; -1 if unknown."""
-    from picluster.processes import memory_status  # here: the knocker imports only the standard library
+    from picluster.util.processes import memory_status  # here: the knocker imports only the standard library
 
     try:
         return memory_status()["RssAnon"] >> 20

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from picluster import nodeset
-from picluster.errors import ClusterError
+from picluster.model import nodeset
+from picluster.util.errors import ClusterError
 
 TAIL_LINES = 5
 _LINE_LIMIT = 300

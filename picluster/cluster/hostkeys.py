@@ -27,10 +27,10 @@ from pathlib import Path
 
 import paramiko
 
-from picluster import paths
 from picluster.cluster import knownhosts
 from picluster.cluster.knownhosts import Entry, fingerprint
-from picluster.errors import ClusterError
+from picluster.util import paths
+from picluster.util.errors import ClusterError
 
 FILE_NAME = "known_hosts"  # picluster's own, in the state directory
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from picluster.cluster.exits import Exited
 from picluster.cluster.local import AGENT, LocalCluster, threads_per_task
-from picluster.clusterspec import Task
+from picluster.model.clusterspec import Task
 
 HOST_LOG = "servers.log"
 MODULE = "picluster.cluster.server"

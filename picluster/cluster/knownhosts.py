@@ -24,8 +24,8 @@ from pathlib import Path
 
 import paramiko
 
-from picluster import atomic
-from picluster.errors import UsageError
+from picluster.util import atomic
+from picluster.util.errors import UsageError
 
 SSH_PORT = 22
 

@@ -19,16 +19,16 @@ from pathlib import Path
 
 import psutil
 
-from picluster import atomic
 from picluster.cluster import localstate
 from picluster.cluster.base import Agent, Cluster, TaskState
 from picluster.cluster.exits import Exit, Exited, file_tail
 from picluster.cluster.lifetime import signal_group
 from picluster.cluster.probe import answers
 from picluster.cluster.server import ready_name
-from picluster.clusterspec import Layout, Task, local_layout
-from picluster.errors import ClusterError, UsageError
-from picluster.paths import state_dir
+from picluster.model.clusterspec import Layout, Task, local_layout
+from picluster.util import atomic
+from picluster.util.errors import ClusterError, UsageError
+from picluster.util.paths import state_dir
 
 HOST = "127.0.0.1"
 MAX_TASKS = 64

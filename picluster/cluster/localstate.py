@@ -6,7 +6,7 @@ wrong one is named (``layout[1].index is 'a', not a whole number``), so ``cluste
 says in one line what is wrong instead of failing deep inside with a traceback.
 """
 
-from picluster.clusterspec import Layout, Task
+from picluster.model.clusterspec import Layout, Task
 
 JOBS = ("ps", "worker")
 

@@ -13,16 +13,16 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from picluster import nodeset
 from picluster.cluster.base import Agent, Cluster, TaskState
 from picluster.cluster.door import door_path
 from picluster.cluster.exits import TAIL_LINES, Exit, Exited
 from picluster.cluster.jobfolder import JobFolder
 from picluster.cluster.probe import answers, unanswered
-from picluster.clusterspec import Layout, Task, from_inventory
-from picluster.errors import ClusterError
-from picluster.fanout import Results, fan_out
-from picluster.inventory import Inventory, Node
+from picluster.model import nodeset
+from picluster.model.clusterspec import Layout, Task, from_inventory
+from picluster.model.fanout import Results, fan_out
+from picluster.model.inventory import Inventory, Node
+from picluster.util.errors import ClusterError
 
 if TYPE_CHECKING:
     from picluster.cluster.ssh import Remote

@@ -4,9 +4,9 @@ import socket
 import time
 from collections.abc import Iterable
 
-from picluster import nodeset
-from picluster.clusterspec import Task
-from picluster.errors import ClusterError
+from picluster.model import nodeset
+from picluster.model.clusterspec import Task
+from picluster.util.errors import ClusterError
 
 
 def answers(host: str, port: int, timeout: float = 0.5) -> bool:

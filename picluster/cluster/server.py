@@ -14,9 +14,9 @@ import os
 import sys
 from pathlib import Path
 
-from picluster import atomic, cpus
 from picluster.cluster.lifetime import die_with_parent
 from picluster.cluster.shim import SHIM_MARK, only_on, reexec_with_shim
+from picluster.util import atomic, cpus
 
 
 def ready_name(job: str, index: int) -> str:
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.parent:
         die_with_parent(args.parent)
 
-    from picluster.clusterspec import Layout
+    from picluster.model.clusterspec import Layout
 
     layout = Layout.from_json(json.loads(args.layout) if args.layout else json.loads(args.cluster_file.read_text())["layout"])
     if args.slurm_node:

@@ -11,8 +11,8 @@ import shlex
 from pathlib import Path, PurePosixPath
 
 from picluster.cluster.nodecluster import open_node
-from picluster.errors import ClusterError
-from picluster.inventory import Inventory
+from picluster.model.inventory import Inventory
+from picluster.util.errors import ClusterError
 
 COPY_TIMEOUT_S = 600.0  # a 100 MB data set at 2 MB/s (a Pi 3's Wi-Fi, not its Ethernet)
 

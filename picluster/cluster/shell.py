@@ -10,8 +10,8 @@ run on.
 from dataclasses import dataclass
 
 from picluster.cluster.nodecluster import open_node
-from picluster.fanout import FANOUT, Results, fan_out
-from picluster.inventory import Inventory
+from picluster.model.fanout import FANOUT, Results, fan_out
+from picluster.model.inventory import Inventory
 
 
 @dataclass(frozen=True)

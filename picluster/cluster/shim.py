@@ -16,8 +16,8 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from picluster.errors import ClusterError
-from picluster.paths import state_dir
+from picluster.util.errors import ClusterError
+from picluster.util.paths import state_dir
 
 
 def bind_shim() -> Path:

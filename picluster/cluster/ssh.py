@@ -19,7 +19,7 @@ import paramiko
 
 from picluster.cluster import hostkeys
 from picluster.cluster.knownhosts import SSH_PORT, host_name
-from picluster.errors import ClusterError
+from picluster.util.errors import ClusterError
 
 MISSING_EXIT = 3
 _UNREAD = object()

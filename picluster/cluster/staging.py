@@ -16,9 +16,9 @@ from pathlib import Path, PurePosixPath
 
 import paramiko
 
-from picluster import nodeset
-from picluster.errors import ClusterError, UsageError
-from picluster.fanout import fan_out
+from picluster.model import nodeset
+from picluster.model.fanout import fan_out
+from picluster.util.errors import ClusterError, UsageError
 
 COPY_ERRORS = (OSError, EOFError, paramiko.SSHException)
 

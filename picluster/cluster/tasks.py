@@ -24,7 +24,7 @@ import paramiko
 import psutil
 
 from picluster.cluster.tether import exit_status
-from picluster.errors import ClusterError
+from picluster.util.errors import ClusterError
 
 LOST = -255  # the task's node stopped answering over SSH
 UNKNOWN = -256  # it ended, but nobody saw its exit status (sshd sent none: its tether died by a signal)

@@ -20,12 +20,12 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from typing import Any
 
-from picluster import nodeset
 from picluster.cluster.base import Cluster
-from picluster.errors import PiclusterError
-from picluster.inventory import Inventory
 from picluster.jobs import records
+from picluster.model import nodeset
+from picluster.model.inventory import Inventory
 from picluster.monitor.poll import Monitor
+from picluster.util.errors import PiclusterError
 from picluster.views.live import JobDisplay
 
 

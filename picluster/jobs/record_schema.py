@@ -12,7 +12,7 @@ import math
 import sqlite3
 from pathlib import Path
 
-from picluster.errors import UsageError
+from picluster.util.errors import UsageError
 
 STATES = ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED")
 INT64_MAX = 2**63 - 1  # SQLite's INTEGER: a job id or a limit above this cannot be asked for

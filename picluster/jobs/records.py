@@ -23,11 +23,11 @@ from pathlib import Path
 
 import psutil
 
-from picluster.errors import ClusterError, PiclusterError, StorageError, UsageError
 from picluster.jobs import record_schema as schema
 from picluster.jobs.record_schema import STATES, DamagedRow
-from picluster.paths import state_dir
-from picluster.processes import same_process
+from picluster.util.errors import ClusterError, PiclusterError, StorageError, UsageError
+from picluster.util.paths import state_dir
+from picluster.util.processes import same_process
 
 ACTIVE = ("PENDING", "RUNNING")
 BUSY_S = 30.0  # how long a command waits for another's transaction
@@ -76,7 +76,7 @@ class JobRecord:
         for t in self.tasks:
             if t.label == label:
                 return t
-        from picluster import nodeset
+        from picluster.model import nodeset
 
         have = nodeset.fold(t.label for t in self.tasks) if self.tasks else "none"
         raise UsageError(f"job {self.id} has no task {label} (its tasks: {have})")

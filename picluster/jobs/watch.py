@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from picluster.cluster import probe
-from picluster.clusterspec import Task
-from picluster.errors import PiclusterError
+from picluster.model.clusterspec import Task
+from picluster.util.errors import PiclusterError
 
 DONE = "done"  # it finished its part
 GOES_ON = "goes on"  # the job goes on without it (restarted, lost by an async training, or late)

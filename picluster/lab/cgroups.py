@@ -24,8 +24,8 @@ import os
 import time
 from pathlib import Path
 
-from picluster.errors import ClusterError
 from picluster.lab.limits import Limits
+from picluster.util.errors import ClusterError
 
 CGROUP_FS = Path("/sys/fs/cgroup")
 PARENT = "picluster-lab"

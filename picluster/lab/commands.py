@@ -5,7 +5,7 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 
-from picluster.errors import ClusterError
+from picluster.util.errors import ClusterError
 
 SSHD = "/usr/sbin/sshd"
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"

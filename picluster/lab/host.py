@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Self
 
 from picluster.cluster.lifetime import die_with_parent
-from picluster.errors import ClusterError
 from picluster.lab import commands, keys, mockpi, procs
 from picluster.lab.cgroups import Cgroup, host_mounts
 from picluster.lab.changes import Changes
 from picluster.lab.limits import Limits
-from picluster.processes import same_process, start_time
+from picluster.util.errors import ClusterError
+from picluster.util.processes import same_process, start_time
 
 OVERLAID = ("/etc", "/var", "/home", "/srv", "/mnt", "/boot")
 SHARE_DIR = "/srv/picluster"

@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from picluster.errors import UsageError
 from picluster.lab import cgroups, commands, netns
 from picluster.lab.host import Host, HostOptions, shared_under_tmp, untraversable_dirs
+from picluster.util.errors import UsageError
 
 NETNS, VM = "netns", "vm"
 # This machine's own Debian architecture; a VM lab may also have the Pi's (lab/vm/image.py's ARCHES).

@@ -25,16 +25,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from picluster import atomic, nodeset
 from picluster.cluster import hostkeys, knownhosts
 from picluster.cluster.ssh import connect
-from picluster.errors import ClusterError, UsageError
 from picluster.lab import cgroups, keys, kinds, links, naming, netns, registry, ssh
 from picluster.lab import limits as limits_module
 from picluster.lab.host import HostOptions, User
 from picluster.lab.inventory import inventory_text
 from picluster.lab.plan import Plan, check_run_dir, check_subnet, check_user_name, pick_user
 from picluster.lab.snapshot import Change
+from picluster.model import nodeset
+from picluster.util import atomic
+from picluster.util.errors import ClusterError, UsageError
 
 STATE_VERSION = 1
 Which = str | int | Any  # a host by name ("node02"), by number (2), or the host itself

@@ -3,9 +3,9 @@
 
 from pathlib import Path
 
-from picluster.errors import ClusterError, UsageError
 from picluster.lab.lab import Lab
 from picluster.lab.registry import known_ids, owner_alive
+from picluster.util.errors import ClusterError, UsageError
 
 
 def open_lab(lab_id: str, root: Path | None = None):

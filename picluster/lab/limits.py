@@ -13,7 +13,7 @@ import tomllib
 from dataclasses import asdict, dataclass
 from importlib import resources
 
-from picluster.errors import UsageError
+from picluster.util.errors import UsageError
 
 # What a host needs before anything is run in it: its sshd, one login's sshd pair and a shell
 # peaked at 5.5 MiB in a host's cgroup (kernel memory included); at 3 MiB the login is

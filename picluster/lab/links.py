@@ -13,8 +13,8 @@ not set), so delay and loss fail here with a clear error while rate works.
 import json
 import re
 
-from picluster.errors import ClusterError, UsageError
 from picluster.lab import commands, netns
+from picluster.util.errors import ClusterError, UsageError
 
 HOW = ("down", "drop")
 

@@ -8,7 +8,7 @@ characters by the kernel, hence the short ids.
 import re
 import secrets
 
-from picluster.errors import UsageError
+from picluster.util.errors import UsageError
 
 PREFIX = "pcl-"
 ID_PATTERN = re.compile(r"^[a-z0-9]{1,6}$")

@@ -10,8 +10,8 @@ import ipaddress
 import json
 from collections.abc import Iterable
 
-from picluster.errors import ClusterError
 from picluster.lab import commands
+from picluster.util.errors import ClusterError
 
 # /24s are taken from these, first free one wins; both are rarely used by real networks.
 SUBNET_POOLS = (ipaddress.IPv4Network("10.213.0.0/16"), ipaddress.IPv4Network("172.31.0.0/16"))

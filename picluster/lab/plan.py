@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from picluster.errors import UsageError
 from picluster.lab import naming
 from picluster.lab.host import OVERLAID, User
+from picluster.util.errors import UsageError
 
 FIRST_HOST_OCTET = 11  # node01 is .11, node02 .12, ...; .1 is the bridge (the coordinator)
 USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")

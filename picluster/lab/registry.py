@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 
-from picluster import paths
-from picluster.errors import ClusterError
 from picluster.lab import cgroups, commands, kinds, links, naming, netns, procs
-from picluster.processes import same_process, start_time
+from picluster.util import paths
+from picluster.util.errors import ClusterError
+from picluster.util.processes import same_process, start_time
 
 _LOCK = Path("/run/lock/picluster-lab.lock")
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from picluster.cluster import hostkeys
 from picluster.cluster.ssh import connect
-from picluster.errors import ClusterError
-from picluster.fanout import fan_out
+from picluster.model.fanout import fan_out
+from picluster.util.errors import ClusterError
 
 # paramiko's log (a traceback per failed banner read while a host boots) is kept off stderr by
 # picluster.cluster.ssh, imported above.

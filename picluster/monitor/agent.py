@@ -33,9 +33,9 @@ import psutil
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import CollectorRegistry
 
-from picluster import atomic
+from picluster.model.nodestats import SINCE_BOOT_SHIFT, THROTTLE_CONDITIONS
 from picluster.monitor import cgroup
-from picluster.nodestats import SINCE_BOOT_SHIFT, THROTTLE_CONDITIONS
+from picluster.util import atomic
 
 THERMAL = Path("/sys/class/thermal")
 PRESSURE = Path("/proc/pressure")
@@ -289,7 +289,7 @@ def registry_for(node: str, cluster_file: Path | None = None, throttled: Path = 
 def main(argv: list[str] | None = None) -> int:
     from prometheus_client import start_http_server
 
-    from picluster.inventory import AGENT_PORT
+    from picluster.model.inventory import AGENT_PORT
 
     parser = argparse.ArgumentParser(prog="python -m picluster.monitor.agent")
     parser.add_argument("--addr", required=True, help="address to listen on: the node's cluster address")

@@ -19,7 +19,7 @@ or root.
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from picluster.processes import memory_status
+from picluster.util.processes import memory_status
 
 
 @dataclass(frozen=True)

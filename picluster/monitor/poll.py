@@ -5,9 +5,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from picluster.cluster.base import Agent, Cluster
-from picluster.fanout import fan_out
+from picluster.model.fanout import fan_out
+from picluster.model.nodestats import NodeRow, NodeStats
 from picluster.monitor.scrape import cpu_use, rates, scrape
-from picluster.nodestats import NodeRow, NodeStats
 
 
 @dataclass

@@ -11,7 +11,7 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from picluster.nodestats import NodeStats
+from picluster.model.nodestats import NodeStats
 
 MAX_BYTES = 1 << 20  # an agent's page is a few tens of kB; anything larger is not ours
 IDLE_MODES = ("idle", "iowait")

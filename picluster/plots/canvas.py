@@ -10,7 +10,7 @@ import math
 import os
 from pathlib import Path
 
-from picluster.errors import StorageError, UsageError
+from picluster.util.errors import StorageError, UsageError
 
 Rendered = tuple[Path, bytes]  # where a figure goes, and its bytes
 

@@ -14,9 +14,9 @@ import csv
 import math
 from pathlib import Path
 
-from picluster.errors import UsageError
 from picluster.plots import sweep, timeline, training
 from picluster.plots.canvas import Rendered, check_out, check_title, write_all
+from picluster.util.errors import UsageError
 
 SWEEP = {"samples", "nodes", "seconds"}
 SCALING = {"mode", "workers", "s_per_epoch"}

@@ -6,20 +6,20 @@ the common role as the Fabric path's facts read it.
 Ansible evaluates Jinja in inventory values (a ``{{ lookup('pipe', ...) }}`` in one runs on the
 controller), so every string is written as ``!unsafe`` and a JSON-quoted scalar (valid YAML):
 Ansible then uses it as data, never as a template.  The values the templates substitute are
-checked as configuration words (picluster.tokens), as the Fabric path's renderer does.
+checked as configuration words (picluster.model.tokens), as the Fabric path's renderer does.
 """
 
 import json
 import shlex
 from pathlib import Path
 
-from picluster import tokens
 from picluster.cluster import hostkeys
-from picluster.errors import UsageError
-from picluster.inventory import Inventory
+from picluster.model import tokens
+from picluster.model.inventory import Inventory
 from picluster.provision.steps import munge, slurm
 from picluster.provision.steps.firewall import template_vars
 from picluster.provision.steps.nfs import MOUNTD_PORT, SLOT_TABLE_ENTRIES, nfsd_threads
+from picluster.util.errors import UsageError
 
 # Ansible's own settings and free text: not substituted into a node's configuration file.
 _NOT_CONFIG = {"ansible_user", "ansible_ssh_private_key_file", "ansible_ssh_common_args", "coordinator_public_key",

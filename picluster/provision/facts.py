@@ -5,8 +5,8 @@ address it sees the coordinator at)."""
 from dataclasses import dataclass
 
 from picluster.cluster.ssh import Remote
-from picluster.errors import ClusterError
 from picluster.provision.result import Item, Status
+from picluster.util.errors import ClusterError
 
 PI_OS_RELEASES = ("bookworm", "bullseye")
 

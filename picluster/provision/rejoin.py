@@ -3,7 +3,7 @@ started as `cluster up` would (only what is missing), when any other node's task
 cluster that is down stays down: `picluster cluster up` is the owner's to run."""
 
 from picluster.cluster.nodecluster import NodeCluster, up
-from picluster.inventory import Inventory
+from picluster.model.inventory import Inventory
 
 START_TIMEOUT = 600.0  # TensorFlow loads in seconds on a Pi 4, minutes on an emulated VM
 

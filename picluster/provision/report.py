@@ -8,7 +8,7 @@ is two rows (the NFS master, node[02-16]), and a node that differs gets a row of
 from rich.console import Console
 from rich.table import Table
 
-from picluster import nodeset
+from picluster.model import nodeset
 from picluster.provision.result import NodeReport, Status, StepResult, folded_items, folded_skips, folded_summary
 
 _STYLE = {Status.OK: "green", Status.CHANGED: "yellow", Status.FAILED: "bold red", Status.SKIPPED: "dim"}

@@ -3,7 +3,7 @@
 import enum
 from dataclasses import dataclass, field
 
-from picluster import nodeset
+from picluster.model import nodeset
 
 
 class Status(enum.Enum):

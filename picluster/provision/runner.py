@@ -12,16 +12,16 @@ from typing import Protocol
 
 import paramiko
 
-from picluster import tokens
 from picluster.cluster import hostkeys
 from picluster.cluster.knownhosts import fingerprint
 from picluster.cluster.ssh import AuthFailed, Remote, SudoPasswordRequired, Unreachable, connect, presented
-from picluster.errors import ClusterError, UsageError
-from picluster.fanout import fan_out
-from picluster.inventory import Inventory, Node
+from picluster.model import tokens
+from picluster.model.fanout import fan_out
+from picluster.model.inventory import Inventory, Node
 from picluster.provision import facts as facts_mod
 from picluster.provision.result import Item, NodeReport, Status, StepResult
 from picluster.provision.steps import Context, Options, Shared, firewall, hostname, nfs, packages, raspi, runtime, slurm, ssh, users
+from picluster.util.errors import ClusterError, UsageError
 
 STEPS: dict[str, Callable] = {
     "hostname": hostname.run,

@@ -11,8 +11,8 @@ template); a list renders as "a, b".
 import re
 from pathlib import Path
 
-from picluster import tokens
-from picluster.errors import ClusterError
+from picluster.model import tokens
+from picluster.util.errors import ClusterError
 
 TEMPLATE_DIR = Path(__file__).resolve().parent / "files"  # nfs/ at the top links here
 

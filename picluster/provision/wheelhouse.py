@@ -29,8 +29,8 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from picluster import paths
-from picluster.errors import ClusterError, StorageError, UsageError
+from picluster.util import paths
+from picluster.util.errors import ClusterError, StorageError, UsageError
 
 MANIFEST = "MANIFEST.json"
 OLDEST_GLIBC = 17  # manylinux2014 = manylinux_2_17: nothing older is worth listing

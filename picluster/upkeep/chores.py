@@ -16,15 +16,15 @@ import re
 import time
 from collections.abc import Callable
 
-from picluster import nodeset
 from picluster.cluster.nodecluster import open_node
 from picluster.cluster.ssh import Unreachable
-from picluster.errors import ClusterError
-from picluster.fanout import fan_out, fold
-from picluster.inventory import Inventory, Node
+from picluster.model import nodeset
+from picluster.model.fanout import fan_out, fold
+from picluster.model.inventory import Inventory, Node
 from picluster.upkeep import health
 from picluster.upkeep.drain import NoQueue, Queue
 from picluster.upkeep.order import RANKS, Wave
+from picluster.util.errors import ClusterError
 
 Say = Callable[[str], None]
 APT = "DEBIAN_FRONTEND=noninteractive apt-get -q"

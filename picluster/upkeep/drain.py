@@ -20,8 +20,8 @@ from shlex import quote as q
 
 from picluster.cluster.allocation import scontrol_nodes
 from picluster.cluster.nodecluster import open_node
-from picluster.errors import ClusterError
-from picluster.inventory import Inventory, Node
+from picluster.model.inventory import Inventory, Node
+from picluster.util.errors import ClusterError
 
 Say = Callable[[str], None]
 POLL_S = 3.0

@@ -15,12 +15,12 @@ import time
 from dataclasses import dataclass
 from shlex import quote as q
 
-from picluster import nodeset
 from picluster.cluster.nodecluster import open_node
 from picluster.cluster.probe import answers
-from picluster.clusterspec import from_inventory
-from picluster.errors import ClusterError
-from picluster.inventory import Inventory, Node
+from picluster.model import nodeset
+from picluster.model.clusterspec import from_inventory
+from picluster.model.inventory import Inventory, Node
+from picluster.util.errors import ClusterError
 
 SSH_PORT = 22
 SHARE = "share"  # the label of the NFS share among what answered

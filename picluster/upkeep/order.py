@@ -14,8 +14,8 @@ goes alone, after every other node is back.
 
 from dataclasses import dataclass
 
-from picluster import nodeset
-from picluster.inventory import Inventory
+from picluster.model import nodeset
+from picluster.model.inventory import Inventory
 
 RANKS = ("worker", "ps", "slurm controller", "NFS master", "this machine")
 
@@ -51,7 +51,7 @@ def waves(inv: Inventory, names: list[str], parallel: int | None, here: set[str]
 
 def local_nodes(inv: Inventory) -> set[str]:
     """The nodes whose address is one of this machine's: the coordinator runs there."""
-    from picluster.clusterspec import local_ipv4_addresses
+    from picluster.model.clusterspec import local_ipv4_addresses
 
     mine = set(local_ipv4_addresses())
     return {n.name for n in inv.nodes if n.address in mine}

@@ -5,7 +5,7 @@ Plain lines, not rich markup: node sets and the nodes' own output hold brackets.
 
 from collections.abc import Iterator, Mapping
 
-from picluster import nodeset
+from picluster.model import nodeset
 
 
 def folded(outputs: Mapping[str, str]) -> Iterator[str]:

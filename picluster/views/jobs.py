@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from picluster import nodeset
+from picluster.model import nodeset
 
 STATE_STYLE = {"PENDING": "yellow", "RUNNING": "cyan", "COMPLETED": "green", "FAILED": "red", "CANCELLED": "magenta",
                "TIMEOUT": "red", "NODE_FAIL": "red", "OUT_OF_MEMORY": "red"}

@@ -5,7 +5,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from picluster.nodestats import NodeRow, throttle_flags
+from picluster.model.nodestats import NodeRow, throttle_flags
 
 _BLOCKS = " ▁▂▃▄▅▆▇█"
 

@@ -7,7 +7,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from picluster.nodestats import NodeRow
+from picluster.model.nodestats import NodeRow
 from picluster.views.panel import nodes_table
 
 

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from picluster import nodeset
+from picluster.model import nodeset
 
 # A step's status on one node (picluster.provision.result.Status values) as the progress says it.
 _WORD = {"ok": "done", "changed": "done", "failed": "failed", "skipped": "skipped"}

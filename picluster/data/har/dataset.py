@@ -17,11 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from picluster import atomic
-from picluster.atomic import STORAGE_ERRNOS
 from picluster.data.har.spec import CHANNELS, CLASSES, SUBJECTS, TEST_SUBJECTS, VALIDATION_SUBJECTS, WINDOW
 from picluster.data.har.windows import Windows
-from picluster.errors import StorageError, UsageError
+from picluster.util import atomic
+from picluster.util.atomic import STORAGE_ERRNOS
+from picluster.util.errors import StorageError, UsageError
 
 HAR_SUBDIR = "har"
 CACHE_NAME = "har.npz"
@@ -176,10 +176,10 @@ def _check_split(path: Path, name: str, arrays: dict[str, np.ndarray]) -> None:
 
 def har_dir(inventory=None) -> Path:
     """The folder of har.npz: <inventory data_dir>/har on a cluster (the NFS share every node
-    mounts), else <picluster.paths.data_dir()>/har.  `inventory` is a picluster.inventory.Inventory."""
+    mounts), else <picluster.util.paths.data_dir()>/har.  `inventory` is a picluster.model.inventory.Inventory."""
     if inventory is not None:
         return Path(inventory.data_dir) / HAR_SUBDIR
-    from picluster.paths import data_dir
+    from picluster.util.paths import data_dir
 
     return data_dir() / HAR_SUBDIR
 

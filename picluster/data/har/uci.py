@@ -14,7 +14,7 @@ import numpy as np
 
 from picluster.data.har.spec import CHANNELS, CLASSES, SUBJECTS, WINDOW
 from picluster.data.har.windows import Windows
-from picluster.errors import UsageError
+from picluster.util.errors import UsageError
 
 SPLITS = ("train", "test")
 ROOT_NAME = "UCI HAR Dataset"

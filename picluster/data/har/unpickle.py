@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from picluster import tokens
 from picluster.data.har import prescan
 from picluster.data.har.prescan import PickleRefused
+from picluster.model import tokens
 
 try:  # numpy >= 2
     from numpy._core.multiarray import _reconstruct as _np_reconstruct

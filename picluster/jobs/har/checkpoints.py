@@ -18,8 +18,8 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from picluster import atomic
-from picluster.errors import UsageError
+from picluster.util import atomic
+from picluster.util.errors import UsageError
 
 _STEP = re.compile(r"-(\d+)$")
 

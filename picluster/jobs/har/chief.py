@@ -19,13 +19,13 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from picluster import atomic
-from picluster.errors import StorageError, UsageError
 from picluster.jobs.har import metrics
 from picluster.jobs.har.checkpoints import Restore
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.graph import Graph
 from picluster.jobs.har.rundir import RunDir
+from picluster.util import atomic
+from picluster.util.errors import StorageError, UsageError
 
 # How TensorFlow's file errors name the storage's refusal (strerror texts).
 STORAGE_CAUSES = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied")

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, TextIO
 
 from picluster.cluster import tasks as supervisor
 from picluster.cluster.tasks import LOST, UNKNOWN, Heartbeat, TaskSpec, describe
-from picluster.clusterspec import Layout
-from picluster.errors import ClusterError
-from picluster.fanout import fan_out
 from picluster.jobs.har.mirror import COPY_ERRORS, Mirror
 from picluster.jobs.har.rundir import RunDir
+from picluster.model.clusterspec import Layout
+from picluster.model.fanout import fan_out
+from picluster.util.errors import ClusterError
 
 if TYPE_CHECKING:
     from picluster.cluster.base import Cluster

@@ -12,10 +12,10 @@ from dataclasses import Field, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from picluster import tokens
-from picluster.errors import UsageError
 from picluster.jobs.har.augment import parse as augment_spec
 from picluster.jobs.har.folds import parse as volunteers_spec
+from picluster.model import tokens
+from picluster.util.errors import UsageError
 
 MODELS = ("convlstm", "resbidir")
 MODES = ("sync", "async")

@@ -13,19 +13,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from picluster import atomic
 from picluster.cluster import door
 from picluster.cluster.containers import Unreachable, container
-from picluster.clusterspec import Layout
 from picluster.data.har import har_dir
 from picluster.data.har.dataset import cache_path
-from picluster.errors import ClusterError, StorageError, UsageError
 from picluster.jobs.har import clients, trained
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import load_data
 from picluster.jobs.har.follow import Events, follow
 from picluster.jobs.har.rundir import RunDir
-from picluster.paths import state_dir
+from picluster.model.clusterspec import Layout
+from picluster.util import atomic
+from picluster.util.errors import ClusterError, StorageError, UsageError
+from picluster.util.paths import state_dir
 
 if TYPE_CHECKING:  # the cluster runtime; a standalone run needs none of it
     from picluster.cluster.base import Cluster

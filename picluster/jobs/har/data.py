@@ -7,10 +7,10 @@ import numpy as np
 from picluster.data.har import HarData, har_dir
 from picluster.data.har.dataset import cache_path, load
 from picluster.data.har.spec import CHANNELS, CLASSES, WINDOW
-from picluster.errors import UsageError
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.folds import parse as volunteers
 from picluster.jobs.har.folds import revalidate
+from picluster.util.errors import UsageError
 
 # The last data set this process loaded, by its file's identity: a node's resident server runs one
 # job after another through its door, and each would otherwise decompress and hash it again.

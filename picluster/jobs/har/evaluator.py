@@ -26,7 +26,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf
 
-from picluster.errors import UsageError
 from picluster.jobs.har import trained
 from picluster.jobs.har.checkpoints import Restore, unreadable
 from picluster.jobs.har.chief import Chief
@@ -36,6 +35,7 @@ from picluster.jobs.har.graph import Graph
 from picluster.jobs.har.replica import CANCELLED, _error, _exit_code
 from picluster.jobs.har.replica import say_line as say
 from picluster.jobs.har.rundir import RunDir
+from picluster.util.errors import UsageError
 
 POLL_S = 0.1  # a look at trained.jsonl: a local file (the coordinator mirrors a node's chief's)
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from picluster.data.har.dataset import HarData, checksum
 from picluster.data.har.spec import TEST_SUBJECTS, TRAIN_SUBJECTS
-from picluster.errors import UsageError
+from picluster.util.errors import UsageError
 
 
 def parse(text: str) -> tuple[int, ...]:

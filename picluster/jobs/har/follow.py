@@ -12,11 +12,11 @@ from typing import Protocol
 from picluster.cluster.exits import Exit, Exited, file_tail
 from picluster.cluster.lifetime import last_line
 from picluster.cluster.probe import unanswered
-from picluster.errors import STORAGE_EXIT, ClusterError, PiclusterError, StorageError, UsageError
 from picluster.jobs.har import clients, metrics
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.rundir import RunDir, read_json
 from picluster.jobs.watch import DONE, GOES_ON, watch
+from picluster.util.errors import STORAGE_EXIT, ClusterError, PiclusterError, StorageError, UsageError
 
 POLL_S = 0.2
 REMOTE_POLL_S = 1.0  # each poll of a node's chief is an SSH round trip

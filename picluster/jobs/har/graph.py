@@ -15,12 +15,12 @@ import numpy as np
 import tensorflow as tf
 
 from picluster.cluster.containers import container
-from picluster.errors import UsageError
 from picluster.jobs.har import fusion
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.convlstm import ConvShape, conv_logits
 from picluster.jobs.har.localsgd import LocalSteps
 from picluster.jobs.har.model import STEPS, Shape, channel_moments, l2_penalty, logits, standardise
+from picluster.util.errors import UsageError
 
 # Each worker's graph-level seed: the chief's (task 0, which initialises the weights) is the
 # seed itself, as in a standalone run; the others get their own dropout streams.

@@ -3,12 +3,12 @@
 import os
 from collections.abc import Callable
 
-from picluster import nodeset
 from picluster.cluster.base import Cluster
 from picluster.jobs.controller import Job, Running
 from picluster.jobs.har import coordinator, progress
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.rundir import RunDir
+from picluster.model import nodeset
 
 
 class HarJob(Job):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from picluster import atomic
-from picluster.errors import UsageError
+from picluster.util import atomic
+from picluster.util.errors import UsageError
 
 TEST_COLUMNS = ("test_loss", "test_acc", "test_f1")
 COLUMNS = (

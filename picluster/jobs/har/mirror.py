@@ -13,8 +13,8 @@ from pathlib import Path, PurePosixPath
 
 import paramiko
 
-from picluster import atomic
 from picluster.jobs.har.rundir import RunDir
+from picluster.util import atomic
 
 # The chief's files the coordinator mirrors while the run goes on, and at the end.
 PROGRESS = (RunDir.PROGRESS, RunDir.LIVE, RunDir.RESUME)

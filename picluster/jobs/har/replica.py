@@ -34,10 +34,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf
 
-from picluster import atomic
-from picluster.atomic import STORAGE_ERRNOS
 from picluster.cluster.door import JobContext
-from picluster.errors import STORAGE_EXIT, ClusterError, PiclusterError, StorageError, UsageError
 from picluster.jobs.har import augment, checkpoints, metrics
 from picluster.jobs.har.chief import Chief, per_ps, save
 from picluster.jobs.har.config import TrainConfig
@@ -46,6 +43,9 @@ from picluster.jobs.har.graph import Graph
 from picluster.jobs.har.rundir import RunDir
 from picluster.jobs.har.straggler import Arrivals
 from picluster.jobs.har.trained import Trained, clear_handed_over, hand_over
+from picluster.util import atomic
+from picluster.util.atomic import STORAGE_ERRNOS
+from picluster.util.errors import STORAGE_EXIT, ClusterError, PiclusterError, StorageError, UsageError
 
 PROBE_REPEATS = 3
 # The exchange is timed on a launch's first epoch and then every this many: between them an epoch's

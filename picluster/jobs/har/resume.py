@@ -3,11 +3,11 @@ the inventory it trained on (its chief's node may hold checkpoints the coordinat
 
 from pathlib import Path
 
-from picluster.errors import UsageError
-from picluster.inventory import Inventory, load_inventory
 from picluster.jobs.har import metrics
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.rundir import RunDir, read_json
+from picluster.model.inventory import Inventory, load_inventory
+from picluster.util.errors import UsageError
 
 
 def resume_config(run: RunDir) -> TrainConfig:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from picluster.cluster import share
 from picluster.data.har.dataset import CACHE_NAME, HAPT, HAR_SUBDIR, HarData, cache_path, ensure_cache, har_dir
-from picluster.inventory import Inventory
+from picluster.model.inventory import Inventory
 
 RELATIVE = f"{HAR_SUBDIR}/{CACHE_NAME}"  # inside the share: every node's <data_dir>/har/har.npz
 

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from picluster.errors import UsageError
+from picluster.util.errors import UsageError
 
 MODES = ("coordinator", "each-worker")
 DEFAULT_GRACE_S = 10.0

@@ -14,20 +14,20 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from picluster import nodeset
 from picluster.cluster import probe, staging
 from picluster.cluster.base import Cluster
 from picluster.cluster.exits import Exit, Exited
 from picluster.cluster.tasks import HEARTBEAT_TIMEOUT_S, LOST, UNKNOWN, Heartbeat, LocalTask, NodeTask, TaskSpec
-from picluster.errors import ClusterError, PiclusterError
-from picluster.fanout import fan_out
-from picluster.inventory import Inventory
 from picluster.jobs import watch
 from picluster.jobs.controller import Job, Running
 from picluster.jobs.launch import plan, policy
 from picluster.jobs.launch.config import LaunchConfig
 from picluster.jobs.launch.output import Output, log_name
-from picluster.paths import state_dir
+from picluster.model import nodeset
+from picluster.model.fanout import fan_out
+from picluster.model.inventory import Inventory
+from picluster.util.errors import ClusterError, PiclusterError
+from picluster.util.paths import state_dir
 
 POLL_S = 0.1
 PROBE_S = 1.0  # between checks that the cluster's servers still answer

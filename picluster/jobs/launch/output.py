@@ -13,7 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from picluster import nodeset, tflog
+from picluster.model import nodeset
+from picluster.util import tflog
 
 SUMMARY_LINES = 5
 OWN_PREFIX = "picluster"  # lines picluster adds (the tether's notes, restarts): in the logs, not in summaries
@@ -53,7 +54,7 @@ class Output:
             self._combined.write(shown + "\n")
             self._combined.flush()
             # TensorFlow's C++ log lines (time, thread id) never fold: logs only.  The lines every
-            # import prints are not shown either (picluster.tflog); its warnings and errors are.
+            # import prints are not shown either (picluster.util.tflog); its warnings and errors are.
             if text.strip() and not text.startswith(OWN_PREFIX) and not tflog.cpp_line(text):
                 self._tails[label].append(text)
             if not tflog.startup_line(text):

@@ -17,9 +17,9 @@ import os
 import socket
 
 from picluster.cluster.tasks import TaskSpec
-from picluster.clusterspec import Layout
-from picluster.errors import UsageError
 from picluster.jobs.launch.config import LaunchConfig
+from picluster.model.clusterspec import Layout
+from picluster.util.errors import UsageError
 
 CHIEF = "chief"
 

@@ -12,11 +12,11 @@ import threading
 import time
 from dataclasses import dataclass
 
-from picluster import nodeset
 from picluster.cluster.probe import unanswered
-from picluster.clusterspec import Layout
-from picluster.errors import ClusterError, UsageError
-from picluster.tflog import import_tensorflow
+from picluster.model import nodeset
+from picluster.model.clusterspec import Layout
+from picluster.util.errors import ClusterError, UsageError
+from picluster.util.tflog import import_tensorflow
 
 CHUNK = 1 << 18  # points per draw: ~2 MiB of float32 pairs, small enough for a Pi's 1 GB
 INT64_MAX = 2**63 - 1

@@ -3,11 +3,11 @@
 import time
 from dataclasses import dataclass
 
-from picluster import nodeset
 from picluster.cluster.base import Cluster
 from picluster.jobs.controller import Job, Running
 from picluster.jobs.montecarlo.estimate import Estimate, MonteCarlo, coordinator_tensorflow
 from picluster.jobs.montecarlo.sweep import run_sweep
+from picluster.model import nodeset
 
 
 @dataclass

@@ -6,9 +6,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from picluster import atomic
-from picluster.clusterspec import Layout
 from picluster.jobs.montecarlo.estimate import Estimate, MonteCarlo
+from picluster.model.clusterspec import Layout
+from picluster.util import atomic
 
 CSV_COLUMNS = ("samples", "nodes", "seconds", "samples_per_s", "estimate", "abs_error", "std_error", "hits", "seed")
 

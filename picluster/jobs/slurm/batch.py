@@ -10,11 +10,11 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from picluster import nodeset, tokens
 from picluster.cluster.allocation import PS_ENV, SHARE_ENV
-from picluster.errors import UsageError
-from picluster.inventory import Inventory
 from picluster.jobs.slurm.script import JobScript
+from picluster.model import nodeset, tokens
+from picluster.model.inventory import Inventory
+from picluster.util.errors import UsageError
 
 OUTPUT = "picluster-slurm-%j.out"  # in the job's working directory: the user's home on the batch node
 

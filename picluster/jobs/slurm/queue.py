@@ -10,16 +10,16 @@ import shlex
 import time
 from dataclasses import dataclass
 
-from picluster import nodeset
 from picluster.cluster.allocation import SINFO_NODES, not_serving, sinfo_states
 from picluster.cluster.here import Here, holds
 from picluster.cluster.hostkeys import HostKeyRefused
 from picluster.cluster.nodecluster import open_node
 from picluster.cluster.ssh import CommandFailed, Remote
-from picluster.errors import ClusterError, UsageError
-from picluster.fanout import GroupError, fan_out
-from picluster.inventory import Inventory, Node
 from picluster.jobs.slurm.batch import OUTPUT, Request, sbatch_args, script
+from picluster.model import nodeset
+from picluster.model.fanout import GroupError, fan_out
+from picluster.model.inventory import Inventory, Node
+from picluster.util.errors import ClusterError, UsageError
 
 # squeue's fields, the name last so that a '|' in it cannot shift the others.
 _FORMAT = "%i|%u|%T|%r|%D|%N|%M|%l|%j"

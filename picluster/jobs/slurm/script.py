@@ -13,9 +13,9 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from picluster import nodeset, tokens
-from picluster.errors import UsageError
-from picluster.inventory import Inventory
+from picluster.model import nodeset, tokens
+from picluster.model.inventory import Inventory
+from picluster.util.errors import UsageError
 
 MAX_BYTES = 1024 * 1024  # sbatch's own limit on a script is 4 MB; a job script is kilobytes
 SHELLS = ("sh", "bash", "dash", "ksh", "zsh", "csh", "tcsh")

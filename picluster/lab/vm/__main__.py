@@ -9,9 +9,9 @@ import os
 import sys
 import time
 
-from picluster.errors import PiclusterError, UsageError
 from picluster.lab.kinds import say_stderr
 from picluster.lab.vm import image as image_mod
+from picluster.util.errors import PiclusterError, UsageError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from picluster.cluster.lifetime import die_with_parent
-from picluster.errors import UsageError
 from picluster.lab.vm import support
+from picluster.util.errors import UsageError
 
 PROBE_SECONDS = 20.0
 ENV = "PICLUSTER_VM_ACCEL"

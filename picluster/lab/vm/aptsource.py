@@ -7,7 +7,7 @@ read: deb822 (/etc/apt/sources.list.d/*.sources) and one-line (sources.list, *.l
 
 from pathlib import Path
 
-from picluster.errors import UsageError
+from picluster.util.errors import UsageError
 
 SOURCES = Path("/etc/apt")
 

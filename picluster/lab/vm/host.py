@@ -16,8 +16,8 @@ from pathlib import Path
 
 from picluster.cluster import hostkeys
 from picluster.cluster.ssh import connect
-from picluster.errors import ClusterError
 from picluster.lab.vm.machine import VM
+from picluster.util.errors import ClusterError
 
 
 @dataclass(frozen=True)

@@ -35,11 +35,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from picluster import paths
 from picluster.cluster.lifetime import die_with_parent
-from picluster.errors import ClusterError, UsageError
 from picluster.lab import commands
 from picluster.lab.vm import aptsource, guest
+from picluster.util import paths
+from picluster.util.errors import ClusterError, UsageError
 
 SUITE = "bookworm"
 # Debian's names: "amd64" is this machine's own, "arm64" the Raspberry Pi's (emulated).

@@ -15,14 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from picluster.cluster.ssh import Unreachable, reach
-from picluster.errors import ClusterError
-from picluster.fanout import fan_out
 from picluster.lab import naming
 from picluster.lab.host import HostOptions
 from picluster.lab.vm import accel as accel_mod
 from picluster.lab.vm import image as image_mod
 from picluster.lab.vm import support, tap, virtiofs
 from picluster.lab.vm.host import Login, VMHost
+from picluster.model.fanout import fan_out
+from picluster.util.errors import ClusterError
 
 
 class VMHosts:

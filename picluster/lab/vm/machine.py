@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from picluster.cluster.lifetime import die_with_parent
-from picluster.errors import ClusterError
 from picluster.lab import commands
 from picluster.lab.host import HostOptions, StateFileEntry, User
 from picluster.lab.vm import seed, support, tap, virtiofs
 from picluster.lab.vm.accel import Accel
 from picluster.lab.vm.image import Image
-from picluster.processes import same_process, start_time
+from picluster.util.errors import ClusterError
+from picluster.util.processes import same_process, start_time
 
 # The serial console each architecture's board has: the PC's 16550, the virt board's PL011.
 CONSOLES = {"amd64": "ttyS0", "arm64": "ttyAMA0"}

@@ -8,7 +8,7 @@ import shutil
 
 import psutil
 
-from picluster.errors import UsageError
+from picluster.util.errors import UsageError
 
 QEMU = "qemu-system-x86_64"
 # Per Debian architecture of the guest: arm64 guests run on qemu's Arm system emulator.

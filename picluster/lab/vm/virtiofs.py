@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from picluster.cluster.lifetime import die_with_parent
-from picluster.errors import ClusterError
 from picluster.lab.host import outermost, runtime_paths
+from picluster.util.errors import ClusterError
 
 VIRTIOFSD = "/usr/lib/qemu/virtiofsd"  # Debian 12's qemu-system-common
 SOCKET_WAIT = 10.0

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from picluster.cluster.ssh import Remote
-from picluster.inventory import Inventory, Node
+from picluster.model.inventory import Inventory, Node
 from picluster.provision.facts import Facts
 from picluster.provision.result import Item, Status
 

@@ -22,11 +22,11 @@ import secrets
 import time
 from pathlib import Path
 
-from picluster import atomic, paths
 from picluster.provision import templates
 from picluster.provision.result import Item, Status
 from picluster.provision.steps import Context, action_item, q
 from picluster.provision.steps.daemon import Daemon, keep_down, keep_up
+from picluster.util import atomic, paths
 
 SLURMDBD_CONF = "/etc/slurm/slurmdbd.conf"
 SLURMDBD_PORT = 6819

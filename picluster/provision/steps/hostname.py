@@ -2,7 +2,7 @@
 
 import re
 
-from picluster import tokens
+from picluster.model import tokens
 from picluster.provision.result import Item, Status
 from picluster.provision.steps import Context, action_item, file_item, managed_line, q
 

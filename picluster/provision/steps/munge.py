@@ -31,10 +31,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from picluster import atomic, paths
-from picluster.fanout import fan_out
+from picluster.model.fanout import fan_out
 from picluster.provision.result import Item, Status
 from picluster.provision.steps import Context, action_item
+from picluster.util import atomic, paths
 
 MUNGE_KEY = "/etc/munge/munge.key"
 MARKER = "/etc/munge/munge.key.sha256"  # the hash of the key picluster installed there

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from picluster.cluster.nodecluster import RUN_DIR, START_SCRIPT
-from picluster.errors import ClusterError
 from picluster.provision import templates, wheelhouse
 from picluster.provision.result import Item, Status
 from picluster.provision.steps import NO_SYSTEMD, Context, Runtime, action_item, file_item, q
+from picluster.util.errors import ClusterError
 
 TF_ARCHES = ("aarch64", "x86_64")
 PIP_TIMEOUT = 3600.0

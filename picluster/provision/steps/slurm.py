@@ -19,13 +19,13 @@ the same daemons are started directly and found again through their pid files in
 import re
 import time
 
-from picluster import nodeset, tokens
 from picluster.cluster.allocation import SINFO_NODES, not_serving, scontrol_nodes, sinfo_states
-from picluster.errors import PiclusterError
+from picluster.model import nodeset, tokens
 from picluster.provision import templates
 from picluster.provision.result import Item, Status
 from picluster.provision.steps import Context, accounting, file_item, munge, q
 from picluster.provision.steps.daemon import Daemon, keep_up
+from picluster.util.errors import PiclusterError
 
 SLURM_CONF = "/etc/slurm/slurm.conf"
 CGROUP_CONF = "/etc/slurm/cgroup.conf"

@@ -18,10 +18,10 @@ An account a later inventory no longer lists is left as it is: removing a person
 administrator's decision (``userdel -r``), not a side effect of provisioning.
 """
 
-from picluster.errors import ClusterError
 from picluster.provision import templates
 from picluster.provision.result import Item, Status
 from picluster.provision.steps import Context, action_item, file_item, logins, q
+from picluster.util.errors import ClusterError
 
 FIRST_UID = 2001  # above the first accounts an image makes (1000: pi), below Debian's 59999
 INVENTORY_COPY = "/etc/picluster/picluster.toml"

@@ -24,7 +24,7 @@ import re
 import reprlib
 from pathlib import PurePosixPath
 
-from picluster.errors import UsageError
+from picluster.util.errors import UsageError
 
 PATH_MAX = 4095  # Linux's, without the terminating NUL
 NAME_MAX = 255

@@ -10,7 +10,7 @@ import re
 from collections.abc import Hashable, Iterable, Mapping
 from typing import TypeVar
 
-from picluster.errors import UsageError
+from picluster.util.errors import UsageError
 
 MAX_NODES = 4096
 V = TypeVar("V", bound=Hashable)

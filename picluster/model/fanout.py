@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
-from picluster import nodeset
-from picluster.errors import ClusterError, PiclusterError
+from picluster.model import nodeset
+from picluster.util.errors import ClusterError, PiclusterError
 
 T = TypeVar("T")
 R = TypeVar("R")

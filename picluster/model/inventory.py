@@ -32,12 +32,12 @@ Example::
     bob = { key = "ssh-ed25519 AAAA...", uid = 2002 }   # or a table, with the uid they keep
 
 The file is untrusted input: every key is checked and errors name the key and the fix.  Strings
-are checked by what they become (picluster.tokens): paths and names end up in /etc/exports,
+are checked by what they become (picluster.model.tokens): paths and names end up in /etc/exports,
 /etc/fstab, /etc/hosts, firewall rules and shell commands on every node.
 
 Over 400 lines: every table of the file is checked here, in one pass that names the key at fault,
 because the checks cross tables (roles name nodes, [slurm]'s controller and [users]' uids must
-fit the nodes); the string checks themselves are picluster.tokens'.
+fit the nodes); the string checks themselves are picluster.model.tokens'.
 """
 
 import ipaddress
@@ -46,8 +46,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from picluster import nodeset, tokens
-from picluster.errors import UsageError
+from picluster.model import nodeset, tokens
+from picluster.util.errors import UsageError
 
 _CLUSTER_KEYS = {
     "name", "user", "nodes", "addresses", "subnet", "tf_port", "agent_port",

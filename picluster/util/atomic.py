@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from picluster.errors import StorageError
+from picluster.util.errors import StorageError
 
 # What the storage under a path can refuse: full, over quota, read-only, not ours, failing.
 STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG}

@@ -4,8 +4,8 @@ import ipaddress
 import json
 from dataclasses import asdict, dataclass, replace
 
-from picluster.errors import UsageError
-from picluster.inventory import Inventory
+from picluster.model.inventory import Inventory
+from picluster.util.errors import UsageError
 
 JOBS = ("ps", "worker")
 
