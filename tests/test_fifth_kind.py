@@ -13,7 +13,7 @@ from picluster.cluster import attach
 from picluster.cluster.base import Agent, Cluster, TaskState
 from picluster.cluster.inprocess import InProcessCluster
 from picluster.jobs import controller
-from picluster.jobs.har import coordinator, progress
+from picluster.jobs.har import coordinator
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.job import HarJob
 from picluster.jobs.launch import config as launch_config
@@ -77,7 +77,7 @@ def test_a_launch_runs_its_tasks_through_the_kinds_own_launcher(borrowed, tmp_pa
     script.write_text("import json, os\nprint('task', json.loads(os.environ['TF_CONFIG'])['task']['index'], "
                       f"os.environ.get({MARK!r}))\n")
     config = launch_config.make(script, [], "each-worker", name="where")
-    outcome = controller.run(Launch(config, None), None, live=False)
+    outcome = controller.run(Launch(config), None, live=False)
     assert outcome.state == "COMPLETED", outcome.reason
     assert sorted(borrowed.started) == ["worker:0", "worker:1"]
     logs = {p.name: p.read_text() for p in Path(outcome.log_dir).iterdir() if p.suffix == ".log"}
@@ -91,7 +91,7 @@ def test_a_training_starts_its_clients_through_the_kind(borrowed, tmp_path):
                                    workers=2, ps=1, epochs=2, data_dir=str(write_tiny_har(tmp_path / "har")))
     run = coordinator.new_run_dir(tmp_path / "run")
     display = JobDisplay("train har", "epochs", live=False)
-    job = HarJob(config, run, "auto", progress.Printer(config, run, quiet=True), progress.Follower(config, display))
+    job = HarJob(config, run, "auto", quiet=True)
     result = controller.run(job, None, display=display)
     assert sorted(borrowed.started) == ["worker:0", "worker:1"]
     assert result["epochs_run"] == 2 and 0.0 <= result["test_accuracy"] <= 1.0, result

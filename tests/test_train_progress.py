@@ -2,6 +2,7 @@
 
 import pytest
 
+from picluster.jobs.controller import Running
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.progress import Follower
 from picluster.views.live import JobDisplay
@@ -16,7 +17,7 @@ def _render(display) -> str:
 def test_panel_shows_where_the_chief_is_and_the_validation_accuracy():
     display = JobDisplay("train har", "epochs", live=True,
                          console=console(100, terminal=True))
-    follow = Follower(TrainConfig(epochs=10), display)
+    follow = Follower(TrainConfig(epochs=10), Running(None, display), quiet=True)
     follow.epoch({"epoch": "1", "val_acc": "0.8"})
     follow.epoch({"epoch": "2", "val_acc": "0.75"})
     follow.live({"epoch": 3, "epochs": 10, "step": 5, "steps": 10, "global_step": 25, "train_acc": 0.9, "time": 0})
@@ -29,7 +30,7 @@ def test_panel_shows_where_the_chief_is_and_the_validation_accuracy():
 def test_a_stale_live_file_does_not_move_progress_back():
     display = JobDisplay("train har", "epochs", live=True,
                          console=console(100, terminal=True))
-    follow = Follower(TrainConfig(epochs=4), display)
+    follow = Follower(TrainConfig(epochs=4), Running(None, display), quiet=True)
     follow.epoch({"epoch": "2", "val_acc": "0.5"})
     follow.live({"epoch": 2, "epochs": 4, "step": 1, "steps": 10, "global_step": 11, "train_acc": 0.4, "time": 0})
     assert display.progress.done == 2
@@ -110,14 +111,12 @@ def test_the_run_line_names_the_model_and_async_says_it_is_not_reproducible(opti
 
 
 def test_epoch_lines_show_test_scores_only_when_the_run_records_them():
-    from picluster.jobs.har.progress import Printer
-
-    out = console(200)
-    printer = Printer(TrainConfig(epochs=3), "RUN", console=out)
+    out = console(200, terminal=True)
+    follow = Follower(TrainConfig(epochs=3), Running(None, JobDisplay("train har", "epochs", console=out)))
     row = {"epoch": "1", "train_loss": "1.2", "train_acc": "0.5", "val_loss": "1.1", "val_acc": "0.6", "val_f1": "0.55",
            "epoch_s": "3", "input_s": "0.1", "compute_s": "2", "exchange_s": "0.9", "staleness_mean": "", "staleness_max": ""}
-    printer.epoch(row)  # the default: validation only
-    printer.epoch(row | {"epoch": "2", "test_loss": "1.0", "test_acc": "0.7", "test_f1": "0.65"})  # --eval-test-every-epoch
+    follow.epoch(row)  # the default: validation only
+    follow.epoch(row | {"epoch": "2", "test_loss": "1.0", "test_acc": "0.7", "test_f1": "0.65"})  # --eval-test-every-epoch
     first, second = [line for line in text(out).splitlines() if line.startswith("epoch")]
     assert "val 1.100 60.0% F1 0.550  3.0s" in first and "test" not in first and "nan" not in first
     assert "val 1.100 60.0% F1 0.550  test 1.000 70.0% F1 0.650  3.0s" in second

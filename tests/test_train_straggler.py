@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from picluster.jobs.har.progress import Printer
+from picluster.jobs.har.progress import epoch_line
 from picluster.jobs.har.straggler import Arrivals
 
 
@@ -44,13 +44,8 @@ def test_a_worker_last_now_and_then_or_by_a_hair_is_not_named():
 
 
 def test_the_epoch_line_names_the_straggler():
-    printer = Printer.__new__(Printer)
-    printer.quiet = False
-    lines = []
-    printer.console = type("C", (), {"print": lambda self, text: lines.append(text)})()
     row = {"epoch": "3", "train_loss": "0.5", "train_acc": "0.8", "val_loss": "0.6", "val_acc": "0.7", "val_f1": "0.7",
            "epoch_s": "2.0", "input_s": "0.1", "compute_s": "1.5", "exchange_s": "0.4", "straggler": "5",
            "straggler_ms": "123.4"}
-    printer.epoch(row)
-    printer.epoch(row | {"straggler": "", "straggler_ms": ""})
+    lines = [epoch_line(row), epoch_line(row | {"straggler": "", "straggler_ms": ""})]
     assert lines[0].endswith("  straggler worker:5 (+123 ms a step)") and "straggler" not in lines[1]

@@ -40,7 +40,7 @@ def launch(inventory, mode, folder, restart_limit, grace, name, live, script, ar
 
     config = launch_config.make(script, args, mode, folder, restart_limit, grace, name)
     display = JobDisplay(f"launch {config.name}", "tasks", live=live)
-    launcher = Launch(config, inventory)
+    launcher = Launch(config)
     try:
         outcome = controller.run(launcher, inventory, display=display)
     except (KeyboardInterrupt, SystemExit):

@@ -35,7 +35,6 @@ def run() -> None:
 @other_spelling("--workers", "run montecarlo counts nodes, each drawing on one worker task: give --nodes {value}")
 def montecarlo(inventory, samples, nodes, seed, as_json, live, sweep, nodes_list, csv_path) -> None:
     """Estimate pi by drawing points in the unit square on every worker."""
-    from picluster.cluster.attach import default_nodes
     from picluster.jobs import controller
     from picluster.jobs.montecarlo import report
     from picluster.jobs.montecarlo import sweep as table
@@ -58,7 +57,7 @@ def montecarlo(inventory, samples, nodes, seed, as_json, live, sweep, nodes_list
 
     if sweep is None:
         total_start = time.perf_counter()
-        done = controller.run(MonteCarloJob(samples, nodes or default_nodes(inventory), seed, show_progress=not as_json),
+        done = controller.run(MonteCarloJob(samples, nodes, seed, show_progress=not as_json),
                               inventory, live=live and not as_json)
         times = {"cluster_start_s": done.cluster_start_s, "graph_build_s": done.graph_build_s,
                  "compute_s": done.estimate.compute_s, "total_s": time.perf_counter() - total_start}
@@ -68,7 +67,7 @@ def montecarlo(inventory, samples, nodes, seed, as_json, live, sweep, nodes_list
             report.print_estimate(done.estimate, times, done.cluster_description)
         return
 
-    counts = nodes_list or [nodes or default_nodes(inventory)]
+    counts = nodes_list or ([nodes] if nodes else None)  # None: every node with a server
     rows, kind = controller.run(SweepJob(sweep, counts, seed), inventory, live=False)
     table.write_sweep_csv(rows, csv_path)
     if as_json:

@@ -159,7 +159,7 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
     run = run or coordinator.new_run_dir(run_dir)
     display = JobDisplay("train har", "epochs", live=live and not as_json)
     printer = progress.Printer(config, run, quiet=as_json, console=display.console if display.live else None)
-    job = HarJob(config, run, worker_runtime, printer, progress.Follower(config, display), before=before)
+    job = HarJob(config, run, worker_runtime, quiet=as_json, before=before)
     try:
         result = controller.run(job, None if config.standalone else inventory, display=display)
     except BaseException:

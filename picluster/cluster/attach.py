@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 
 from picluster.cluster.allocation import Allocation, job_id, shared_dir, sizes, work_folder
@@ -133,6 +134,22 @@ class Place:
     run_suffix: str = ""  # after a run folder's time stamp: the Slurm job's id
     queued: bool = False  # inside a Slurm job: the nodes' runtime has no offline source to prepare data from
     data_on_nodes: bool = False  # the nodes read their own copy of the data (an inventory's share): none here to check
+    every_worker: int | None = None  # counted from the inventory or allocation (None: this machine's, when asked)
+    every_node: int | None = None  # every node with a server (Layout.one_per_node)
+
+    @cached_property
+    def all_workers(self) -> int:
+        """A launch's workers when not told: every worker there.  On this machine, the running
+        local cluster's, else one per core (a temporary cluster's), looked for only when asked."""
+        if self.every_worker is not None:
+            return self.every_worker
+        running = LocalCluster.open()
+        return len(running.layout.workers) if running is not None and running.is_up() else os.cpu_count() or 1
+
+    @property
+    def nodes(self) -> int:
+        """A job any server can run (Monte-Carlo) when not told: every node with a server."""
+        return self.every_node if self.every_node is not None else self.all_workers
 
 
 def place(inventory: Inventory | None) -> Place:
@@ -143,38 +160,14 @@ def place(inventory: Inventory | None) -> Place:
         nodes, ps = slurm
         share, job = shared_dir(), job_id()
         base = Place(f"slurm:{job}", Cluster.worker_runtimes, max(1, nodes - ps), ps, share,
-                     work_folder(share) / "runs" if share is not None else None, f"-slurm{job}", queued=True)
+                     work_folder(share) / "runs" if share is not None else None, f"-slurm{job}", queued=True,
+                     every_worker=nodes, every_node=nodes)
     elif inventory is not None:
-        base = Place(inventory_file(inventory) or "local", NodeCluster.worker_runtimes, len(inventory.workers), len(inventory.ps))
+        base = Place(inventory_file(inventory) or "local", NodeCluster.worker_runtimes, len(inventory.workers), len(inventory.ps),
+                     every_worker=len(inventory.workers), every_node=len(from_inventory(inventory).one_per_node()))
     else:
         return Place("local", Cluster.worker_runtimes)
     if inventory is None:
         return base
     # An inventory's nodes mount its share at data_dir (a Slurm job's given share is that same folder).
     return replace(base, share=Path(inventory.data_dir), data_on_nodes=True)
-
-
-def default_workers(inventory: Inventory | None) -> int:
-    """Workers a job uses when not told: one per node of the Slurm job it runs in, all of the
-    inventory's or the running local cluster's, else one per core of this machine (for a
-    temporary local cluster)."""
-    slurm = sizes()
-    if slurm is not None:
-        return slurm[0]
-    if inventory is not None:
-        return len(inventory.workers)
-    running = LocalCluster.open()
-    if running is not None and running.is_up():
-        return len(running.layout.workers)
-    return os.cpu_count() or 1
-
-
-def default_nodes(inventory: Inventory | None) -> int:
-    """Nodes a job that any server can run (Monte-Carlo) uses when not told: every node of the
-    Slurm job or of the inventory with a server (Layout.one_per_node), else as default_workers."""
-    slurm = sizes()
-    if slurm is not None:
-        return slurm[0]
-    if inventory is not None:
-        return len(from_inventory(inventory).one_per_node())
-    return default_workers(None)

@@ -5,6 +5,7 @@ tasks it needs, and its ``body``, which does the work on the cluster it is given
 through ``Running`` (progress, notes, output lines, tasks' exits).  ``run`` does the rest, in this
 order, for all of them:
 
+0. place: where it will run, and the defaults the job takes from there (``Job.placed``);
 1. record: the job gets its row in the records (PENDING), with the command that started it;
 2. attach: the inventory's nodes, the running local cluster, or a temporary one (a job that gets
    no cluster was never started: it leaves no record);
@@ -18,7 +19,7 @@ import sys
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import ExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from picluster.cluster.base import Cluster
 from picluster.jobs import records
@@ -27,6 +28,9 @@ from picluster.model.inventory import Inventory
 from picluster.monitor.poll import Monitor
 from picluster.util.errors import PiclusterError
 from picluster.views.live import JobDisplay
+
+if TYPE_CHECKING:  # attach brings in every kind of cluster: imported when a job runs
+    from picluster.cluster.attach import Place
 
 
 class Running:
@@ -40,8 +44,21 @@ class Running:
     def job_id(self) -> int:
         return self.record.id
 
+    @property
+    def live(self) -> bool:
+        """A live panel shows the progress (a terminal); else log lines do."""
+        return self.display.live
+
     def progress(self, done: float, total: float, detail: str = "") -> None:
         self.display.update(done, total, detail)
+
+    def say(self, line: str) -> None:
+        """A line of the job's progress (a training's epoch): above a live panel, else on stderr
+        (stdout stays the result's, --json's too)."""
+        if self.display.live:
+            self.display.console.print(line, soft_wrap=True, highlight=False, markup=False)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def note(self, message: str) -> None:
         """A line about the job (a restart, the cluster it got): dim above a live panel, else on stderr."""
@@ -78,6 +95,10 @@ class Job(ABC):
     keep_rejected: bool = False  # a usage error after the job's id was shown keeps the record
     log_dir: str = ""
 
+    def placed(self, where: "Place") -> None:  # noqa: B027  (most jobs were told all they need)
+        """Defaults the job takes from where it will run, before it is shown or recorded (a
+        launch's workers, Monte-Carlo's nodes when not told)."""
+
     def placement(self, cluster: Cluster | None, job_id: int) -> tuple[str, Sequence[tuple[str, str, str]]]:
         """The nodes it runs on and its tasks (label, node, log), for the record: by default the
         first ``workers`` worker tasks and the ps tasks, without logs."""
@@ -104,9 +125,11 @@ def run(job: Job, inventory: Inventory | None, live: bool = True, display: JobDi
     """The job, from its record to its end; returns what its body returned."""
     from picluster.cluster.attach import attach, place
 
+    where = place(inventory)
+    job.placed(where)
     display = display or JobDisplay(job.title, job.unit, live=live)
     # The record is made before the cluster is attached (a job waiting for its servers is listed).
-    with records.recorded(job.name, job.kind, job.mode, place(inventory).name, ["picluster", *sys.argv[1:]], job.log_dir,
+    with records.recorded(job.name, job.kind, job.mode, where.name, ["picluster", *sys.argv[1:]], job.log_dir,
                           keep_rejected=job.keep_rejected) as record, ExitStack() as stack:
         cluster: Cluster | None = None
         if not job.standalone:

@@ -17,10 +17,11 @@ from picluster.cluster import door
 from picluster.cluster.containers import Unreachable, container
 from picluster.data.har import har_dir
 from picluster.data.har.dataset import cache_path
+from picluster.jobs.controller import Running
 from picluster.jobs.har import clients, trained
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import load_data
-from picluster.jobs.har.follow import Events, follow
+from picluster.jobs.har.follow import follow
 from picluster.jobs.har.rundir import RunDir
 from picluster.model.clusterspec import Layout
 from picluster.util import atomic
@@ -83,9 +84,10 @@ def worker_runtime(choice: str, offered: tuple[str, ...]) -> str:
     return choice
 
 
-def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", events: Events, runtime: str = "auto") -> dict:
+def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", job: Running, runtime: str = "auto", quiet: bool = False) -> dict:
     """Run (or continue) the training in ``run`` on ``cluster`` (None: standalone); return the
-    result (result.json's contents, and the workers lost on the way).
+    result (result.json's contents, and the workers lost on the way).  It reports through ``job``,
+    the controller's Running (``quiet``: no epoch lines, for --json).
 
     Where the cluster gives each client a folder of the job's own on its node (an inventory's
     nodes) the clients run there and read the data set from the nodes' share (``config.data_dir``);
@@ -108,10 +110,10 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", events: E
         try:
             with clients.Heartbeat(lambda: running):
                 running = clients.start(run, None)
-                return follow(run, config, running, events, launch="")
+                return follow(run, config, running, job, quiet, launch="")
         finally:
             clients.stop(running)
-            events.stopped(running)
+            _record_exits(job, running)
     from picluster.monitor.poll import Monitor
     from picluster.monitor.record import Recorder
 
@@ -121,9 +123,9 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", events: E
     atomic.write_json(run.layout, {"layout": used.to_json(), "cluster": cluster.kind, "launch": launch,
                                    "inventory": cluster.inventory_file,
                                    "worker_runtime": runtime})
-    events.note(f"cluster: {cluster.kind}, {config.ps} ps + {config.workers} workers"
-                + (f" (started in {cluster.start_s:.1f} s)" if cluster.start_s else "")
-                + _RUNTIME_NOTE.get(runtime, ""))
+    job.note(f"cluster: {cluster.kind}, {config.ps} ps + {config.workers} workers"
+             + (f" (started in {cluster.start_s:.1f} s)" if cluster.start_s else "")
+             + _RUNTIME_NOTE.get(runtime, ""))
     running = []
     beside: list[clients.Evaluator] = []
     try:
@@ -139,30 +141,37 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", events: E
             # A shared worker's server lives and dies with its client, whose exit is watched anyway.
             standing_in = {c.task for c in running if c.runtime == "shared"}
             servers = tuple(t for t in used.tasks if t.job == "ps" or t.index not in standing_in)
-            return follow(run, config, running, events, servers, launch, beside[0] if beside else None)
+            return follow(run, config, running, job, quiet, servers, launch, beside[0] if beside else None)
     finally:
         try:
-            _clean_up(cluster, running, beside, events, launch, runtime)
+            _clean_up(cluster, running, beside, job, launch, runtime)
         finally:
             cluster.release()  # the connections the clients' job folders were reached over
 
 
-def _clean_up(cluster: "Cluster", running: list, beside: list, events: Events, launch: str, runtime: str) -> None:
+def _clean_up(cluster: "Cluster", running: list, beside: list, job: Running, launch: str, runtime: str) -> None:
     """After the run, however it ended: every client stopped, this launch's variables freed on the
     ps, and the worker servers the clients stood in for started again."""
     clients.stop(running + beside)
-    events.stopped(running)  # each client's exit status, for the job record
+    _record_exits(job, running)
     try:  # the launch's variables on the ps: a cluster that stays up would keep them until it stops
         cluster.forget([container(launch)])
     except Unreachable:
         pass  # a ps that stopped took them with it (the run's own failure names it)
     except OSError as exc:
-        events.note(f"could not free this run's variables on the ps ({exc}); they stay until its server restarts")
+        job.note(f"could not free this run's variables on the ps ({exc}); they stay until its server restarts")
     if _servers_to_restart(running, runtime):
         try:  # the worker servers the clients stood in for (or took down): the cluster as it was found
             cluster.repair()
         except ClusterError as exc:
-            events.note(f"could not start the worker servers again ({exc}); 'picluster cluster up' starts them")
+            job.note(f"could not start the worker servers again ({exc}); 'picluster cluster up' starts them")
+
+
+def _record_exits(job: Running, running: list) -> None:
+    """Each stopped client's exit status, for the job's record."""
+    for client in running:
+        code = client.poll()
+        job.task_exited(f"worker:{client.task}", code, "COMPLETED" if code == 0 else "FAILED")
 
 
 def evaluator_data(config: TrainConfig) -> Path | None:

@@ -7,13 +7,14 @@ client's own usage or storage error)."""
 import json
 import os
 from pathlib import Path
-from typing import Protocol
 
 from picluster.cluster.exits import Exit, Exited, file_tail
 from picluster.cluster.lifetime import last_line
 from picluster.cluster.probe import unanswered
+from picluster.jobs.controller import Running
 from picluster.jobs.har import clients, metrics
 from picluster.jobs.har.config import TrainConfig
+from picluster.jobs.har.progress import Follower
 from picluster.jobs.har.rundir import RunDir, read_json
 from picluster.jobs.watch import DONE, GOES_ON, watch
 from picluster.util.errors import STORAGE_EXIT, ClusterError, PiclusterError, StorageError, UsageError
@@ -23,21 +24,12 @@ REMOTE_POLL_S = 1.0  # each poll of a node's chief is an SSH round trip
 CHECK_S = 5.0  # seconds between checks that the cluster's servers still answer
 
 
-class Events(Protocol):
-    """What the coordinator reports while it follows the chief."""
-
-    def epoch(self, row: dict) -> None: ...  # a row of metrics.csv, once the chief wrote it
-    def note(self, message: str) -> None: ...  # a line for the user: the cluster, a lost worker, a resume
-    def live(self, progress: dict) -> None: ...  # live.json: where the chief is within its epoch
-    def stopped(self, clients: list) -> None: ...  # the clients, once stopped (poll(): each one's exit status)
-
-
-def follow(run: RunDir, config: TrainConfig, running: list, events: Events, tasks=(), launch: str = "",
+def follow(run: RunDir, config: TrainConfig, running: list, job: Running, quiet: bool = False, tasks=(), launch: str = "",
             evaluator: "clients.Evaluator | None" = None) -> dict:
     """Follow the chief's records until the run ends (the watch loop, jobs/watch.py): the chief's
     exit, or with an evaluator beside us, the evaluator's (it writes result.json once the target is
     reached or the last epoch is in); the result, and the workers lost on the way."""
-    training = _Training(run, config, running, events, tasks, launch, evaluator)
+    training = _Training(run, config, running, job, quiet, tasks, launch, evaluator)
     failure = watch(training)
     if failure is not None:
         raise failure
@@ -53,9 +45,10 @@ class _Training:
     probe_s = CHECK_S
     probe_patience = (3, 2.0, 0.5)  # a Pi's server under a training's load may be slow to accept
 
-    def __init__(self, run: RunDir, config: TrainConfig, running: list, events: Events, tasks, launch: str,
+    def __init__(self, run: RunDir, config: TrainConfig, running: list, job: Running, quiet: bool, tasks, launch: str,
                  evaluator: "clients.Evaluator | None") -> None:
-        self.run, self.config, self.running, self.events, self.tasks, self.launch = run, config, running, events, tuple(tasks), launch
+        self.run, self.config, self.running, self.job, self.tasks, self.launch = run, config, running, job, tuple(tasks), launch
+        self.shown_progress = Follower(config, job, quiet)
         self.chief, self.evaluator = running[0], evaluator
         self.poll_s = POLL_S if self.chief.remote is None else REMOTE_POLL_S
         # The evaluator first: in a round where both end, its verdict (the result) is the run's.
@@ -88,16 +81,16 @@ class _Training:
                 if row.get("time") not in self.shown:
                     self.shown.add(row.get("time"))
                     self.started = True  # an epoch is done (a short one may end before any live.json)
-                    self.events.epoch(row)
+                    self.shown_progress.epoch(row)
         if _changed(run.resume_note, stamps):
             note = read_json(run.resume_note)  # checkpoints.write_note
             if isinstance(note, dict) and note.get("launch") == self.launch:  # this launch's chief restored a checkpoint
-                self.events.note(_resume_line(note))
+                self.job.note(_resume_line(note))
         if _changed(run.live, stamps):
             live = read_json(run.live)
             if live:
                 self.started = True
-                self.events.live(live)
+                self.shown_progress.live(live)
 
     def judge(self, label: str, code: int):
         client = self.clients[label]
@@ -124,7 +117,7 @@ class _Training:
             return ClusterError(f"{client.label} died ({why}: {last_line(client.log)}); sync training cannot go on without it"
                                 + _resume_hint(self.run))
         self.lost.add(client.task)
-        self.events.note(f"{client.label} died ({why}); async training goes on with {self.config.workers - len(self.lost)} worker(s)")
+        self.job.note(f"{client.label} died ({why}); async training goes on with {self.config.workers - len(self.lost)} worker(s)")
         return GOES_ON
 
     def _client_failure(self, client, code: int) -> PiclusterError | None:

@@ -1,11 +1,12 @@
-"""HAR training as a job: the coordinator's work on the cluster it is given, and what it reports."""
+"""HAR training as a job: the coordinator's work on the cluster it is given; it reports through the
+controller's ``Running`` (jobs/har/progress.py's Follower for its epochs)."""
 
 import os
 from collections.abc import Callable
 
 from picluster.cluster.base import Cluster
 from picluster.jobs.controller import Job, Running
-from picluster.jobs.har import coordinator, progress
+from picluster.jobs.har import coordinator
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.rundir import RunDir
 from picluster.model import nodeset
@@ -16,18 +17,17 @@ class HarJob(Job):
     title = "train har"
     unit = "epochs"
 
-    def __init__(self, config: TrainConfig, run: RunDir, runtime: str, printer: progress.Printer, follower: progress.Follower,
+    def __init__(self, config: TrainConfig, run: RunDir, runtime: str, quiet: bool = False,
                  before: Callable[[], None] | None = None) -> None:
         self.config, self.run, self.runtime = config, run, runtime
         # Done once the cluster answers, before training (the data set put on a cluster's share on
         # first use): a cluster with too few workers or a server down is refused before that work.
         self.before = before
-        self.printer, self.follower = printer, follower
+        self.quiet = quiet  # --json: no epoch lines (notes still go to stderr)
         self.mode = "standalone" if config.standalone else config.mode
         self.standalone = config.standalone
         self.workers, self.ps = config.workers, 0 if config.standalone else config.ps
         self.log_dir = str(run)
-        self.running: Running | None = None
         if config.deterministic and not config.standalone:
             # The ops run on the servers: a temporary local cluster's inherit this (a running
             # cluster's keep the setting they were started with).
@@ -41,25 +41,6 @@ class HarJob(Job):
         return nodes, [(t.label, t.node, str(self.run.worker_log(t.index))) for t in workers]
 
     def body(self, cluster: Cluster | None, running: Running) -> dict:
-        self.running = running
         if self.before is not None:
             self.before()
-        return coordinator.train(self.config, self.run, cluster, self, self.runtime)
-
-    # -- follow.Events -------------------------------------------------------------------------
-
-    def epoch(self, row: dict) -> None:
-        self.printer.epoch(row)
-        self.follower.epoch(row)
-
-    def note(self, message: str) -> None:
-        self.printer.event(message)
-
-    def live(self, progress: dict) -> None:
-        self.follower.live(progress)
-
-    def stopped(self, clients: list) -> None:
-        assert self.running is not None
-        for client in clients:
-            code = client.poll()
-            self.running.task_exited(f"worker:{client.task}", code, "COMPLETED" if code == 0 else "FAILED")
+        return coordinator.train(self.config, self.run, cluster, running, self.runtime, quiet=self.quiet)

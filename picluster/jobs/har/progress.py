@@ -1,4 +1,4 @@
-"""What the user sees: one line per epoch as the chief writes it, then the selected model."""
+"""What the user sees of a training: what it trains, one line per epoch as the chief writes it, then the selected model."""
 
 import sys
 
@@ -31,7 +31,23 @@ def _update(config) -> str:
     return f"{windows} windows per update at rate {lr:.3g}{warm}{stale}{local}"
 
 
+def epoch_line(r: dict) -> str:
+    """One epoch's row of metrics.csv, as the user reads it."""
+    f = lambda k: float(r[k]) if r.get(k) not in (None, "") else float("nan")
+    stale = f" stale {f('staleness_mean'):.2f}/{r['staleness_max']}" if r.get("staleness_mean") else ""
+    # Sync: the worker the others waited for, when one held most steps back (straggler.py).
+    if r.get("straggler") not in (None, ""):
+        stale += f"  straggler worker:{int(float(r['straggler']))} (+{f('straggler_ms'):.0f} ms a step)"
+    # Test scores per epoch only with --eval-test-every-epoch (and in runs made before it).
+    test = f"test {f('test_loss'):.3f} {f('test_acc'):.1%} F1 {f('test_f1'):.3f}  " if r.get("test_acc") not in (None, "") else ""
+    return (f"epoch {int(r['epoch']):3d}  train {f('train_loss'):.3f} {f('train_acc'):.1%}  "
+            f"val {f('val_loss'):.3f} {f('val_acc'):.1%} F1 {f('val_f1'):.3f}  {test}"
+            f"{f('epoch_s'):.1f}s = input {f('input_s'):.2f} + compute {f('compute_s'):.1f} + exchange {f('exchange_s'):.1f}{stale}")
+
+
 class Printer:
+    """The run's first line (what it trains, how) and its summary (the command's output)."""
+
     def __init__(self, config, run_dir, quiet: bool = False, console: Console | None = None) -> None:
         self.config = config
         self.quiet = quiet
@@ -45,25 +61,6 @@ class Printer:
             if config.mode == "async" and not config.standalone and config.workers > 1:
                 self.console.print("async mode is not reproducible: which weights each gradient is computed against "
                                    "depends on timing, so the same --seed gives different numbers (README: HAR)")
-
-    def event(self, message: str) -> None:
-        self.console.print(message)  # on stderr, so even with --json a lost worker is reported
-
-    def epoch(self, r: dict) -> None:
-        if self.quiet:
-            return
-        f = lambda k: float(r[k]) if r.get(k) not in (None, "") else float("nan")
-        stale = f" stale {f('staleness_mean'):.2f}/{r['staleness_max']}" if r.get("staleness_mean") else ""
-        # Sync: the worker the others waited for, when one held most steps back (straggler.py).
-        if r.get("straggler") not in (None, ""):
-            stale += f"  straggler worker:{int(float(r['straggler']))} (+{f('straggler_ms'):.0f} ms a step)"
-        # Test scores per epoch only with --eval-test-every-epoch (and in runs made before it).
-        test = f"test {f('test_loss'):.3f} {f('test_acc'):.1%} F1 {f('test_f1'):.3f}  " if r.get("test_acc") not in (None, "") else ""
-        self.console.print(
-            f"epoch {int(r['epoch']):3d}  train {f('train_loss'):.3f} {f('train_acc'):.1%}  "
-            f"val {f('val_loss'):.3f} {f('val_acc'):.1%} F1 {f('val_f1'):.3f}  {test}"
-            f"{f('epoch_s'):.1f}s = input {f('input_s'):.2f} + compute {f('compute_s'):.1f} + exchange {f('exchange_s'):.1f}{stale}"
-        )
 
     def summary(self, result: dict) -> None:
         c = self.report
@@ -94,28 +91,33 @@ SHORT_CLASSES = {"WALKING": "WALK", "WALKING_UPSTAIRS": "UP", "WALKING_DOWNSTAIR
 
 
 class Follower:
-    """Feeds the live panel: where the chief is in its epoch, and the last and best validation accuracy."""
+    """The training's progress, reported through the job controller's ``Running``: a line per
+    epoch (not with --json), and on a live panel where the chief is in its epoch, and the last and
+    best validation accuracy."""
 
-    def __init__(self, config, display) -> None:
+    def __init__(self, config, job, quiet: bool = False) -> None:
         self.config = config
-        self.display = display
+        self.job = job  # controller.Running
+        self.quiet = quiet
         self.last_val: float | None = None
         self.best_val: float | None = None
         self.epochs_done = 0
 
     def epoch(self, row: dict) -> None:
+        if not self.quiet:
+            self.job.say(epoch_line(row))
         val = float(row["val_acc"])
         self.last_val = val
         self.best_val = val if self.best_val is None else max(self.best_val, val)
         self.epochs_done = int(row["epoch"])
-        if self.display.live:  # without a panel the epoch line says it all
-            self.display.update(self.epochs_done, self.config.epochs, self._detail(None))
+        if self.job.live:  # without a panel the epoch line says it all
+            self.job.progress(self.epochs_done, self.config.epochs, self._detail(None))
 
     def live(self, live: dict) -> None:
-        if not self.display.live or int(live["epoch"]) <= self.epochs_done:
+        if not self.job.live or int(live["epoch"]) <= self.epochs_done:
             return
         done = int(live["epoch"]) - 1 + int(live["step"]) / max(int(live["steps"]), 1)
-        self.display.update(done, self.config.epochs, self._detail(live))
+        self.job.progress(done, self.config.epochs, self._detail(live))
 
     def _detail(self, live: dict | None) -> str:
         parts = []

@@ -25,7 +25,6 @@ from picluster.jobs.launch.config import LaunchConfig
 from picluster.jobs.launch.output import Output, log_name
 from picluster.model import nodeset
 from picluster.model.fanout import fan_out
-from picluster.model.inventory import Inventory
 from picluster.util.errors import ClusterError, PiclusterError
 from picluster.util.paths import state_dir
 
@@ -55,12 +54,9 @@ class Launch(Job):
     temporary = False
     keep_rejected = True  # the job's id was shown: a refusal after that stays on record
 
-    def __init__(self, config: LaunchConfig, inventory: Inventory | None) -> None:
-        from picluster.cluster.attach import default_workers
-
+    def __init__(self, config: LaunchConfig) -> None:
         self.config = config
         self.name, self.mode, self.title = config.name, config.mode, f"launch {config.name}"
-        self.workers = default_workers(inventory)
         self.ps = 1 if config.mode == "coordinator" else 0
         self.tasks: dict[str, LocalTask | NodeTask] = {}
         self.specs: dict[str, TaskSpec] = {}
@@ -69,6 +65,9 @@ class Launch(Job):
         self.budget = policy.Budget(config.restart_limit)
         self.cut_off: set[str] = set()  # nodes that stopped answering at all during the job
         self.why = ""  # what the policy said of the first task that failed the job
+
+    def placed(self, where) -> None:
+        self.workers = where.all_workers  # every worker of the cluster it runs on
 
     def placement(self, cluster: Cluster | None, job_id: int):
         assert cluster is not None

@@ -25,10 +25,15 @@ class MonteCarloJob(Job):
     workers_option = "--nodes"  # the card's `--nodes 8`: eight nodes, each drawing on one server
     per_node = True
 
-    def __init__(self, samples: int, workers: int, seed: int, show_progress: bool = True) -> None:
-        self.samples, self.workers, self.seed = samples, workers, seed
+    def __init__(self, samples: int, workers: int | None, seed: int, show_progress: bool = True) -> None:
+        """``workers``: the nodes to draw on (None: every node with a server where it runs)."""
+        self.samples, self.seed = samples, seed
+        self.asked = workers
         self.show_progress = show_progress
-        self.title = f"montecarlo on {workers} node(s)"
+
+    def placed(self, where) -> None:
+        self.workers = self.asked or where.nodes
+        self.title = f"montecarlo on {self.workers} node(s)"
 
     def placement(self, cluster: Cluster | None, job_id: int):
         assert cluster is not None
@@ -54,9 +59,14 @@ class SweepJob(Job):
     workers_option = "--nodes"
     per_node = True
 
-    def __init__(self, sizes: list[int], node_counts: list[int], seed: int) -> None:
-        self.sizes, self.node_counts, self.seed = sizes, node_counts, seed
-        self.workers = max(node_counts)
+    def __init__(self, sizes: list[int], node_counts: list[int] | None, seed: int) -> None:
+        """``node_counts`` None: every node with a server where it runs."""
+        self.sizes, self.seed = sizes, seed
+        self.asked = node_counts
+
+    def placed(self, where) -> None:
+        self.node_counts = self.asked or [where.nodes]
+        self.workers = max(self.node_counts)
 
     def placement(self, cluster: Cluster | None, job_id: int):
         assert cluster is not None
