@@ -40,3 +40,46 @@ def test_the_layers_name_every_package():
     diagram = _block("Layers")
     packages = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
     assert [name for name in packages if f"{name}/" not in diagram] == []
+
+
+def _ci_times():
+    """scripts/ci_times.py, which is no module of the package."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ci_times", ROOT / "scripts" / "ci_times.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_suite_times_stated_are_the_last_runs_rows():
+    """CONTRIBUTING's times are the last clean-clone run's rows in docs/data/ci_parts.csv, as
+    scripts/ci_times.py writes them from a run's log, and its loop says the same whole minutes."""
+    ci_times = _ci_times()
+    last = ci_times.runs()[-1]
+    wall, parts = ci_times.statement(last)
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    stated = ci_times.LAST.findall(text)
+    assert [(commit, int(minutes), what) for _, commit, minutes, what in stated] == [(last[0]["commit"], wall, parts)]
+    assert [int(m.group(2)) for m in ci_times.LOOP.finditer(text)] == [wall]
+    assert {r["part"] for r in last} >= {"unit", "e2e", "lab", "vm", "wall"}
+
+
+def test_the_times_script_reads_a_runs_log(tmp_path, monkeypatch):
+    ci_times = _ci_times()
+    log = ("....\ntime by part: unit 1136 tests 2.1 min; e2e 59 tests 8.8 min; lab 89 tests 19.9 min; vm 7 tests 3.3 min; all 34.1 min\n"
+           "1291 passed, 12 deselected in 2046.00s (0:34:06)\n\nreal\t35m31.200s\nuser\t1m0s\n")
+    assert ci_times.parse(log) == {"unit": (1136, 2.1), "e2e": (59, 8.8), "lab": (89, 19.9), "vm": (7, 3.3), "wall": (0, 35.52)}
+    with pytest.raises(SystemExit, match="no passing run"):
+        ci_times.parse(log.replace("1291 passed", "2 failed, 1289 passed"))
+    monkeypatch.setattr(ci_times, "CSV", tmp_path / "parts.csv")
+    monkeypatch.setattr(ci_times, "CONTRIBUTING", tmp_path / "CONTRIBUTING.md")
+    (tmp_path / "CONTRIBUTING.md").write_text((ROOT / "CONTRIBUTING.md").read_text())
+    (tmp_path / "log").write_text(log)
+    ci_times.main(str(tmp_path / "log"), "abc1234")
+    written = (tmp_path / "CONTRIBUTING.md").read_text()
+    assert "Last clean-clone run (abc1234): 36 min in all; unit 1,136 tests 2.1 min; e2e 59 tests 8.8 min; " \
+           "lab 89 tests 19.9 min; vm 7 tests 3.3 min." in written and "(about 36 min)" in written
+    assert ci_times.runs()[-1][-1] == {"commit": "abc1234", "date": ci_times.date.today().isoformat(), "part": "wall",
+                                       "tests": "0", "minutes": "35.5"}

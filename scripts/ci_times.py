@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""The suite's times, from a `.ci/run` log: appended to docs/data/ci_parts.csv and written into
+CONTRIBUTING.md, whose statement of them `tests/test_contributing.py` checks against the CSV.
+
+    git clone . /tmp/ci && cd /tmp/ci && (time bash .ci/run) > /tmp/ci.log 2>&1
+    python3 scripts/ci_times.py /tmp/ci.log COMMIT
+
+The log gives pytest's last line per part (`time by part: unit 1133 tests 2.4 min; ...`) and the
+shell's `real` (the whole run: lint and install too).  A run that did not pass is refused.
+"""
+
+import csv
+import re
+import sys
+from datetime import date
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CSV = ROOT / "docs" / "data" / "ci_parts.csv"
+CONTRIBUTING = ROOT / "CONTRIBUTING.md"
+FIELDS = ("commit", "date", "part", "tests", "minutes")
+PART = re.compile(r"(\w+) (\d+) tests (\d+\.\d) min")
+# The two places CONTRIBUTING states them; tests/test_contributing.py reads them with these too.
+LOOP = re.compile(r"(\(\.ci/run: lint, then this\) \(about )(\d+)( min\))")
+LAST = re.compile(r"^(\s*)Last clean-clone run \(([0-9a-f]+)\): (\d+) min in all; (.*)\.$", re.M)
+
+
+def parse(log: str) -> dict[str, tuple[int, float]]:
+    """part -> (tests, minutes), and "wall" -> (0, the whole run's minutes)."""
+    if not re.search(r"^\d+ passed\b(?!.*\b(failed|error)).*$", log, re.M):
+        raise SystemExit("ci_times: the log shows no passing run (a line 'N passed' without failures)")
+    line = [x for x in log.splitlines() if x.startswith("time by part: ")]
+    real = re.search(r"^real\s+(\d+)m(\d+(?:\.\d+)?)s$", log, re.M)
+    if not line or real is None:
+        raise SystemExit("ci_times: no 'time by part:' line or no 'real' time: run it as (time bash .ci/run) > LOG 2>&1")
+    parts = {name: (int(tests), float(minutes)) for name, tests, minutes in PART.findall(line[-1])}
+    return parts | {"wall": (0, int(real.group(1)) + float(real.group(2)) / 60)}
+
+
+def runs() -> list[list[dict]]:
+    """The CSV's runs, oldest first, each as its rows."""
+    grouped: dict[str, list[dict]] = {}
+    with CSV.open(newline="") as f:
+        for row in csv.DictReader(f):
+            grouped.setdefault(row["commit"], []).append(row)
+    return list(grouped.values())
+
+
+def statement(rows: list[dict]) -> tuple[int, str]:
+    """The whole run's minutes, rounded, and the parts as CONTRIBUTING states them."""
+    wall = next(round(float(r["minutes"])) for r in rows if r["part"] == "wall")
+    parts = "; ".join(f"{r['part']} {int(r['tests']):,} tests {float(r['minutes']):.1f} min" for r in rows if r["part"] != "wall")
+    return wall, parts
+
+
+def main(log_path: str, commit: str) -> None:
+    parts = parse(Path(log_path).read_text(errors="replace"))
+    rows = [{"commit": commit, "date": date.today().isoformat(), "part": p, "tests": t, "minutes": f"{m:.1f}"} for p, (t, m) in parts.items()]
+    new = not CSV.exists()
+    with CSV.open("a", newline="") as f:
+        writer = csv.DictWriter(f, FIELDS)
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
+    wall, stated = statement([{k: str(v) for k, v in r.items()} for r in rows])
+    text = CONTRIBUTING.read_text()
+    text, loops = LOOP.subn(lambda m: f"{m.group(1)}{wall}{m.group(3)}", text)
+    text, lasts = LAST.subn(lambda m: f"{m.group(1)}Last clean-clone run ({commit}): {wall} min in all; {stated}.", text)
+    if (loops, lasts) != (1, 1):
+        raise SystemExit(f"ci_times: CONTRIBUTING.md should state the times once in each place (found {loops} and {lasts})")
+    CONTRIBUTING.write_text(text)
+    print(f"{commit}: {wall} min in all; {stated}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        raise SystemExit("usage: scripts/ci_times.py LOG COMMIT")
+    main(*sys.argv[1:])
