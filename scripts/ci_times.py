@@ -18,7 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CSV = ROOT / "docs" / "data" / "ci_parts.csv"
 CONTRIBUTING = ROOT / "CONTRIBUTING.md"
-FIELDS = ("commit", "date", "part", "tests", "minutes")
+FIELDS = ("run", "commit", "date", "part", "tests", "minutes")  # run: 1, 2, ... (a commit may be measured twice)
+PARTS = ("unit", "e2e", "lab", "vm")  # what CI runs (tests/conftest.py's parts, the long one left out)
 PART = re.compile(r"(\w+) (\d+) tests (\d+\.\d) min")
 # The two places CONTRIBUTING states them; tests/test_contributing.py reads them with these too.
 LOOP = re.compile(r"(\(\.ci/run: lint, then this\) \(about )(\d+)( min\))")
@@ -27,14 +28,20 @@ LAST = re.compile(r"^(\s*)Last clean-clone run \(([0-9a-f]+)\): (\d+) min in all
 
 def parse(log: str) -> dict[str, tuple[int, float]]:
     """part -> (tests, minutes), and "wall" -> (0, the whole run's minutes)."""
-    if not re.search(r"^\d+ passed\b(?!.*\b(failed|error)).*$", log, re.M):
-        raise SystemExit("ci_times: the log shows no passing run (a line 'N passed' without failures)")
+    log = re.sub(r"\x1b\[[0-9;]*m", "", log)  # colours, should the run have had a terminal
+    # pytest's last line, "=== 1287 passed, 12 deselected in 2100.11s (0:35:00) ===", with nothing failed.
+    summary = re.findall(r"^[=\s]*(\d+ passed\b.*?)[=\s]*$", log, re.M)
+    if not summary or re.search(r"\b(failed|errors?)\b", summary[-1]):
+        raise SystemExit("ci_times: the log shows no passing run (pytest's last line 'N passed', without failures)")
     line = [x for x in log.splitlines() if x.startswith("time by part: ")]
-    real = re.search(r"^real\s+(\d+)m(\d+(?:\.\d+)?)s$", log, re.M)
-    if not line or real is None:
+    real = re.findall(r"^real\s+(\d+)m(\d+(?:\.\d+)?)s$", log, re.M)
+    if not line or not real:
         raise SystemExit("ci_times: no 'time by part:' line or no 'real' time: run it as (time bash .ci/run) > LOG 2>&1")
     parts = {name: (int(tests), float(minutes)) for name, tests, minutes in PART.findall(line[-1])}
-    return parts | {"wall": (0, int(real.group(1)) + float(real.group(2)) / 60)}
+    if set(PARTS) - set(parts):
+        raise SystemExit(f"ci_times: the run has no {', '.join(sorted(set(PARTS) - set(parts)))} part: not a whole CI run")
+    minutes, seconds = real[-1]
+    return parts | {"wall": (0, int(minutes) + float(seconds) / 60)}
 
 
 def runs() -> list[list[dict]]:
@@ -42,32 +49,36 @@ def runs() -> list[list[dict]]:
     grouped: dict[str, list[dict]] = {}
     with CSV.open(newline="") as f:
         for row in csv.DictReader(f):
-            grouped.setdefault(row["commit"], []).append(row)
-    return list(grouped.values())
+            grouped.setdefault(row["run"], []).append(row)
+    return [grouped[run] for run in sorted(grouped, key=int)]
 
 
 def statement(rows: list[dict]) -> tuple[int, str]:
     """The whole run's minutes, rounded, and the parts as CONTRIBUTING states them."""
-    wall = next(round(float(r["minutes"])) for r in rows if r["part"] == "wall")
+    wall = next(int(float(r["minutes"]) + 0.5) for r in rows if r["part"] == "wall")  # halves up
     parts = "; ".join(f"{r['part']} {int(r['tests']):,} tests {float(r['minutes']):.1f} min" for r in rows if r["part"] != "wall")
     return wall, parts
 
 
 def main(log_path: str, commit: str) -> None:
+    if not re.fullmatch(r"[0-9a-f]{7,40}", commit):
+        raise SystemExit(f"ci_times: {commit!r} is not a commit: give its hash (git rev-parse --short HEAD)")
     parts = parse(Path(log_path).read_text(errors="replace"))
-    rows = [{"commit": commit, "date": date.today().isoformat(), "part": p, "tests": t, "minutes": f"{m:.1f}"} for p, (t, m) in parts.items()]
-    new = not CSV.exists()
-    with CSV.open("a", newline="") as f:
-        writer = csv.DictWriter(f, FIELDS)
-        if new:
-            writer.writeheader()
-        writer.writerows(rows)
-    wall, stated = statement([{k: str(v) for k, v in r.items()} for r in rows])
+    number = str(int(runs()[-1][0]["run"]) + 1 if CSV.exists() else 1)
+    rows = [{"run": number, "commit": commit, "date": date.today().isoformat(), "part": p, "tests": str(t), "minutes": f"{m:.1f}"}
+            for p, (t, m) in parts.items()]
+    wall, stated = statement(rows)
     text = CONTRIBUTING.read_text()
     text, loops = LOOP.subn(lambda m: f"{m.group(1)}{wall}{m.group(3)}", text)
     text, lasts = LAST.subn(lambda m: f"{m.group(1)}Last clean-clone run ({commit}): {wall} min in all; {stated}.", text)
     if (loops, lasts) != (1, 1):
         raise SystemExit(f"ci_times: CONTRIBUTING.md should state the times once in each place (found {loops} and {lasts})")
+    new = not CSV.exists()
+    with CSV.open("a", newline="") as f:  # both files once both are known to be right
+        writer = csv.DictWriter(f, FIELDS)
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
     CONTRIBUTING.write_text(text)
     print(f"{commit}: {wall} min in all; {stated}")
 

@@ -69,17 +69,26 @@ def test_the_suite_times_stated_are_the_last_runs_rows():
 def test_the_times_script_reads_a_runs_log(tmp_path, monkeypatch):
     ci_times = _ci_times()
     log = ("....\ntime by part: unit 1136 tests 2.1 min; e2e 59 tests 8.8 min; lab 89 tests 19.9 min; vm 7 tests 3.3 min; all 34.1 min\n"
-           "1291 passed, 12 deselected in 2046.00s (0:34:06)\n\nreal\t35m31.200s\nuser\t1m0s\n")
+           "=========== 1291 passed, 12 deselected in 2046.00s (0:34:06) ===========\n\nreal\t35m31.200s\nuser\t1m0s\n")
     assert ci_times.parse(log) == {"unit": (1136, 2.1), "e2e": (59, 8.8), "lab": (89, 19.9), "vm": (7, 3.3), "wall": (0, 35.52)}
-    with pytest.raises(SystemExit, match="no passing run"):
-        ci_times.parse(log.replace("1291 passed", "2 failed, 1289 passed"))
+    for broken, why in [(log.replace("= 1291 passed", "= 2 failed, 1289 passed"), "no passing run"),
+                        (log.replace("deselected in", "deselected, 1 error in"), "no passing run"),
+                        (log.replace("vm 7 tests 3.3 min; ", ""), "no vm part"),
+                        (log.replace("real", "took"), "no 'real' time")]:
+        with pytest.raises(SystemExit, match=why):
+            ci_times.parse(broken)
     monkeypatch.setattr(ci_times, "CSV", tmp_path / "parts.csv")
     monkeypatch.setattr(ci_times, "CONTRIBUTING", tmp_path / "CONTRIBUTING.md")
     (tmp_path / "CONTRIBUTING.md").write_text((ROOT / "CONTRIBUTING.md").read_text())
     (tmp_path / "log").write_text(log)
+    (tmp_path / "parts.csv").write_text((ROOT / "docs" / "data" / "ci_parts.csv").read_text())
+    with pytest.raises(SystemExit, match="not a commit"):
+        ci_times.main(str(tmp_path / "log"), "HEAD")
     ci_times.main(str(tmp_path / "log"), "abc1234")
     written = (tmp_path / "CONTRIBUTING.md").read_text()
     assert "Last clean-clone run (abc1234): 36 min in all; unit 1,136 tests 2.1 min; e2e 59 tests 8.8 min; " \
            "lab 89 tests 19.9 min; vm 7 tests 3.3 min." in written and "(about 36 min)" in written
-    assert ci_times.runs()[-1][-1] == {"commit": "abc1234", "date": ci_times.date.today().isoformat(), "part": "wall",
-                                       "tests": "0", "minutes": "35.5"}
+    last = ci_times.runs()[-1]
+    assert last[-1] == {"run": "2", "commit": "abc1234", "date": ci_times.date.today().isoformat(), "part": "wall",
+                        "tests": "0", "minutes": "35.5"}
+    assert len(ci_times.runs()) == 2 and len(last) == 5

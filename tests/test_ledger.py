@@ -36,18 +36,43 @@ def test_a_number_is_a_record_and_slurm_ids_need_an_inventory_with_a_slurm_table
     assert isinstance(source, Queue) and number == "5" and source.partition == "lab"
 
 
-def test_the_listing_output_and_cancel_of_a_record(records):
+def test_the_listing_output_and_cancel_of_a_record(records, tmp_path):
     ledger = Ledger(None)
-    assert ledger.listing(50, everyone=False) == (["no jobs yet"], None)
+    assert list(ledger.listing(50, everyone=False)) == ["no jobs yet"] and ledger.problem() is None
     job_id = records.create("montecarlo", "montecarlo")
     records.finish(job_id, "COMPLETED")
-    shown, problem = ledger.listing(50, everyone=False)
-    assert len(shown) == 1 and not isinstance(shown[0], str) and problem is None
+    shown = list(ledger.listing(50, everyone=False))
+    assert len(shown) == 1 and not isinstance(shown[0], str) and ledger.problem() is None
     assert ledger.cancel(job_id) == f"job {job_id} is already COMPLETED; nothing to cancel"
     said: list[str] = []
-    out = io.BytesIO()
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
     ledger.output(job_id, None, out, said.append)
-    assert out.getvalue() == b"" and said == [f"job {job_id} (montecarlo) keeps no task logs"]
+    out.flush()
+    assert out.buffer.getvalue() == b"" and said == [f"job {job_id} (montecarlo) keeps no task logs"]
+    log = tmp_path / "worker-0.log"
+    log.write_bytes(b"first\n\xff raw\n")
+    logged = records.create("launch", "launch")
+    records.running(logged, "localhost", [("worker:0", "localhost", str(log))])
+    ledger.output(logged, "worker:0", out, said.append)  # one task's log: its bytes as they are
+    assert out.buffer.getvalue() == b"first\n\xff raw\n"
+
+
+def test_the_records_are_shown_before_slurms_queue_is_asked(records):
+    ledger = Ledger(parse_inventory(tomllib.loads(NODES + '[slurm]\npartition = "lab"\n')))
+    shown = ledger.listing(50, everyone=False)
+    assert next(shown) == "no jobs yet"
+
+    def unreachable(limit, everyone):
+        raise UsageError("cannot reach the controller")
+
+    ledger.queue.listing = unreachable  # type: ignore[union-attr,method-assign]
+    with pytest.raises(UsageError, match="cannot reach"):
+        next(shown)
+
+
+def test_task_is_refused_for_a_slurm_job_before_the_inventory_is_asked_for(records):
+    with pytest.raises(UsageError, match=r"^--task is for picluster's own records; a Slurm job has one output file$"):
+        Ledger(None).output("slurm:5", "chief", io.StringIO(), print)
 
 
 def test_the_commands_reach_jobs_only_through_the_ledger():

@@ -104,7 +104,7 @@ def _every_kind_of_cluster(tmp_path):
 
 def test_run_montecarlo_names_every_kind_of_cluster_in_its_report(tmp_path, monkeypatch, capsys):
     """The human report, not only --json, for each cluster a job can run on (a Slurm job's too)."""
-    import picluster.cluster.attach  # noqa: F401  (brings in every kind it can return)
+    import picluster.cluster.attach  # brings in every kind it can return; its place() the stub uses
     from picluster.cli.run import run
     from picluster.cluster.base import Cluster
 
@@ -120,8 +120,11 @@ def test_run_montecarlo_names_every_kind_of_cluster_in_its_report(tmp_path, monk
     monkeypatch.delenv("PICLUSTER_INVENTORY", raising=False)
     monkeypatch.setattr("picluster.jobs.montecarlo.job.MonteCarlo", _Drawn)
     for cluster, named in clusters:
-        monkeypatch.setattr("picluster.jobs.controller.run",
-                            lambda job, inventory, live, on=cluster: job.body(on, SimpleNamespace(progress=lambda *a: None)))
+        def placed_then_body(job, inventory, live, on=cluster):
+            job.placed(picluster.cluster.attach.place(None))  # as the controller does first
+            return job.body(on, SimpleNamespace(progress=lambda *a: None))
+
+        monkeypatch.setattr("picluster.jobs.controller.run", placed_then_body)
         run.main(["montecarlo", "--samples", "1e7", "--nodes", "1", "--seed", "7"], prog_name="picluster run", standalone_mode=False)
         shown = capsys.readouterr().out
         assert shown.startswith(f"Monte-Carlo pi on 1 node(s) ({named}): 10,000,000 samples, seed 7\n"), shown

@@ -31,12 +31,12 @@ def jobs(inventory, job_id, limit, everyone) -> None:
     if job_id is not None:
         console.print(ledger.detail(job_id))
         return
-    shown, problem = ledger.listing(limit, everyone)
-    for item in shown:
+    for item in ledger.listing(limit, everyone):
         if isinstance(item, str):
             click.echo(item)
         else:
             console.print(item)
+    problem = ledger.problem()
     if problem:
         from picluster.util.errors import UsageError
 
@@ -52,10 +52,7 @@ def logs(inventory, job_id, label) -> None:
     (slurm:ID) output file from the node that ran it."""
     from picluster.jobs.ledger import Ledger
 
-    try:
-        Ledger(inventory).output(job_id, label, sys.stdout.buffer, lambda line: click.echo(line, err=True))
-    finally:
-        sys.stdout.flush()
+    Ledger(inventory).output(job_id, label, sys.stdout, lambda line: click.echo(line, err=True))
 
 
 @click.command()

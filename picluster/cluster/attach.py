@@ -127,7 +127,7 @@ class Place:
 
     name: str  # what the job's record names as its cluster (the attached cluster's ``name``)
     worker_runtimes: tuple[str, ...]  # what a training's --worker-runtime may choose there
-    workers: int | None = None  # a training's worker tasks when not told (None: the job's own default)
+    workers: int | None = None  # a training's worker tasks when not told, beside its ps (None: the job's own default)
     ps: int | None = None
     share: Path | None = None  # the folder every node reads at this path (an inventory's data_dir, a Slurm job's share)
     runs: Path | None = None  # where a job's run folders go when not told (None: this machine's state)

@@ -8,9 +8,9 @@ answers is read from the job's reference here, once, so the commands never ask.
 import shutil
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import TextIO
 
 from rich.console import RenderableType
 
@@ -46,7 +46,7 @@ class Records:
             return f"damaged records in {self.store.path}, not listed: {'; '.join(self.store.damaged)}"
         return None
 
-    def output(self, job_id: int, label: str | None, out: BinaryIO, say: Say) -> None:
+    def output(self, job_id: int, label: str | None, out: TextIO, say: Say) -> None:
         job = self.store.get(job_id)
         if label is not None:
             task = job.task(label)
@@ -66,7 +66,7 @@ class Records:
             try:
                 with open(task.log, encoding="utf-8", errors="replace") as f:
                     for line in f:
-                        out.write(f"{task.label}: {line}".encode())
+                        out.write(f"{task.label}: {line}")
             except OSError:
                 say(f"{task.label}: (log {task.log} is gone)")
 
@@ -119,12 +119,10 @@ class Queue:
     def problem(self) -> str | None:
         return None
 
-    def output(self, number: str, label: str | None, out: BinaryIO, say: Say) -> None:
+    def output(self, number: str, label: str | None, out: TextIO, say: Say) -> None:
         from picluster.jobs.slurm import queue
 
-        if label is not None:
-            raise UsageError("--task is for picluster's own records; a Slurm job has one output file")
-        out.write(queue.output(self.inv, number).encode())
+        out.write(queue.output(self.inv, number))
 
     def cancel(self, number: str) -> str:
         from picluster.jobs.slurm import queue
@@ -141,9 +139,11 @@ class Ledger:
 
     def __init__(self, inventory: Inventory | None) -> None:
         self.records = Records()
+        # Whether there is a queue to ask, not which kind of cluster a job runs on (the jobs
+        # layer's rule, tests/test_layers.py): an inventory with a [slurm] table has one.
         self.queue: Queue | None = None
         match inventory:
-            case Inventory(slurm=Slurm(partition=partition)):  # an inventory with a [slurm] table
+            case Inventory(slurm=Slurm(partition=partition)):
                 self.queue = Queue(inventory, partition)
 
     def source(self, job: int | str) -> tuple[Records | Queue, int | str]:
@@ -158,7 +158,10 @@ class Ledger:
         source, ref = self.source(job)
         return source.detail(ref)  # type: ignore[arg-type]  # source() pairs each source with its own kind of id
 
-    def output(self, job: int | str, label: str | None, out: BinaryIO, say: Say) -> None:
+    def output(self, job: int | str, label: str | None, out: TextIO, say: Say) -> None:
+        """The job's output on ``out``; lines about it (a log that is gone) through ``say``."""
+        if isinstance(job, str) and label is not None:  # said before asking for the inventory: --task is the mistake
+            raise UsageError("--task is for picluster's own records; a Slurm job has one output file")
         source, ref = self.source(job)
         source.output(ref, label, out, say)  # type: ignore[arg-type]
 
@@ -166,17 +169,26 @@ class Ledger:
         source, ref = self.source(job)
         return source.cancel(ref)  # type: ignore[arg-type]
 
-    def listing(self, limit: int, everyone: bool) -> tuple[list[Shown], str | None]:
-        """What every source lists, in turn, and what was left out (said last, as an error)."""
-        sources: list[Records | Queue] = [self.records] + ([self.queue] if self.queue is not None else [])
-        shown = [item for source in sources for item in source.listing(limit, everyone)]
-        problems = [p for p in (source.problem() for source in sources) if p]
-        return shown, "; ".join(problems) or None
+    def sources(self) -> list[Records | Queue]:
+        return [self.records] + ([self.queue] if self.queue is not None else [])
+
+    def listing(self, limit: int, everyone: bool) -> Iterator[Shown]:
+        """What every source lists, in turn: the records are shown before Slurm's queue is asked
+        (over SSH, which may fail or take a while)."""
+        for source in self.sources():
+            yield from source.listing(limit, everyone)
+
+    def problem(self) -> str | None:
+        """What the listing left out, asked once it is shown (said last, as an error)."""
+        return "; ".join(p for p in (source.problem() for source in self.sources()) if p) or None
 
 
-def _copy(path: Path, what: str, out: BinaryIO) -> None:
+def _copy(path: Path, what: str, out: TextIO) -> None:
+    """The file's bytes as they are (a log may hold anything), after what ``out`` holds so far."""
     try:
         with open(path, "rb") as f:
-            shutil.copyfileobj(f, out)
+            out.flush()
+            shutil.copyfileobj(f, out.buffer)
+        out.buffer.flush()
     except FileNotFoundError:
         raise UsageError(f"{what} ({path}) is gone") from None

@@ -50,7 +50,6 @@ class Printer:
 
     def __init__(self, config, run_dir, quiet: bool = False, console: Console | None = None) -> None:
         self.config = config
-        self.quiet = quiet
         # Progress goes to stderr so --json output stays parseable; a live panel brings its own console.
         # The summary is the command's output: on stdout (`train har > result.txt`), as run's report.
         self.console = console or Console(file=sys.stderr, highlight=False, soft_wrap=True)

@@ -13,6 +13,7 @@ running is stopped (its lifeline closes: SIGTERM, grace, SIGKILL) before the rec
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from picluster.cluster import probe, staging
 from picluster.cluster.base import Cluster
@@ -27,6 +28,9 @@ from picluster.model import nodeset
 from picluster.model.fanout import fan_out
 from picluster.util.errors import ClusterError, PiclusterError
 from picluster.util.paths import state_dir
+
+if TYPE_CHECKING:
+    from picluster.cluster.attach import Place
 
 POLL_S = 0.1
 PROBE_S = 1.0  # between checks that the cluster's servers still answer
@@ -66,7 +70,7 @@ class Launch(Job):
         self.cut_off: set[str] = set()  # nodes that stopped answering at all during the job
         self.why = ""  # what the policy said of the first task that failed the job
 
-    def placed(self, where) -> None:
+    def placed(self, where: "Place") -> None:
         self.workers = where.all_workers  # every worker of the cluster it runs on
 
     def placement(self, cluster: Cluster | None, job_id: int):

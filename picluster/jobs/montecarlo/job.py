@@ -2,12 +2,16 @@
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from picluster.cluster.base import Cluster
 from picluster.jobs.controller import Job, Running
 from picluster.jobs.montecarlo.estimate import Estimate, MonteCarlo, coordinator_tensorflow
 from picluster.jobs.montecarlo.sweep import run_sweep
 from picluster.model import nodeset
+
+if TYPE_CHECKING:
+    from picluster.cluster.attach import Place
 
 
 @dataclass
@@ -31,7 +35,7 @@ class MonteCarloJob(Job):
         self.asked = workers
         self.show_progress = show_progress
 
-    def placed(self, where) -> None:
+    def placed(self, where: "Place") -> None:
         self.workers = self.asked or where.nodes
         self.title = f"montecarlo on {self.workers} node(s)"
 
@@ -64,7 +68,7 @@ class SweepJob(Job):
         self.sizes, self.seed = sizes, seed
         self.asked = node_counts
 
-    def placed(self, where) -> None:
+    def placed(self, where: "Place") -> None:
         self.node_counts = self.asked or [where.nodes]
         self.workers = max(self.node_counts)
 

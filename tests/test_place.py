@@ -1,0 +1,80 @@
+"""Where a job runs decides its defaults before anything starts (attach.place), and the jobs take
+them from there (Job.placed); a training reports through the controller's Running."""
+
+import os
+import tomllib
+
+import pytest
+
+from picluster.cluster.attach import place
+from picluster.jobs.controller import Running
+from picluster.jobs.har.config import TrainConfig
+from picluster.jobs.har.progress import Follower
+from picluster.jobs.launch import config as launch_config
+from picluster.jobs.launch.launcher import Launch
+from picluster.jobs.montecarlo.job import MonteCarloJob, SweepJob
+from picluster.model.inventory import parse_inventory
+from picluster.views.live import JobDisplay
+
+from render import console, text
+
+pytestmark = pytest.mark.unit
+
+# Five nodes, node01 the ps only: four workers, and five nodes with a server.
+INVENTORY = '[cluster]\nname = "pis"\nuser = "pi"\nnodes = "node[01-05]"\naddresses = "127.0.0.[11-15]"\n[roles]\nps = "node01"\n'
+ROW = {"epoch": "1", "train_loss": "1.2", "train_acc": "0.5", "val_loss": "1.1", "val_acc": "0.6", "val_f1": "0.55",
+       "epoch_s": "3", "input_s": "0.1", "compute_s": "2", "exchange_s": "0.9"}
+
+
+@pytest.fixture(autouse=True)
+def here(tmp_path, monkeypatch):
+    """No local cluster running, no Slurm job around."""
+    monkeypatch.setenv("PICLUSTER_STATE_DIR", str(tmp_path / "state"))
+    for name in [n for n in os.environ if n.startswith("SLURM_") or n.startswith("PICLUSTER_SLURM")]:
+        monkeypatch.delenv(name)
+
+
+def test_each_place_gives_its_defaults(monkeypatch):
+    local = place(None)
+    assert (local.name, local.workers, local.all_workers, local.nodes) == ("local", None, os.cpu_count(), os.cpu_count())
+    nodes = place(parse_inventory(tomllib.loads(INVENTORY)))
+    assert (nodes.workers, nodes.ps, nodes.all_workers, nodes.nodes) == (4, 1, 4, 5)
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "6")
+    slurm = place(parse_inventory(tomllib.loads(INVENTORY)))  # the allocation wins over the inventory
+    assert (slurm.name, slurm.workers, slurm.ps, slurm.all_workers, slurm.nodes) == ("slurm:42", 5, 1, 6, 6)
+
+
+def test_jobs_take_what_they_were_not_told_from_their_place(tmp_path):
+    where = place(parse_inventory(tomllib.loads(INVENTORY)))
+    untold, told = MonteCarloJob(10, None, 7), MonteCarloJob(10, 2, 7)
+    untold.placed(where)
+    told.placed(where)
+    assert (untold.workers, untold.title, told.workers) == (5, "montecarlo on 5 node(s)", 2)
+    sweep, listed = SweepJob([10], None, 7), SweepJob([10], [1, 3], 7)
+    sweep.placed(where)
+    listed.placed(where)
+    assert (sweep.node_counts, sweep.workers, listed.node_counts, listed.workers) == ([5], 5, [1, 3], 3)
+    script = tmp_path / "s.py"
+    script.write_text("print(1)\n")
+    launch = Launch(launch_config.make(script, [], "each-worker", name="s"))
+    launch.placed(where)
+    assert launch.workers == 4
+
+
+def test_a_trainings_epoch_lines_go_to_stderr_without_a_panel_and_not_with_json(capsys):
+    shown = Follower(TrainConfig(epochs=3), Running(None, JobDisplay("train har", "epochs", live=False)))
+    shown.epoch(ROW)
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("epoch   1  train 1.200 50.0%  val 1.100 60.0% F1 0.550  3.0s")
+    Follower(TrainConfig(epochs=3), Running(None, JobDisplay("train har", "epochs", live=False)), quiet=True).epoch(ROW)
+    assert capsys.readouterr() == ("", "")
+
+
+def test_on_a_panel_epoch_lines_and_notes_print_above_it():
+    screen = console(200, terminal=True)
+    running = Running(None, JobDisplay("train har", "epochs", console=screen))
+    Follower(TrainConfig(epochs=3), running).epoch(ROW)
+    running.note("cluster: local, 1 ps + 2 workers")
+    lines = text(screen).splitlines()
+    assert lines[0].startswith("epoch   1  train") and lines[1] == "cluster: local, 1 ps + 2 workers"
