@@ -141,8 +141,12 @@ def test_the_start_script_is_where_the_boot_unit_looks_and_checks_what_each_pid_
     node = inv.node("node02")
     tasks = [t for t in from_inventory(inv).tasks if t.node == "node02"]
     script = start_script(inv, node, tasks)
-    # After a reboot a pid file names whatever took that number: each start checks the command line.
-    assert script.count("grep -q picluster.cluster.server /proc/") == 2 and "grep -q picluster.monitor.agent /proc/" in script
+    # After a reboot a pid file names whatever took that number: each start asks the node's Python
+    # whether the pid file's process is that very one, of that module (tests/test_pidfiles.py).
+    for name, module in (("ps-1", "picluster.cluster.server"), ("worker-0", "picluster.cluster.server"),
+                         ("agent", "picluster.monitor.agent")):
+        assert f"if ! python3 pidfiles.py running {name} {module}; then" in script, script
+    assert script.count("pidfiles.py running ") == 3 and "/proc/" not in script
     assert script.splitlines()[1] == f"cd $HOME/{RUN_DIR} || exit 1"
     unit = templates.render("picluster-node.service.j2", user="pi", start_script=f"/home/pi/{RUN_DIR}/{START_SCRIPT}")
     assert f"ConditionPathExists=/home/pi/{RUN_DIR}/{START_SCRIPT}" in unit and "User=pi" in unit

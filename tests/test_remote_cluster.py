@@ -155,13 +155,19 @@ def test_the_start_script_brings_back_what_a_reboot_took_and_down_removes_it(lab
             psutil.Process(pid).wait(10)
         except psutil.NoSuchProcess:
             pass
-    stranger = subprocess.Popen(["sleep", "300"])  # alive, and not the agent: its pid must not count as one
+    # Alive, the node user's, and even naming the agent's module on its command line, but not the agent
+    # that was started: its pid must not count as one (its start time differs from the one recorded).
+    runner = subprocess.Popen(["nsenter", "-t", str(node03.pid), "-m", "-u", "-n", "--", "runuser", "-u", "pi", "--",
+                               sys.executable, "-c", "import time; time.sleep(300)", "picluster.monitor.agent"])
     try:
+        stranger = _child_running(runner.pid, "picluster.monitor.agent")
         node03.write_file(f"{run_dir}/agent.pid", f"{stranger.pid}\n")
         booted = node03.run(["runuser", "-u", "pi", "--", "env", "HOME=/home/pi", "/bin/sh", f"{run_dir}/start.sh"], timeout=120)
         assert sorted(booted.stdout.split()) == ["agent", "started", "started", "worker:1"], booted.stdout
     finally:
-        stranger.kill()
+        for proc in [*psutil.Process(runner.pid).children(recursive=True), runner]:
+            proc.kill()
+        runner.wait()
     deadline = time.monotonic() + 120  # the script starts them detached, as at boot: TensorFlow loads meanwhile
     while (status := picluster("cluster", "status", "-i", inventory)).returncode != 0 and time.monotonic() < deadline:
         time.sleep(1)
@@ -172,6 +178,20 @@ def test_the_start_script_brings_back_what_a_reboot_took_and_down_removes_it(lab
     assert picluster("cluster", "down", "-i", inventory).returncode == 0
     for host in lab.hosts:
         assert host.run(["test", "-e", f"{run_dir}/start.sh"], check=False).returncode == 1  # nothing starts at the next boot
+
+
+def _child_running(parent: int, module: str, timeout: float = 30) -> psutil.Process:
+    """The descendant of ``parent`` whose command line names ``module``, once it has exec'd."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in psutil.Process(parent).children(recursive=True):
+            try:
+                if module in child.cmdline():
+                    return child
+            except psutil.NoSuchProcess:
+                continue
+        time.sleep(0.05)
+    raise AssertionError(f"no process of {module} under pid {parent}")
 
 
 def _running(pid: int) -> bool:

@@ -5,6 +5,7 @@ local.py     the embedded local cluster: servers as processes on 127.0.0.1
 localstate.py  its cluster.json read back as untrusted input, value by value
 inprocess.py the temporary local cluster of a job: every task's server in one process
 nodecluster.py  servers and agents on inventory nodes, started over SSH
+pidfiles.py  their node side, a script up ships: which run (pid and start), why one died, stopping them
 allocation.py  a Slurm job's nodes: servers as one srun step, the job's processes started with srun
 ssh.py       one node over SSH (Fabric): commands, sudo, idempotent file writes
 server.py    TensorFlow tasks: one, or all of a temporary cluster (python -m picluster.cluster.server)

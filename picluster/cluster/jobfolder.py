@@ -36,12 +36,7 @@ class JobFolder:
 
     def stop_server(self, job: str, index: int) -> str:
         """Shell lines that stop the node's server of task ``job:index`` (as ``cluster up`` started
-        it) and wait until it is gone, so that another process can take its address: a training
-        replica that serves its worker task itself.  ``cluster up`` starts it again."""
-        name, run = f"{job}-{index}", self.servers
-        return (
-            f"f={run}/{name}.pid; if [ -f $f ] && p=$(cat $f) && kill -0 $p 2>/dev/null && grep -q picluster.cluster.server /proc/$p/cmdline; then "
-            "kill -TERM -$p 2>/dev/null || kill -TERM $p; "
-            "for i in $(seq 100); do s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); [ -z \"$s\" ] || [ \"$s\" = Z ] && break; sleep 0.1; done; "
-            f"kill -KILL -$p 2>/dev/null; fi; rm -f $f {run}/{name}.ready"
-        )
+        it, proven by its pid file: pidfiles.py) and wait until it is gone, so that another process
+        can take its address: a training replica that serves its worker task itself.  ``cluster up``
+        starts it again."""
+        return f"python3 {self.servers}/pidfiles.py --dir {self.servers} stop --wait 10 {job}-{index} >/dev/null"

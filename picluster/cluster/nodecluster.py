@@ -13,6 +13,7 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from picluster.cluster import pidfiles
 from picluster.cluster.base import Agent, Cluster, TaskState
 from picluster.cluster.door import door_path
 from picluster.cluster.exits import TAIL_LINES, Exit, Exited
@@ -27,10 +28,13 @@ from picluster.util.errors import ClusterError
 if TYPE_CHECKING:
     from picluster.cluster.ssh import Remote
 
+PIDFILES_SOURCE = Path(pidfiles.__file__).read_text()
 RUN_DIR = ".local/state/picluster/node"  # under the node user's home
 AGENT = "agent"
 START_SCRIPT = "start.sh"  # in RUN_DIR: what `up` started, run again at boot (start_script)
 CHECK_S = 0.5  # between checks of the starting processes (one SSH command per node)
+PIDFILES = "pidfiles.py"  # in RUN_DIR: the node side of the pid files (pidfiles.py), run by the node's python3
+SEAL_WAIT_S = 10  # for a started process's pid file: its start is recorded first
 MAX_TIMEOUT_S = 3600  # the longest `cluster up --timeout`
 
 
@@ -133,13 +137,14 @@ def _detached(name: str, command: str) -> str:
 
     A small ``sh`` waits for it and writes its exit status to ``name.exit``: a process that dies
     at start-up (a venv without picluster) is then reported with its status, not waited on.
-    ``name.pid`` holds the process itself (what ``down`` and the tests signal), not the shell.
+    ``name.pid`` holds the process itself (what ``down`` and the tests signal), not the shell, and
+    comes with its start (pidfiles.seal): from then on the pid is only taken for that process.
     """
-    watcher = f"{command} & echo $! > {name}.pid; wait $!; echo $? > {name}.exit"
-    return (f"rm -f {name}.pid {name}.ready {name}.exit; "
+    watcher = f"{command} & echo $! > {name}.pid.new; python3 {PIDFILES} seal {name}; wait $!; echo $? > {name}.exit"
+    return (f"rm -f {name}.pid {name}.start {name}.ready {name}.exit; "
             f"setsid nohup sh -c {shlex.quote(watcher)} >{name}.log 2>&1 </dev/null & "
-            # The pid file is written by the watcher: wait for it, so checks that follow can rely on it.
-            f"for i in $(seq 50); do [ -s {name}.pid ] && break; sleep 0.1; done")
+            # The pid file is put in place once sealed: wait for it, so checks that follow can rely on it.
+            f"for i in $(seq {int(SEAL_WAIT_S * 10)}); do [ -s {name}.pid ] && break; sleep 0.1; done")
 
 
 def start_script(inv: Inventory, node: Node, tasks: list[Task]) -> str:
@@ -165,10 +170,9 @@ def start_script(inv: Inventory, node: Node, tasks: list[Task]) -> str:
 
 
 def _unless_running(name: str, module: str, command: str, label: str) -> str:
-    # The pid file must name a live process of this module: after a reboot it names whatever
-    # process took that number since.
-    return (f"if ! {{ [ -f {name}.pid ] && kill -0 $(cat {name}.pid) 2>/dev/null && "
-            f"grep -q {module} /proc/$(cat {name}.pid)/cmdline; }}; then "
+    # The pid file must name this very process of this module (pidfiles.running): after a reboot it
+    # names whatever process took that number since.
+    return (f"if ! python3 {PIDFILES} running {name} {module}; then "
             f"{_detached(name, command)}; echo started {label}; fi")
 
 
@@ -178,10 +182,17 @@ def _start_command(inv: Inventory, node: Node, tasks: list[Task], layout: Layout
         f"mkdir -p {run} && chmod 700 {run} && cd {run}",
         f"cat > cluster.json.new <<'PICLUSTER_EOF'\n{json.dumps({'layout': layout.to_json()})}\nPICLUSTER_EOF",
         "mv cluster.json.new cluster.json",
+        _ship_pidfiles(),
         f"cat > {START_SCRIPT}.new <<'PICLUSTER_START_EOF'\n{start_script(inv, node, tasks)}PICLUSTER_START_EOF",
         f"mv {START_SCRIPT}.new {START_SCRIPT}",
         f"sh {START_SCRIPT}",
     ])
+
+
+def _ship_pidfiles() -> str:
+    """Shell lines that write pidfiles.py into the run folder (the current one): the coordinator's
+    version, which every later check, the boot's start script and ``down`` run."""
+    return f"cat > {PIDFILES}.new <<'PICLUSTER_PIDFILES_EOF'\n{PIDFILES_SOURCE}PICLUSTER_PIDFILES_EOF\nmv {PIDFILES}.new {PIDFILES}"
 
 
 def _name(task: Task) -> str:
@@ -264,30 +275,9 @@ def _names(layout: Layout, node: str) -> dict[str, str]:
 
 def _check(remote: "Remote", names: dict[str, str]) -> dict[str, tuple[str, int | None, tuple[str, ...]]]:
     """label -> ("ready" | "alive" | "dead", exit status or None, last log lines when dead)."""
-    script = [f"cd $HOME/{RUN_DIR} || exit 0"]
-    for name in names:
-        script.append(
-            f"if [ -f {name}.pid ] && kill -0 $(cat {name}.pid) 2>/dev/null; then "
-            f"if [ -f {name}.ready ]; then echo 'READY {name}'; else echo 'ALIVE {name}'; fi; "
-            # Dead: give its watcher a moment to write the exit status.
-            f"else [ -f {name}.exit ] || sleep 0.3; echo \"DEAD {name} $(cat {name}.exit 2>/dev/null)\"; "
-            f"tail -n {TAIL_LINES} {name}.log 2>/dev/null | sed 's/^/| /'; fi"
-        )
-    out: dict[str, tuple[str, int | None, tuple[str, ...]]] = {}
-    current = None
-    tails: dict[str, list[str]] = {}
-    for line in remote.run("\n".join(script)).stdout.splitlines():
-        if line.startswith("| ") and current is not None:
-            tails[current].append(line[2:])
-            continue
-        word, name, *rest = line.split(" ", 2) + [""]
-        if name not in names:
-            continue
-        current = names[name]
-        tails[current] = []
-        status = int(rest[0]) if rest and rest[0].strip().isdigit() else None
-        out[current] = (word.lower(), status, ())
-    return {label: (state, status, tuple(tails.get(label, ()))) for label, (state, status, _) in out.items()}
+    out = remote.run(f"cd $HOME/{RUN_DIR} || exit 0\npython3 {PIDFILES} check --tail {TAIL_LINES} {' '.join(names)}").stdout
+    states = json.loads(out) if out.strip() else {}
+    return {names[name]: (state, status, tuple(tail)) for name, (state, status, tail) in states.items() if name in names}
 
 
 def status(inv: Inventory) -> list[tuple[Task, str]]:
@@ -299,17 +289,10 @@ def status(inv: Inventory) -> list[tuple[Task, str]]:
 
 def down(inv: Inventory) -> Results[list[str]]:
     """Stop every task and agent picluster started on the nodes; verify each is gone."""
-    script = (
-        f"cd $HOME/{RUN_DIR} 2>/dev/null || exit 0\n"
-        f"rm -f {START_SCRIPT}\n"  # nothing starts at the next boot
-        "for f in *.pid; do [ -f \"$f\" ] || continue; p=$(cat \"$f\");\n"
-        "  if kill -0 \"$p\" 2>/dev/null && grep -q picluster /proc/$p/cmdline; then kill -TERM -\"$p\" 2>/dev/null || kill -TERM \"$p\"; echo \"stopped ${f%.pid}\"; fi; done\n"
-        "for i in 1 2 3 4 5 6 7 8 9 10; do alive=0; for f in *.pid; do [ -f \"$f\" ] && kill -0 $(cat \"$f\") 2>/dev/null && alive=1; done;"
-        " [ $alive = 0 ] && break; sleep 0.5; done\n"
-        "for f in *.pid; do [ -f \"$f\" ] || continue; p=$(cat \"$f\");\n"
-        "  if grep -q picluster /proc/$p/cmdline 2>/dev/null; then kill -KILL -\"$p\" 2>/dev/null || kill -KILL \"$p\" 2>/dev/null; fi\n"
-        "  rm -f \"$f\" \"${f%.pid}.ready\" \"${f%.pid}.exit\"; done; exit 0"
-    )
+    script = (f"cd $HOME/{RUN_DIR} 2>/dev/null || exit 0\n"
+              f"rm -f {START_SCRIPT}\n"  # nothing starts at the next boot
+              f"{_ship_pidfiles()}\n"  # its own version, whichever picluster started the processes
+              f"python3 {PIDFILES} stop")  # every pid file's process, proven (pidfiles.running)
 
     def stop(node: Node) -> list[str]:
         remote = open_node(inv, node)
