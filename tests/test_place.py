@@ -1,10 +1,12 @@
 """Where a job runs decides its defaults before anything starts (attach.place), and the jobs take
 them from there (Job.placed); a training reports through the controller's Running."""
 
+import io
 import os
 import tomllib
 
 import pytest
+from rich.console import Console
 
 from picluster.cluster.attach import place
 from picluster.jobs.controller import Running
@@ -78,3 +80,22 @@ def test_on_a_panel_epoch_lines_and_notes_print_above_it():
     running.note("cluster: local, 1 ps + 2 workers")
     lines = text(screen).splitlines()
     assert lines[0].startswith("epoch   1  train") and lines[1] == "cluster: local, 1 ps + 2 workers"
+
+
+def test_runnings_three_lines_keep_their_streams_and_styles(capsys):
+    """say and note on stderr, emit on stdout without a panel; above one, note dim and wrapped
+    to the console's width, say and emit unwrapped, none of them read as markup."""
+    plain = Running(None, JobDisplay("job", "tasks", live=False))
+    plain.say("[b]said[/b]")
+    plain.note("noted")
+    plain.emit("emitted")
+    assert capsys.readouterr() == ("emitted\n", "[b]said[/b]\nnoted\n")
+    screen = Console(file=io.StringIO(), width=20, color_system="standard", force_terminal=True, legacy_windows=False)
+    above = Running(None, JobDisplay("job", "tasks", console=screen))
+    long = "x" * 30
+    above.say(f"[b]{long}")
+    above.note(long)
+    above.emit(long)
+    assert text(screen).splitlines() == [f"[b]{long}", "\x1b[2m" + "x" * 20 + "\x1b[0m", "\x1b[2m" + "x" * 10 + "\x1b[0m", long]
+    assert capsys.readouterr() == ("", "")
+
