@@ -8,17 +8,21 @@ import tomllib
 import pytest
 from rich.console import Console
 
-from picluster.cluster.attach import place
-from picluster.jobs.controller import Running
+from picluster.cluster import attach
+from picluster.cluster.attach import Place, place
+from picluster.jobs import controller
+from picluster.jobs.controller import Job, Running
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.progress import Follower
 from picluster.jobs.launch import config as launch_config
 from picluster.jobs.launch.launcher import Launch
 from picluster.jobs.montecarlo.job import MonteCarloJob, SweepJob
+from picluster.jobs.records import JobStore
 from picluster.model.inventory import parse_inventory
 from picluster.views.live import JobDisplay
 
 from render import console, text
+from train_fixtures import write_tiny_har
 
 pytestmark = pytest.mark.unit
 
@@ -99,3 +103,59 @@ def test_runnings_three_lines_keep_their_streams_and_styles(capsys):
     assert text(screen).splitlines() == [f"[b]{long}", "\x1b[2m" + "x" * 20 + "\x1b[0m", "\x1b[2m" + "x" * 10 + "\x1b[0m", long]
     assert capsys.readouterr() == ("", "")
 
+
+class _Here(Job):
+    """A job that needs no cluster and remembers where it was placed."""
+
+    name = kind = "here"
+    standalone = True
+
+    def placed(self, where):
+        self.where = where
+
+    def body(self, cluster, running):
+        return "done"
+
+
+def test_the_controller_takes_a_place_it_is_handed_and_places_nothing_again(monkeypatch):
+    """A caller that has placed the job hands its Place over: the job and its record take it."""
+    def no_second_place(inventory):
+        raise AssertionError("placed again")
+
+    monkeypatch.setattr(attach, "place", no_second_place)
+    handed = Place("handed", ("separate",))
+    job = _Here()
+    assert controller.run(job, None, live=False, where=handed) == "done"
+    assert job.where is handed and JobStore().list()[0].cluster == "handed"
+    # Not handed one: placed there, as before.
+    monkeypatch.setattr(attach, "place", lambda inventory: Place("placed", ("separate",)))
+    controller.run(job, None, live=False)
+    assert job.where.name == "placed" and JobStore().list()[-1].cluster == "placed"
+
+
+def test_train_har_hands_the_controller_the_place_its_options_came_from(tmp_path, monkeypatch):
+    """Placed once, by the command (its workers, ps, run folder and data follow from it), and that
+    Place is the one the controller records and attaches by: here the controller is a stand-in."""
+    from picluster.cli.train import train
+
+    placed, handed = [], []
+
+    def counted(inventory, real=attach.place):
+        placed.append(real(inventory))
+        return placed[-1]
+
+    def ran(job, inventory, live=True, display=None, where=None):
+        handed.append(where)
+        return {}
+
+    monkeypatch.setattr(attach, "place", counted)
+    monkeypatch.setattr(controller, "run", ran)
+    monkeypatch.delenv("PICLUSTER_INVENTORY", raising=False)
+    monkeypatch.chdir(tmp_path)  # no ./picluster.toml
+    data = write_tiny_har(tmp_path / "har")
+    for standalone in ([], ["--standalone"]):
+        placed.clear()
+        handed.clear()
+        train.main(["har", "--data-dir", str(data), "--run-dir", str(tmp_path / f"run{len(standalone)}"), "--json", *standalone],
+                   prog_name="picluster train", standalone_mode=False)
+        assert len(placed) == 1 and handed[0] is placed[0]

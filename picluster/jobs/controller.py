@@ -120,11 +120,14 @@ class Job(ABC):
         return "COMPLETED", ""
 
 
-def run(job: Job, inventory: Inventory | None, live: bool = True, display: JobDisplay | None = None) -> Any:
-    """The job, from its record to its end; returns what its body returned."""
+def run(job: Job, inventory: Inventory | None, live: bool = True, display: JobDisplay | None = None,
+        where: "Place | None" = None) -> Any:
+    """The job, from its record to its end; returns what its body returned.  ``where``: the
+    caller's ``place(inventory)`` when it already has it (a training's options followed from it),
+    else placed here."""
     from picluster.cluster.attach import attach, place
 
-    where = place(inventory)
+    where = place(inventory) if where is None else where
     job.placed(where)
     display = display or JobDisplay(job.title, job.unit, live=live)
     # The record is made before the cluster is attached (a job waiting for its servers is listed).
