@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The suite's times, from a `.ci/run` log: appended to docs/data/ci_parts.csv and written into
-CONTRIBUTING.md, whose statement of them `tests/test_contributing.py` checks against the CSV.
+CONTRIBUTING.md and README.md, whose statements of them `tests/test_contributing.py` checks
+against the CSV.
 
     git clone . /tmp/ci && cd /tmp/ci && (time bash .ci/run) > /tmp/ci.log 2>&1
     python3 scripts/ci_times.py /tmp/ci.log COMMIT
@@ -18,12 +19,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CSV = ROOT / "docs" / "data" / "ci_parts.csv"
 CONTRIBUTING = ROOT / "CONTRIBUTING.md"
+README = ROOT / "README.md"
 FIELDS = ("run", "commit", "date", "part", "tests", "minutes")  # run: 1, 2, ... (a commit may be measured twice)
 PARTS = ("unit", "e2e", "lab", "vm")  # what CI runs (tests/conftest.py's parts, the long one left out)
 PART = re.compile(r"(\w+) (\d+) tests (\d+\.\d) min")
 # The two places CONTRIBUTING states them; tests/test_contributing.py reads them with these too.
 LOOP = re.compile(r"(\(\.ci/run: lint, then this\) \(about )(\d+)( min\))")
 LAST = re.compile(r"^(\s*)Last clean-clone run \(([0-9a-f]+)\): (\d+) min in all; (.*)\.$", re.M)
+# The two places README states them (``readme_times``): the whole suite, and the unit part alone.
+SUITE = re.compile(r"(The\s+whole\s+suite\s+takes\s+about\s+)(\d+)(\s+minutes)")
+UNIT = re.compile(r"(`\./dev test -m unit`\s+\(about\s+)(\d+)(\s+)minutes?\)")
 
 
 def parse(log: str) -> dict[str, tuple[int, float]]:
@@ -60,6 +65,15 @@ def statement(rows: list[dict]) -> tuple[int, str]:
     return wall, parts
 
 
+def readme_times(rows: list[dict]) -> tuple[int, int]:
+    """README's round numbers: the whole run's minutes as CONTRIBUTING states them (``statement``),
+    to the nearest 5 (halves up; at least 5), and the unit part's to the nearest minute (halves up;
+    at least 1)."""
+    wall, _ = statement(rows)
+    unit = next(float(r["minutes"]) for r in rows if r["part"] == "unit")
+    return max(5, 5 * int(wall / 5 + 0.5)), max(1, int(unit + 0.5))
+
+
 def main(log_path: str, commit: str) -> None:
     if not re.fullmatch(r"[0-9a-f]{7,40}", commit):
         raise SystemExit(f"ci_times: {commit!r} is not a commit: give its hash (git rev-parse --short HEAD)")
@@ -73,13 +87,20 @@ def main(log_path: str, commit: str) -> None:
     text, lasts = LAST.subn(lambda m: f"{m.group(1)}Last clean-clone run ({commit}): {wall} min in all; {stated}.", text)
     if (loops, lasts) != (1, 1):
         raise SystemExit(f"ci_times: CONTRIBUTING.md should state the times once in each place (found {loops} and {lasts})")
+    suite, unit = readme_times(rows)
+    readme = README.read_text()
+    readme, suites = SUITE.subn(lambda m: f"{m.group(1)}{suite}{m.group(3)}", readme)
+    readme, units = UNIT.subn(lambda m: f"{m.group(1)}{unit}{m.group(3)}minute{'' if unit == 1 else 's'})", readme)
+    if (suites, units) != (1, 1):
+        raise SystemExit(f"ci_times: README.md should state the whole suite's and the unit part's times once each (found {suites} and {units})")
     new = not CSV.exists()
-    with CSV.open("a", newline="") as f:  # both files once both are known to be right
+    with CSV.open("a", newline="") as f:  # the three files once all are known to be right
         writer = csv.DictWriter(f, FIELDS)
         if new:
             writer.writeheader()
         writer.writerows(rows)
     CONTRIBUTING.write_text(text)
+    README.write_text(readme)
     print(f"{commit}: {wall} min in all; {stated}")
 
 

@@ -66,6 +66,27 @@ def test_the_suite_times_stated_are_the_last_runs_rows():
     assert {r["part"] for r in last} >= {"unit", "e2e", "lab", "vm", "wall"}
 
 
+def test_the_readmes_times_are_the_last_runs_rounded():
+    """README's "whole suite takes about N minutes" and "`./dev test -m unit` (about N minutes)" are
+    the last run's, rounded as scripts/ci_times.py writes them (readme_times)."""
+    ci_times = _ci_times()
+    suite, unit = ci_times.readme_times(ci_times.runs()[-1])
+    text = (ROOT / "README.md").read_text()
+    assert [int(m.group(2)) for m in ci_times.SUITE.finditer(text)] == [suite]
+    assert [int(m.group(2)) for m in ci_times.UNIT.finditer(text)] == [unit]
+
+
+def test_readmes_round_numbers():
+    ci_times = _ci_times()
+
+    def rows(wall, unit):
+        return [{"part": "unit", "tests": "1", "minutes": unit}, {"part": "wall", "tests": "0", "minutes": wall}]
+
+    # The whole minutes CONTRIBUTING states (halves up), to the nearest 5; the unit part's whole minutes.
+    assert [ci_times.readme_times(rows(*r)) for r in [("35.5", "2.1"), ("37.4", "2.5"), ("37.5", "0.2"), ("1.0", "1.4")]] == [
+        (35, 2), (35, 3), (40, 1), (5, 1)]
+
+
 def test_the_times_script_reads_a_runs_log(tmp_path, monkeypatch):
     ci_times = _ci_times()
     log = ("....\ntime by part: unit 1136 tests 2.1 min; e2e 59 tests 8.8 min; lab 89 tests 19.9 min; vm 7 tests 3.3 min; all 34.1 min\n"
@@ -79,13 +100,21 @@ def test_the_times_script_reads_a_runs_log(tmp_path, monkeypatch):
             ci_times.parse(broken)
     monkeypatch.setattr(ci_times, "CSV", tmp_path / "parts.csv")
     monkeypatch.setattr(ci_times, "CONTRIBUTING", tmp_path / "CONTRIBUTING.md")
+    monkeypatch.setattr(ci_times, "README", tmp_path / "README.md")
     (tmp_path / "CONTRIBUTING.md").write_text((ROOT / "CONTRIBUTING.md").read_text())
+    readme = ci_times.UNIT.sub(r"\g<1>9\g<3>minutes)", ci_times.SUITE.sub(r"\g<1>99\g<3>", (ROOT / "README.md").read_text()))
+    (tmp_path / "README.md").write_text(readme.replace("The whole suite takes", "The suite takes"))
     (tmp_path / "log").write_text(log)
     (tmp_path / "parts.csv").write_text((ROOT / "docs" / "data" / "ci_parts.csv").read_text())
     before = len(ci_times.runs())
     with pytest.raises(SystemExit, match="not a commit"):
         ci_times.main(str(tmp_path / "log"), "HEAD")
+    with pytest.raises(SystemExit, match=r"README.md should state .* once each \(found 0 and 1\)"):
+        ci_times.main(str(tmp_path / "log"), "abc1234")
+    assert len(ci_times.runs()) == before  # nothing written
+    (tmp_path / "README.md").write_text(readme)
     ci_times.main(str(tmp_path / "log"), "abc1234")
+    assert (tmp_path / "README.md").read_text() == readme.replace("about 99", "about 35").replace("(about 9 minutes)", "(about 2 minutes)")
     written = (tmp_path / "CONTRIBUTING.md").read_text()
     assert "Last clean-clone run (abc1234): 36 min in all; unit 1,136 tests 2.1 min; e2e 59 tests 8.8 min; " \
            "lab 89 tests 19.9 min; vm 7 tests 3.3 min." in written and "(about 36 min)" in written

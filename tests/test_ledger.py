@@ -80,3 +80,18 @@ def test_the_commands_reach_jobs_only_through_the_ledger():
     reached = sorted({node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                       and node.module and node.module.startswith("picluster.jobs")})
     assert reached == ["picluster.jobs.ledger"]
+
+
+def test_what_the_listing_left_out_is_the_records_that_could_not_be_read(records):
+    """Only the records can leave a job out (a damaged row); Slurm's queue answers whole, its
+    unusable nodes among what it lists, or its error ends the listing: it has no problem to add."""
+    good, bad = records.create("good", "launch"), records.create("bad", "launch")
+    for job_id in (good, bad):
+        records.finish(job_id, "COMPLETED")
+    with records._tx() as db:
+        db.execute("UPDATE jobs SET command = 'not json' WHERE id = ?", (bad,))
+    ledger = Ledger(parse_inventory(tomllib.loads(NODES + '[slurm]\npartition = "lab"\n')))
+    ledger.queue.listing = lambda limit, everyone: ["Slurm queue: empty", "not available: node04 (down)"]  # type: ignore[union-attr,method-assign]
+    shown = list(ledger.listing(50, everyone=False))
+    assert len(shown) == 3 and shown[1:] == ["Slurm queue: empty", "not available: node04 (down)"]
+    assert ledger.problem() == f"damaged records in {records.path}, not listed: job {bad}: command is not JSON"

@@ -1,22 +1,28 @@
 """Where a job runs decides its defaults before anything starts (attach.place), and the jobs take
 them from there (Job.placed); a training reports through the controller's Running."""
 
+import io
 import os
 import tomllib
 
 import pytest
+from rich.console import Console
 
-from picluster.cluster.attach import place
-from picluster.jobs.controller import Running
+from picluster.cluster import attach
+from picluster.cluster.attach import Place, place
+from picluster.jobs import controller
+from picluster.jobs.controller import Job, Running
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.progress import Follower
 from picluster.jobs.launch import config as launch_config
 from picluster.jobs.launch.launcher import Launch
 from picluster.jobs.montecarlo.job import MonteCarloJob, SweepJob
+from picluster.jobs.records import JobStore
 from picluster.model.inventory import parse_inventory
 from picluster.views.live import JobDisplay
 
 from render import console, text
+from train_fixtures import write_tiny_har
 
 pytestmark = pytest.mark.unit
 
@@ -78,3 +84,78 @@ def test_on_a_panel_epoch_lines_and_notes_print_above_it():
     running.note("cluster: local, 1 ps + 2 workers")
     lines = text(screen).splitlines()
     assert lines[0].startswith("epoch   1  train") and lines[1] == "cluster: local, 1 ps + 2 workers"
+
+
+def test_runnings_three_lines_keep_their_streams_and_styles(capsys):
+    """say and note on stderr, emit on stdout without a panel; above one, note dim and wrapped
+    to the console's width, say and emit unwrapped, none of them read as markup."""
+    plain = Running(None, JobDisplay("job", "tasks", live=False))
+    plain.say("[b]said[/b]")
+    plain.note("noted")
+    plain.emit("emitted")
+    assert capsys.readouterr() == ("emitted\n", "[b]said[/b]\nnoted\n")
+    screen = Console(file=io.StringIO(), width=20, color_system="standard", force_terminal=True, legacy_windows=False)
+    above = Running(None, JobDisplay("job", "tasks", console=screen))
+    long = "x" * 30
+    above.say(f"[b]{long}")
+    above.note(long)
+    above.emit(long)
+    assert text(screen).splitlines() == [f"[b]{long}", "\x1b[2m" + "x" * 20 + "\x1b[0m", "\x1b[2m" + "x" * 10 + "\x1b[0m", long]
+    assert capsys.readouterr() == ("", "")
+
+
+class _Here(Job):
+    """A job that needs no cluster and remembers where it was placed."""
+
+    name = kind = "here"
+    standalone = True
+
+    def placed(self, where):
+        self.where = where
+
+    def body(self, cluster, running):
+        return "done"
+
+
+def test_the_controller_takes_a_place_it_is_handed_and_places_nothing_again(monkeypatch):
+    """A caller that has placed the job hands its Place over: the job and its record take it."""
+    def no_second_place(inventory):
+        raise AssertionError("placed again")
+
+    monkeypatch.setattr(attach, "place", no_second_place)
+    handed = Place("handed", ("separate",))
+    job = _Here()
+    assert controller.run(job, None, live=False, where=handed) == "done"
+    assert job.where is handed and JobStore().list()[0].cluster == "handed"
+    # Not handed one: placed there, as before.
+    monkeypatch.setattr(attach, "place", lambda inventory: Place("placed", ("separate",)))
+    controller.run(job, None, live=False)
+    assert job.where.name == "placed" and JobStore().list()[-1].cluster == "placed"
+
+
+def test_train_har_hands_the_controller_the_place_its_options_came_from(tmp_path, monkeypatch):
+    """Placed once, by the command (its workers, ps, run folder and data follow from it), and that
+    Place is the one the controller records and attaches by: here the controller is a stand-in."""
+    from picluster.cli.train import train
+
+    placed, handed = [], []
+
+    def counted(inventory, real=attach.place):
+        placed.append(real(inventory))
+        return placed[-1]
+
+    def ran(job, inventory, live=True, display=None, where=None):
+        handed.append(where)
+        return {}
+
+    monkeypatch.setattr(attach, "place", counted)
+    monkeypatch.setattr(controller, "run", ran)
+    monkeypatch.delenv("PICLUSTER_INVENTORY", raising=False)
+    monkeypatch.chdir(tmp_path)  # no ./picluster.toml
+    data = write_tiny_har(tmp_path / "har")
+    for standalone in ([], ["--standalone"]):
+        placed.clear()
+        handed.clear()
+        train.main(["har", "--data-dir", str(data), "--run-dir", str(tmp_path / f"run{len(standalone)}"), "--json", *standalone],
+                   prog_name="picluster train", standalone_mode=False)
+        assert len(placed) == 1 and handed[0] is placed[0]

@@ -161,7 +161,10 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
     printer = progress.Printer(config, run, quiet=as_json, console=display.console if display.live else None)
     job = HarJob(config, run, worker_runtime, quiet=as_json, before=before)
     try:
-        result = controller.run(job, None if config.standalone else inventory, display=display)
+        # Placed once: the controller takes this command's Place, unless a standalone run drops
+        # the inventory it was placed for (a resumed one's), and is placed on this machine instead.
+        on = None if config.standalone else inventory
+        result = controller.run(job, on, display=display, where=where if on is inventory else None)
     except BaseException:
         if resume is None:
             coordinator.discard_unused(run)

@@ -19,7 +19,7 @@ import sys
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from picluster.cluster.base import Cluster
 from picluster.jobs import records
@@ -55,24 +55,23 @@ class Running:
     def say(self, line: str) -> None:
         """A line of the job's progress (a training's epoch): above a live panel, else on stderr
         (stdout stays the result's, --json's too)."""
-        if self.display.live:
-            self.display.console.print(line, soft_wrap=True, highlight=False, markup=False)
-        else:
-            print(line, file=sys.stderr, flush=True)
+        self._print(line, sys.stderr, soft_wrap=True)
 
     def note(self, message: str) -> None:
         """A line about the job (a restart, the cluster it got): dim above a live panel, else on stderr."""
-        if self.display.live:
-            self.display.console.print(message, style="dim", highlight=False, markup=False)
-        else:
-            print(message, file=sys.stderr, flush=True)
+        self._print(message, sys.stderr, style="dim")
 
     def emit(self, line: str) -> None:
         """A line of the job's own output: above a live panel, else on stdout."""
+        self._print(line, sys.stdout, soft_wrap=True)
+
+    def _print(self, line: str, stream: TextIO, style: str | None = None, soft_wrap: bool | None = None) -> None:
+        """``line`` as it is (no markup, no highlighting): above a live panel, in ``style`` (None:
+        plain; ``soft_wrap`` None: the console's own), else on ``stream``, flushed."""
         if self.display.live:
-            self.display.console.print(line, soft_wrap=True, highlight=False, markup=False)
+            self.display.console.print(line, style=style, soft_wrap=soft_wrap, highlight=False, markup=False)
         else:
-            print(line, flush=True)
+            print(line, file=stream, flush=True)
 
     def task_exited(self, label: str, code: int | None, state: str) -> None:
         self.record.store.task_exited(self.record.id, label, code, state)
@@ -121,11 +120,14 @@ class Job(ABC):
         return "COMPLETED", ""
 
 
-def run(job: Job, inventory: Inventory | None, live: bool = True, display: JobDisplay | None = None) -> Any:
-    """The job, from its record to its end; returns what its body returned."""
+def run(job: Job, inventory: Inventory | None, live: bool = True, display: JobDisplay | None = None,
+        where: "Place | None" = None) -> Any:
+    """The job, from its record to its end; returns what its body returned.  ``where``: the
+    caller's ``place(inventory)`` when it already has it (a training's options followed from it),
+    else placed here."""
     from picluster.cluster.attach import attach, place
 
-    where = place(inventory)
+    where = place(inventory) if where is None else where
     job.placed(where)
     display = display or JobDisplay(job.title, job.unit, live=live)
     # The record is made before the cluster is attached (a job waiting for its servers is listed).

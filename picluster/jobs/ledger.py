@@ -116,9 +116,6 @@ class Queue:
             shown.append(f"not available: {queue.describe(down)}: Slurm starts no job there")
         return shown
 
-    def problem(self) -> str | None:
-        return None
-
     def output(self, number: str, label: str | None, out: TextIO, say: Say) -> None:
         from picluster.jobs.slurm import queue
 
@@ -179,8 +176,10 @@ class Ledger:
             yield from source.listing(limit, everyone)
 
     def problem(self) -> str | None:
-        """What the listing left out, asked once it is shown (said last, as an error)."""
-        return "; ".join(p for p in (source.problem() for source in self.sources()) if p) or None
+        """What the listing left out, asked once it is shown (said last, as an error): records
+        that could not be read.  Slurm's queue leaves nothing out: it answers whole (its nodes
+        Slurm cannot use are listed), or its error ends the listing."""
+        return self.records.problem()
 
 
 def _copy(path: Path, what: str, out: TextIO) -> None:
