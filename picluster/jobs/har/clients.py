@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from picluster.cluster import tasks as supervisor
+from picluster.cluster.jobfolder import COPY_ERRORS
 from picluster.cluster.tasks import LOST, UNKNOWN, Heartbeat, TaskSpec, describe
-from picluster.jobs.har.mirror import COPY_ERRORS, Mirror
+from picluster.jobs.har.mirror import Mirror
 from picluster.jobs.har.rundir import RunDir
 from picluster.model.clusterspec import Layout
 from picluster.model.fanout import fan_out
@@ -123,7 +124,7 @@ class Client(Supervised):
                                       f"if [ -S \"{door}\" ]; then echo \"{door}\"; fi")
             if self.runtime == "resident" and not found:
                 self.runtime = "shared"  # a server started by an older picluster, without a door
-            self.mirror = mirror = Mirror(folder.remote.conn.sftp(), folder.path, run.path, self.beside)
+            self.mirror = mirror = Mirror(folder, run.path, self.beside)
             mirror.push_for_start(chief=task == 0, resume=resume)
             prelude = ""
             if self.runtime == "resident":
