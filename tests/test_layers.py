@@ -124,6 +124,22 @@ def test_jobs_start_their_processes_only_through_the_one_supervisor():
     assert found == []
 
 
+def test_jobs_reach_node_files_only_through_the_cluster_layer():
+    """A job copies files to and from a node through what its cluster gives it (a JobFolder's file
+    primitives, cluster/jobfolder.py): no job module imports the SSH libraries, opens SFTP itself or
+    runs a shell command over the folder's connection (``folder.remote``)."""
+    transport = ("paramiko", "fabric", "invoke")
+    found = []
+    for path in sorted((PACKAGE / "jobs").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                found += [f"{path.relative_to(ROOT)}:{node.lineno}: imports {n}" for n in names if n.split(".")[0] in transport]
+            elif isinstance(node, ast.Attribute) and node.attr in ("sftp", "open_sftp", "SFTPClient", "remote"):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.attr}")
+    assert found == []
+
+
 def test_jobs_and_the_cli_never_test_which_kind_of_cluster_they_have():
     """A job and a command take a Cluster and use what it offers (stage, start_task, up, down in
     attach): none tests the kind, so a new kind plugs in without touching them."""

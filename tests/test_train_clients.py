@@ -1,6 +1,18 @@
-"""The coordinator's mirror of the chief's files on a node: which files it copies again."""
+"""The coordinator's mirror of the chief's files on a node: which files it copies again, and the
+job folder's file primitives it copies them with (on a local folder standing in for the node's)."""
 
-from picluster.jobs.har.mirror import ALWAYS_COPY_BYTES, stale
+import os
+import shutil
+import stat
+from pathlib import Path, PurePosixPath
+from types import SimpleNamespace
+
+import paramiko
+import pytest
+
+from picluster.cluster.jobfolder import COPY_ERRORS, JobFolder
+from picluster.jobs.har.mirror import ALWAYS_COPY_BYTES, Mirror, stale
+from picluster.jobs.har.rundir import RunDir
 
 
 def test_a_state_file_rewritten_in_the_same_second_is_copied_again():
@@ -20,3 +32,156 @@ def test_a_large_file_unchanged_in_size_and_time_is_not_copied_again():
 def test_the_small_file_limit_is_inclusive():
     assert stale((ALWAYS_COPY_BYTES, 5), (ALWAYS_COPY_BYTES, 5))
     assert not stale((ALWAYS_COPY_BYTES + 1, 5), (ALWAYS_COPY_BYTES + 1, 5))
+
+
+# -- the job folder's files, over a stand-in for paramiko's SFTPClient --------------------------------
+
+
+class LocalSFTP:
+    """The SFTPClient calls a JobFolder makes, on a local folder standing in for the node user's
+    home; what it raises is what paramiko raises (OSError, FileNotFoundError for a missing name)."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.calls: list[str] = []
+
+    def _at(self, path: str) -> Path:
+        return self.home / path
+
+    def stat(self, path: str):
+        return paramiko.SFTPAttributes.from_stat(os.stat(self._at(path)))
+
+    def put(self, local: str, remote: str) -> None:
+        self.calls.append(f"put {remote}")
+        shutil.copyfile(local, self._at(remote))
+
+    def posix_rename(self, old: str, new: str) -> None:
+        self.calls.append(f"rename {old} {new}")
+        os.rename(self._at(old), self._at(new))
+
+    def mkdir(self, path: str, mode: int) -> None:
+        os.mkdir(self._at(path), mode)
+
+    def open(self, path: str, mode: str):
+        return open(self._at(path), mode)
+
+    def listdir_attr(self, path: str):
+        return [paramiko.SFTPAttributes.from_stat(os.stat(p), p.name) for p in sorted(self._at(path).iterdir())]
+
+    def remove(self, path: str) -> None:
+        os.remove(self._at(path))
+
+
+@pytest.fixture
+def node(tmp_path):
+    """(the folder, the stand-in SFTP, the folder's path here, how many times an SFTP session was opened)."""
+    home = tmp_path / "home"
+    (home / "runs" / "r").mkdir(parents=True)
+    sftp, opened = LocalSFTP(home), []
+    conn = SimpleNamespace(sftp=lambda: opened.append(1) or sftp)
+    folder = JobFolder("node01", SimpleNamespace(conn=conn), PurePosixPath("runs/r"), "$HOME/servers")  # type: ignore[arg-type]
+    return folder, sftp, home / "runs" / "r", opened
+
+
+def test_a_folder_opens_its_sftp_session_once_on_first_use(node):
+    folder, _, _, opened = node
+    assert folder.word == '"$HOME"/runs/r' and opened == []  # nothing opened for what is not a file
+    folder.exists("a")
+    folder.read("a")
+    folder.listdir(".")
+    assert opened == [1]
+
+
+def test_a_put_is_written_beside_and_renamed_over(node, tmp_path):
+    folder, sftp, there, _ = node
+    local = tmp_path / "config.json"
+    local.write_text("{}")
+    folder.mkdir("sub")
+    folder.put(local, "sub/config.json")
+    assert sftp.calls == ["put runs/r/sub/config.json.new", "rename runs/r/sub/config.json.new runs/r/sub/config.json"]
+    assert os.listdir(there / "sub") == ["config.json"] and (there / "sub/config.json").read_text() == "{}"
+    assert stat.S_IMODE((there / "sub").stat().st_mode) == 0o700 & ~_umask()
+    with pytest.raises(OSError):
+        folder.mkdir("sub")  # it exists: the mirror's put_tree goes on
+
+
+def test_missing_names_read_as_none_and_a_failed_copy_is_one_of_the_copy_errors(node, tmp_path):
+    folder, _, there, _ = node
+    assert folder.read("progress.json") is None and folder.listdir("checkpoints") is None and not folder.exists("x")
+    (there / "x").write_bytes(b"abc")
+    assert folder.read("x") == b"abc" and folder.exists("x")
+    folder.remove("x")
+    assert not folder.exists("x")
+    with pytest.raises(COPY_ERRORS):
+        folder.put(tmp_path / "nowhere", "y")
+    (there / "d").mkdir()
+    with pytest.raises(COPY_ERRORS):
+        folder.read("d")  # not ENOENT: the caller hears of it
+
+
+def test_a_listing_gives_names_kinds_sizes_and_whole_second_times(node):
+    folder, _, there, _ = node
+    (there / "ckpt").mkdir()
+    (there / "ckpt" / "model.data").write_bytes(b"x" * 10)
+    os.utime(there / "ckpt" / "model.data", (1000.7, 2000.9))
+    (there / "ckpt" / "sub").mkdir()
+    entries = {e.name: e for e in folder.listdir("ckpt") or []}
+    data = entries["model.data"]
+    assert (data.is_dir, data.size, data.mtime, data.atime) == (False, 10, 2000, 1000)
+    assert entries["sub"].is_dir
+
+
+# -- the mirror's policy, through such a folder -----------------------------------------------------
+
+
+def test_a_resumed_chief_on_a_node_without_a_copy_gets_the_records_and_trees(node, tmp_path):
+    folder, _, there, _ = node
+    run = tmp_path / "run"
+    (run / RunDir.CHECKPOINTS / "sub").mkdir(parents=True)
+    for name, text in ((RunDir.CONFIG, "{}"), (RunDir.METRICS, "epoch\n"), (RunDir.STATE, "{}"),
+                       (f"{RunDir.CHECKPOINTS}/checkpoint", "c"), (f"{RunDir.CHECKPOINTS}/sub/a", "a")):
+        (run / name).write_text(text)
+    Mirror(folder, run).push_for_start(chief=True, resume=True)
+    assert sorted(str(p.relative_to(there)) for p in there.rglob("*")) == [
+        "checkpoints", "checkpoints/checkpoint", "checkpoints/sub", "checkpoints/sub/a", "config.json", "metrics.csv", "state.json"]
+    (run / RunDir.METRICS).write_text("epoch\n1\n")
+    Mirror(folder, run).push_for_start(chief=True, resume=True)  # the node has a checkpoint: its records are newer
+    assert (there / RunDir.METRICS).read_text() == "epoch\n"
+
+
+def test_the_chiefs_files_come_back_large_ones_only_when_they_moved(node, tmp_path):
+    folder, _, there, _ = node
+    run = tmp_path / "run"
+    run.mkdir()
+    (there / RunDir.CHECKPOINTS).mkdir()
+    big = there / RunDir.CHECKPOINTS / "model.data"
+    big.write_bytes(b"1" * (ALWAYS_COPY_BYTES + 1))
+    os.utime(big, (1000, 2000))
+    (there / RunDir.PROGRESS).write_text('{"epoch": 1}')
+    (there / RunDir.METRICS).write_text("epoch\n1\n")
+    mirror = Mirror(folder, run)
+    mirror.follow()
+    assert (run / RunDir.METRICS).read_text() == "epoch\n1\n" and (run / RunDir.CHECKPOINTS / "model.data").stat().st_mtime == 2000
+    big.write_bytes(b"2" * (ALWAYS_COPY_BYTES + 1))
+    os.utime(big, (1000, 2000))  # same size, same second: taken as unchanged
+    mirror.follow(final=True)
+    assert (run / RunDir.CHECKPOINTS / "model.data").read_bytes()[:1] == b"1" and mirror.complete
+
+
+def test_beside_the_evaluator_takes_what_the_chief_hands_over_and_the_node_keeps_none(node, tmp_path):
+    folder, _, there, _ = node
+    run = tmp_path / "run"
+    run.mkdir()
+    (there / RunDir.TO_EVALUATE).mkdir()
+    (there / RunDir.TO_EVALUATE / "model.ckpt-5.index").write_text("i")
+    (there / RunDir.TRAINED).write_text('{"step": 5}\n')
+    (there / RunDir.METRICS).write_text("the evaluator writes these here\n")
+    Mirror(folder, run, beside=True).follow()
+    assert (run / RunDir.TO_EVALUATE / "model.ckpt-5.index").read_text() == "i" and os.listdir(there / RunDir.TO_EVALUATE) == []
+    assert (run / RunDir.TRAINED).read_text() == '{"step": 5}\n' and not (run / RunDir.METRICS).exists()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -15,5 +15,5 @@ exits.py     processes that started and died: exit status and log tail, one erro
 tether.py    a command tied to a lifeline (python -m picluster.cluster.tether)
 tasks.py     the one supervisor of a job's processes (launch's tasks, HAR's clients), each under the tether
 shim.py      builds native/bindaddr.c, the LD_PRELOAD shim that keeps servers on their address
-jobfolder.py   a job's own folder on a node (Cluster.job_folder)
+jobfolder.py   a job's own folder on a node (Cluster.job_folder), and its files over SFTP
 """

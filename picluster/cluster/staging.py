@@ -14,13 +14,10 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-import paramiko
-
+from picluster.cluster.jobfolder import COPY_ERRORS
 from picluster.model import nodeset
 from picluster.model.fanout import fan_out
 from picluster.util.errors import ClusterError, UsageError
-
-COPY_ERRORS = (OSError, EOFError, paramiko.SSHException)
 
 
 def node_job_name(job_id: int, state: Path) -> str:

@@ -2,7 +2,8 @@
 
 On the coordinator:  config.py (TrainConfig, validated once), coordinator.py (attach a cluster,
                      start the clients, follow the chief), clients.py (a client per worker task:
-                     a local process or one over SSH), mirror.py (the chief's files copied back),
+                     a local process or one over SSH), mirror.py (which of the chief's files
+                     go to and come back from its node's job folder, and when),
                      progress.py (epoch lines and the live panel), data.py (the windows, checked).
 In each replica:     replica.py (the training loop), graph.py (the graph it builds), model.py
                      (the network), chief.py (worker 0: evaluate, select on validation, save),

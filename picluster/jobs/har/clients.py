@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from picluster.cluster import tasks as supervisor
+from picluster.cluster.jobfolder import COPY_ERRORS
 from picluster.cluster.tasks import LOST, UNKNOWN, Heartbeat, TaskSpec, describe
-from picluster.jobs.har.mirror import COPY_ERRORS, Mirror
+from picluster.jobs.har.mirror import Mirror
 from picluster.jobs.har.rundir import RunDir
 from picluster.model.clusterspec import Layout
 from picluster.model.fanout import fan_out
@@ -29,7 +30,6 @@ from picluster.util.errors import ClusterError
 if TYPE_CHECKING:
     from picluster.cluster.base import Cluster
     from picluster.cluster.jobfolder import JobFolder
-    from picluster.cluster.ssh import Remote
 
 __all__ = ["LOST", "UNKNOWN", "Client", "Heartbeat", "describe", "start", "stop"]
 
@@ -93,7 +93,7 @@ class Client(Supervised):
         self.node = node
         self.label = f"worker {task}" + (f" on {node}" if node != "localhost" else "")
         self.log = run.worker_log(task)
-        self.remote: Remote | None = None  # the node's connection, where the client runs in a job folder
+        self.folder: JobFolder | None = None  # where the client runs on its node, in a job folder of its own
         self.mirror: Mirror | None = None
         argv = ["-m", MODULE, "--launch", launch]
         env = {"TF_CONFIG": tf_config} if tf_config is not None else {}
@@ -116,24 +116,22 @@ class Client(Supervised):
     def _start_in(self, folder: "JobFolder", cluster: "Cluster", run: RunDir, resume: bool, argv: list[str], env: dict):
         """In the job's folder on its node: the run's files pushed there first, the chief's mirrored back."""
         task = self.task
-        self.remote = folder.remote
+        self.folder = folder
         try:
-            home, door = folder.word, folder.door("worker", task)
-            found = folder.remote.out(f"umask 077 && mkdir -p {home} && cd {home} && rm -f result.json progress.json live.json && "
-                                      f"if [ -S \"{door}\" ]; then echo \"{door}\"; fi")
-            if self.runtime == "resident" and not found:
+            found = folder.make(fresh=(RunDir.RESULT, RunDir.PROGRESS, RunDir.LIVE), door_of=("worker", task))
+            if self.runtime == "resident" and found is None:
                 self.runtime = "shared"  # a server started by an older picluster, without a door
-            self.mirror = mirror = Mirror(folder.remote.conn.sftp(), folder.path, run.path, self.beside)
+            self.mirror = mirror = Mirror(folder, run.path, self.beside)
             mirror.push_for_start(chief=task == 0, resume=resume)
             prelude = ""
-            if self.runtime == "resident":
+            if self.runtime == "resident" and found is not None:
                 # Inside the node's server: no TensorFlow import, nothing to stop or start again.
                 argv = ["-m", "picluster.cluster.door", "--door", found, "--", DOOR_JOB, *argv[2:]]
             elif self.runtime == "shared":
                 # The client hosts its worker task's server in place of the node's own (stopped first,
                 # on its address): one TensorFlow runtime on the node instead of two.
                 argv, prelude = [*argv, "--serve"], folder.stop_server("worker", task)
-            spec = TaskSpec(f"worker:{task}", folder.node, self.label, [*argv, "--run-dir", "."], home, env, prelude=prelude)
+            spec = TaskSpec(f"worker:{task}", folder.node, self.label, [*argv, "--run-dir", "."], folder.word, env, prelude=prelude)
             return cluster.start_task(spec, GRACE_S, self._line)
         except (*COPY_ERRORS, ClusterError) as exc:
             raise ClusterError(f"cannot start worker {task}'s client: {exc}") from None

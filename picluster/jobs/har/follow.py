@@ -50,7 +50,7 @@ class _Training:
         self.run, self.config, self.running, self.job, self.tasks, self.launch = run, config, running, job, tuple(tasks), launch
         self.shown_progress = Follower(config, job, quiet)
         self.chief, self.evaluator = running[0], evaluator
-        self.poll_s = POLL_S if self.chief.remote is None else REMOTE_POLL_S
+        self.poll_s = POLL_S if self.chief.folder is None else REMOTE_POLL_S
         # The evaluator first: in a round where both end, its verdict (the result) is the run's.
         self.clients = ({evaluator.label: evaluator} if evaluator is not None else {}) | {c.label: c for c in running}
         # Keyed by write time: on --resume the chief drops rows it will redo, and only new ones show.

@@ -1,20 +1,22 @@
-"""The chief's files, mirrored between its node's run directory and the coordinator's, over SFTP.
+"""The chief's files, mirrored between its node's run directory and the coordinator's: which files, and when.
 
 No shared file system is needed: before a start the coordinator pushes what the run needs (and,
 to resume on a node that lost its copy, the records and checkpoints); while the run goes on it
 copies the chief's progress back, and its records and checkpoints after every epoch, so a
-resume hint always names a checkpoint the coordinator holds too.
+resume hint always names a checkpoint the coordinator holds too.  The node's side is the run's
+job folder (cluster/jobfolder.py), whose file primitives carry the bytes over the cluster's
+connection; here are the choices and the local copies (each written whole, util/atomic.py).
 """
 
-import errno
 import os
-import stat
 from pathlib import Path, PurePosixPath
-
-import paramiko
+from typing import TYPE_CHECKING
 
 from picluster.jobs.har.rundir import RunDir
 from picluster.util import atomic
+
+if TYPE_CHECKING:
+    from picluster.cluster.jobfolder import JobFolder
 
 # The chief's files the coordinator mirrors while the run goes on, and at the end.
 PROGRESS = (RunDir.PROGRESS, RunDir.LIVE, RunDir.RESUME)
@@ -24,7 +26,6 @@ FINAL = (RunDir.RESULT,)
 # What a relaunched chief needs to resume (its records and these trees), pushed to its node.
 RESUME_TREES = (RunDir.CHECKPOINTS, RunDir.BEST)
 ALWAYS_COPY_BYTES = 4096  # smaller files are copied on every mirror (see stale)
-COPY_ERRORS = (OSError, EOFError, paramiko.SSHException)
 
 
 def stale(local: tuple[int, int] | None, remote: tuple[int, int]) -> bool:
@@ -41,13 +42,13 @@ def stale(local: tuple[int, int] | None, remote: tuple[int, int]) -> bool:
 
 
 class Mirror:
-    """One run directory on a node (``remote_dir``, relative to the user's home) and its local copy."""
+    """One run directory on a node (its job folder) and its local copy.  What the folder raises
+    when a copy fails is one of jobfolder.COPY_ERRORS."""
 
-    def __init__(self, sftp: paramiko.SFTPClient, remote_dir: PurePosixPath, local_dir: Path, beside: bool = False) -> None:
+    def __init__(self, folder: "JobFolder", local_dir: Path, beside: bool = False) -> None:
         """beside: the evaluator runs beside the coordinator, writing the records, best/ and
         tensorboard/ here; from the chief come its checkpoints, those it hands over and trained.jsonl only."""
-        self.sftp = sftp
-        self.remote_dir = remote_dir
+        self.folder = folder
         self.local_dir = local_dir
         self.beside = beside
         self.record_names = () if beside else RECORDS
@@ -100,23 +101,17 @@ class Mirror:
     # -- files -----------------------------------------------------------------------------------
 
     def exists(self, relative: str) -> bool:
-        try:
-            self.sftp.stat(str(self.remote_dir / relative))
-            return True
-        except FileNotFoundError:
-            return False
+        return self.folder.exists(relative)
 
     def put(self, local: Path) -> None:
         if local.is_file():
-            remote = str(self.remote_dir / local.relative_to(self.local_dir))
-            self.sftp.put(str(local), remote + ".new")
-            self.sftp.posix_rename(remote + ".new", remote)
+            self.folder.put(local, local.relative_to(self.local_dir).as_posix())
 
     def put_tree(self, local: Path) -> None:
         if not local.is_dir():
             return
         try:
-            self.sftp.mkdir(str(self.remote_dir / local.relative_to(self.local_dir)), 0o700)
+            self.folder.mkdir(local.relative_to(self.local_dir).as_posix(), 0o700)
         except OSError:
             pass  # it exists
         for item in sorted(local.iterdir()):
@@ -124,13 +119,7 @@ class Mirror:
 
     def read(self, name: str) -> bytes | None:
         """One file's bytes on the node, or None when it has none."""
-        try:
-            with self.sftp.open(str(self.remote_dir / name), "rb") as f:
-                return f.read()
-        except OSError as exc:
-            if getattr(exc, "errno", None) == errno.ENOENT or isinstance(exc, FileNotFoundError):
-                return None
-            raise
+        return self.folder.read(name)
 
     def get(self, name: str) -> bytes | None:
         """Copy one file back (atomically); its bytes, or None when the node has none."""
@@ -143,22 +132,20 @@ class Mirror:
         return data
 
     def get_tree(self, relative: PurePosixPath, move: bool = False) -> None:
-        try:
-            entries = self.sftp.listdir_attr(str(self.remote_dir / relative))
-        except FileNotFoundError:
+        entries = self.folder.listdir(relative)
+        if entries is None:
             return
         for entry in entries:
-            child = relative / entry.filename
-            if stat.S_ISDIR(entry.st_mode or 0):
+            child = relative / entry.name
+            if entry.is_dir:
                 self.get_tree(child)
                 continue
-            remote = (entry.st_size or 0, int(entry.st_mtime or 0))
             if move:
                 self.get(str(child))
-                self.sftp.remove(str(self.remote_dir / child))
-            elif stale(_size_and_second(self.local_dir / child), remote):  # each epoch: only new checkpoint files
+                self.folder.remove(child)
+            elif stale(_size_and_second(self.local_dir / child), (entry.size, entry.mtime)):  # each epoch: only new checkpoint files
                 self.get(str(child))
-                os.utime(self.local_dir / child, (entry.st_atime or 0, entry.st_mtime or 0))
+                os.utime(self.local_dir / child, (entry.atime, entry.mtime))
 
 
 def _size_and_second(path: Path) -> tuple[int, int] | None:
