@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from picluster.cluster.allocation import step_ports
+from picluster.cluster.server import step_ports
 from picluster.lab import Lab
 from picluster.lab.host import HostOptions
 from picluster.lab.limits import Limits

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from picluster.cluster.allocation import default_ps, job_id, layout_of, node_addresses, not_serving, shared_dir, sinfo_states, sizes, step_ports
+from picluster.cluster.allocation import default_ps, job_id, layout_of, node_addresses, not_serving, shared_dir, sinfo_states, sizes
+from picluster.cluster.server import step_ports
 from picluster.jobs.slurm import batch, script
 from picluster.jobs.slurm.queue import describe, parse
 from picluster.model.inventory import parse_inventory

@@ -22,9 +22,11 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from picluster.cluster import server
 from picluster.cluster.base import Agent, Cluster, TaskState
 from picluster.cluster.exits import file_tail
 from picluster.cluster.probe import answers
+from picluster.cluster.server import RESERVED
 from picluster.model import nodeset
 from picluster.model.clusterspec import Layout, Task
 from picluster.model.inventory import NODES_PER_PS
@@ -36,7 +38,6 @@ from picluster.util.paths import state_dir
 # port of a node to one step at a time, so jobs sharing a node never collide, and the range lies
 # above the ports `cluster up` keeps.  The layout carries PLACEHOLDER until the step says its ports.
 PLACEHOLDER_PORT = 2224
-RESERVED = 2
 PORTS_LINE = re.compile(r"^\d+: picluster\.cluster\.server: reserved ports (\d+) (\d+)$", re.M)
 PS_ENV = "PICLUSTER_PS"  # ps tasks of the job (submit --ps); default: one per 12 nodes
 SHARE_ENV = "PICLUSTER_SHARE"  # the inventory's data_dir: data and runs that every node reads
@@ -97,8 +98,7 @@ class Allocation(Cluster):
                f"--nodelist={','.join(nodes)}",
                # Later steps of the job (and the command itself) share the CPUs with the servers.
                "--overlap", "--kill-on-bad-exit=1", "--label", "--job-name=picluster-servers", f"--resv-ports={RESERVED}",
-               sys.executable, "-m", "picluster.cluster.server", "--slurm-node",
-               "--layout", json.dumps(self.layout.to_json())]
+               *server.command(sys.executable, layout=json.dumps(self.layout.to_json()), slurm_node=True)]
         root = state_dir() / "tmp"
         root.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=f"slurm-{self.job}-", suffix=".log", dir=root)
@@ -299,14 +299,3 @@ def _whole(environ: Mapping[str, str], key: str, default: int, low: int, high: i
     if not re.fullmatch(r"\d{1,6}", value) or not low <= int(value) <= high:
         raise ClusterError(f"{key}={value!r} must be a whole number from {low} to {high}")
     return int(value)
-
-
-def step_ports(value: str) -> list[int]:
-    """SLURM_STEP_RESV_PORTS ("12000-12001", "12000,12005") as ports."""
-    ports: list[int] = []
-    for part in filter(None, value.split(",")):
-        first, _, last = part.strip().partition("-")
-        if not first.isdigit() or (last and not last.isdigit()):
-            raise ValueError(f"SLURM_STEP_RESV_PORTS {value!r} is not a list of ports")
-        ports += range(int(first), int(last or first) + 1)
-    return ports

@@ -18,12 +18,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from picluster.cluster import server
 from picluster.cluster.exits import Exited
 from picluster.cluster.local import AGENT, LocalCluster, threads_per_task
 from picluster.model.clusterspec import Task
 
 HOST_LOG = "servers.log"
-MODULE = "picluster.cluster.server"
 
 
 class InProcessCluster(LocalCluster):
@@ -35,14 +35,9 @@ class InProcessCluster(LocalCluster):
             self.stop_servers()
         for task in self.layout.tasks:
             self._ready(task).unlink(missing_ok=True)
-        cmd = [
-            sys.executable, "-m", MODULE,
-            "--cluster-file", str(self.run_dir / "cluster.json"), "--all",
-            # One process: its thread pools are shared by every task, so they get all the cores.
-            "--threads", str(threads_per_task(1)),
-            "--ready-dir", str(self.run_dir),
-            "--parent", str(os.getpid()),
-        ]
+        # One process: its thread pools are shared by every task, so they get all the cores.
+        cmd = server.command(sys.executable, cluster_file=str(self.run_dir / "cluster.json"), every=True,
+                             threads=threads_per_task(1), ready_dir=str(self.run_dir), parent=os.getpid())
         with open(self.run_dir / HOST_LOG, "ab") as out:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True, cwd=self.run_dir)

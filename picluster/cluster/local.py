@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from picluster.cluster import localstate
+from picluster.cluster import localstate, server
 from picluster.cluster.base import Agent, Cluster, TaskState
 from picluster.cluster.exits import Exit, Exited, file_tail
 from picluster.cluster.lifetime import signal_group
@@ -121,15 +121,8 @@ class LocalCluster(Cluster):
         log = self._log(task)
         ready = self._ready(task)
         ready.unlink(missing_ok=True)
-        cmd = [
-            sys.executable, "-m", "picluster.cluster.server",
-            "--cluster-file", str(self.run_dir / _STATE),
-            "--job", task.job, "--task", str(task.index),
-            "--threads", str(threads),
-            "--ready-file", str(ready),
-        ]
-        if self.temporary:
-            cmd += ["--parent", str(os.getpid())]
+        cmd = server.command(sys.executable, cluster_file=str(self.run_dir / _STATE), job=task.job, task=task.index,
+                             threads=threads, ready_file=str(ready), parent=os.getpid() if self.temporary else None)
         with open(log, "ab") as out:
             proc = subprocess.Popen(
                 cmd,
@@ -262,7 +255,7 @@ class LocalCluster(Cluster):
         return "starting"
 
     def _live_pid(self, task: Task) -> int | None:
-        return self._live_pid_of(task.label, "picluster.cluster.server")
+        return self._live_pid_of(task.label, server.MODULE)
 
     def _live_pid_of(self, label: str, module: str) -> int | None:
         pid = self.pids.get(label)

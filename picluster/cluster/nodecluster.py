@@ -13,7 +13,7 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from picluster.cluster import pidfiles
+from picluster.cluster import pidfiles, server
 from picluster.cluster.base import Agent, Cluster, TaskState
 from picluster.cluster.door import door_path
 from picluster.cluster.exits import TAIL_LINES, Exit, Exited
@@ -159,10 +159,10 @@ def start_script(inv: Inventory, node: Node, tasks: list[Task]) -> str:
     for task in tasks:
         name = _name(task)
         # A worker's server opens a door: a job's client then runs inside it (door.py).
-        door = f" --door {door_path(run, task.job, task.index)}" if task.job == "worker" else ""
-        server = (f"{py} -m picluster.cluster.server --cluster-file {run}/cluster.json "
-                  f"--job {task.job} --task {task.index} --ready-file {run}/{name}.ready{door}")
-        lines.append(_unless_running(name, "picluster.cluster.server", server, task.label))
+        door = door_path(run, task.job, task.index) if task.job == "worker" else None
+        words = server.command(py, cluster_file=f"{run}/cluster.json", job=task.job, task=task.index,
+                               ready_file=f"{run}/{name}.ready", door=door)  # shell words: $HOME expands
+        lines.append(_unless_running(name, server.MODULE, " ".join(words), task.label))
     agent = (f"{py} -m picluster.monitor.agent --addr {node.address} --port {inv.agent_port} --node {shlex.quote(node.name)} "
              f"--cluster-file {run}/cluster.json --ready-file {run}/agent.ready")
     lines.append(_unless_running(AGENT, "picluster.monitor.agent", agent, AGENT))

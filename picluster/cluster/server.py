@@ -24,8 +24,33 @@ def ready_name(job: str, index: int) -> str:
     return f"{job}-{index}.ready"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m picluster.cluster.server")
+MODULE = "picluster.cluster.server"
+RESERVED = 2  # ports Slurm reserves for the servers' step (--resv-ports): the ps tasks', the workers'
+
+
+def command(python: str, *, cluster_file: str | None = None, layout: str | None = None, job: str | None = None,
+            task: int | None = None, every: bool = False, slurm_node: bool = False, threads: int | None = None,
+            ready_file: str | None = None, ready_dir: str | None = None, parent: int | None = None,
+            door: str | None = None) -> list[str]:
+    """The server's command line, as each kind of cluster starts it: one task (local.py, and as a
+    node's shell words, nodecluster.py), ``every`` task in one process (inprocess.py), or a Slurm
+    node's tasks (``slurm_node``, allocation.py).  The flags are the ones ``main`` parses, here
+    beside it; values go in as given (a node's are shell words, its paths under ``$HOME``)."""
+    argv = [python, "-m", MODULE]
+    argv += ["--cluster-file", cluster_file] if cluster_file is not None else ["--layout", layout or ""]
+    argv += ["--job", job or "", "--task", str(task)] if job is not None else []
+    argv += ["--all"] if every else []
+    argv += ["--slurm-node"] if slurm_node else []
+    argv += ["--threads", str(threads)] if threads is not None else []
+    argv += ["--ready-file", ready_file] if ready_file is not None else []
+    argv += ["--ready-dir", ready_dir] if ready_dir is not None else []
+    argv += ["--parent", str(parent)] if parent is not None else []
+    argv += ["--door", door] if door is not None else []
+    return argv
+
+
+def arguments() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}")
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--cluster-file", type=Path, help="JSON: {'layout': [...]} ")
     where.add_argument("--layout", help="the layout itself, as JSON (a Slurm job step: no file to share)")
@@ -40,6 +65,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-dir", type=Path, help="where each task's ready file goes once it serves (--all)")
     parser.add_argument("--parent", type=int, help="exit when this pid (the coordinator) exits")
     parser.add_argument("--door", type=Path, help="open a door here: jobs' clients run inside this process (one task; door.py)")
+    return parser
+
+
+def step_ports(value: str) -> list[int]:
+    """SLURM_STEP_RESV_PORTS ("12000-12001", "12000,12005") as ports."""
+    ports: list[int] = []
+    for part in filter(None, value.split(",")):
+        first, _, last = part.strip().partition("-")
+        if not first.isdigit() or (last and not last.isdigit()):
+            raise ValueError(f"SLURM_STEP_RESV_PORTS {value!r} is not a list of ports")
+        ports += range(int(first), int(last or first) + 1)
+    return ports
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = arguments()
     args = parser.parse_args(argv)
     whole = args.all or args.slurm_node
     if (args.all and args.slurm_node) or (whole and (args.job, args.task) != (None, None)) or (not whole and None in (args.job, args.task)):
@@ -54,8 +95,6 @@ def main(argv: list[str] | None = None) -> int:
 
     layout = Layout.from_json(json.loads(args.layout) if args.layout else json.loads(args.cluster_file.read_text())["layout"])
     if args.slurm_node:
-        from picluster.cluster.allocation import RESERVED, step_ports
-
         # The two ports Slurm reserved for this step, the same on every node of it: said first,
         # so the job's coordinator knows where the servers will listen.
         try:
