@@ -131,7 +131,9 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
                 raise UsageError(f"--resume keeps the run's config; only --epochs may change (got --{sorted(set(given) - {'epochs'})[0].replace('_', '-')})")
             config = replace(config, **given)
         if inventory is None:
-            inventory = run_inventory(run)
+            inventory = run_inventory(run)  # the run's record is read, and checked, either way
+        if config.standalone:
+            inventory = None  # it ran here, and runs here again, whatever inventory is given or recorded
         where = attach.place(inventory)
     else:
         if inventory is not None:
@@ -161,10 +163,7 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
     printer = progress.Printer(config, run, quiet=as_json, console=display.console if display.live else None)
     job = HarJob(config, run, worker_runtime, quiet=as_json, before=before)
     try:
-        # Placed once: the controller takes this command's Place, unless a standalone run drops
-        # the inventory it was placed for (a resumed one's), and is placed on this machine instead.
-        on = None if config.standalone else inventory
-        result = controller.run(job, on, display=display, where=where if on is inventory else None)
+        result = controller.run(job, inventory, display=display, where=where)  # placed once, here
     except BaseException:
         if resume is None:
             coordinator.discard_unused(run)
