@@ -74,6 +74,19 @@ def readme_times(rows: list[dict]) -> tuple[int, int]:
     return max(5, 5 * int(wall / 5 + 0.5)), max(1, int(unit + 0.5))
 
 
+def rewritten(path: Path, edits: list) -> str:
+    """The file's text with each (pattern, replacement) made, each pattern found exactly once:
+    else nothing is written, and the script says where the statement went missing."""
+    text = path.read_text()
+    found = []
+    for pattern, replacement in edits:
+        text, n = pattern.subn(replacement, text)
+        found.append(str(n))
+    if found != ["1"] * len(edits):
+        raise SystemExit(f"ci_times: {path.name} should state the times once in each place (found {' and '.join(found)})")
+    return text
+
+
 def main(log_path: str, commit: str) -> None:
     if not re.fullmatch(r"[0-9a-f]{7,40}", commit):
         raise SystemExit(f"ci_times: {commit!r} is not a commit: give its hash (git rev-parse --short HEAD)")
@@ -82,17 +95,15 @@ def main(log_path: str, commit: str) -> None:
     rows = [{"run": number, "commit": commit, "date": date.today().isoformat(), "part": p, "tests": str(t), "minutes": f"{m:.1f}"}
             for p, (t, m) in parts.items()]
     wall, stated = statement(rows)
-    text = CONTRIBUTING.read_text()
-    text, loops = LOOP.subn(lambda m: f"{m.group(1)}{wall}{m.group(3)}", text)
-    text, lasts = LAST.subn(lambda m: f"{m.group(1)}Last clean-clone run ({commit}): {wall} min in all; {stated}.", text)
-    if (loops, lasts) != (1, 1):
-        raise SystemExit(f"ci_times: CONTRIBUTING.md should state the times once in each place (found {loops} and {lasts})")
+    text = rewritten(CONTRIBUTING, [
+        (LOOP, lambda m: f"{m.group(1)}{wall}{m.group(3)}"),
+        (LAST, lambda m: f"{m.group(1)}Last clean-clone run ({commit}): {wall} min in all; {stated}."),
+    ])
     suite, unit = readme_times(rows)
-    readme = README.read_text()
-    readme, suites = SUITE.subn(lambda m: f"{m.group(1)}{suite}{m.group(3)}", readme)
-    readme, units = UNIT.subn(lambda m: f"{m.group(1)}{unit}{m.group(3)}minute{'' if unit == 1 else 's'})", readme)
-    if (suites, units) != (1, 1):
-        raise SystemExit(f"ci_times: README.md should state the whole suite's and the unit part's times once each (found {suites} and {units})")
+    readme = rewritten(README, [
+        (SUITE, lambda m: f"{m.group(1)}{suite}{m.group(3)}"),
+        (UNIT, lambda m: f"{m.group(1)}{unit}{m.group(3)}minute{'' if unit == 1 else 's'})"),
+    ])
     new = not CSV.exists()
     with CSV.open("a", newline="") as f:  # the three files once all are known to be right
         writer = csv.DictWriter(f, FIELDS)
