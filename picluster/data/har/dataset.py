@@ -125,15 +125,28 @@ def _signals_after():
     """Ctrl-C and SIGTERM held back while zipfile writes the cache (a second or two), delivered
     right after.  Interrupted inside zipfile, a ZipFile is left half open; collected later, it
     closes itself on a file already gone and Python prints "Exception ignored in ZipFile.__del__"
-    with a traceback under our one line.  Only the main thread receives them: elsewhere, nothing to hold."""
+    with a traceback under our one line.  Only the main thread sets handlers: elsewhere, nothing to hold.
+
+    Held by a handler that only notes the signal, not by blocking it: numpy's BLAS threads do not
+    block it, so the kernel hands a process's Ctrl-C to one of them, and Python raises it in the
+    main thread all the same (half the time under load)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    arrived: list[int] = []
+    # A handler set outside Python (getsignal gives None) could not be put back: leave that signal be.
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    kept = {sig: handler for sig, handler in kept.items() if handler is not None}
+    for sig in kept:
+        signal.signal(sig, lambda signum, _frame: arrived.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        for sig, handler in kept.items():
+            signal.signal(sig, handler)
+        for signum in dict.fromkeys(arrived):
+            # To this thread: the kept handler (KeyboardInterrupt, the CLI's own, or the default) runs now.
+            signal.raise_signal(signum)
 
 
 def load(path: Path) -> HarData:
