@@ -319,3 +319,32 @@ def test_with_accounting_ended_jobs_slurmctld_forgot_come_from_sacct():
     # Without accounting, squeue alone (sacct would answer nothing).
     plain = Answers(squeue=remote.outputs["squeue"])
     assert [r.id for r in _squeue(inventory(), plain)] == ["12"] and len(plain.asked) == 1
+
+
+def test_a_controller_that_does_not_answer_is_one_line_asked_once(monkeypatch):
+    """A stopped slurmctld: sbatch waits 10 to 20 s before saying so; submit says it then, and
+    asks nothing more (sinfo, for the nodes that are down, would wait as long again)."""
+    from picluster.cluster.ssh import CommandFailed
+    from picluster.jobs.slurm import queue
+
+    class Silent:
+        def __init__(self):
+            self.asked = []
+
+        def run(self, command, check=True, **kwargs):
+            self.asked.append(command)
+            said = "error: Unable to contact slurm controller (connect failure)"
+            if not check:
+                return SimpleNamespace(stdout="", stderr=said, exited=1)
+            raise CommandFailed(f"node01: {command.split()[-1]}: sbatch: {said}")
+
+        def close(self):
+            pass
+
+    silent = Silent()
+    monkeypatch.setattr(queue, "_open", lambda inv, then="": silent)
+    with pytest.raises(UsageError) as refused:
+        queue.submit(inventory(), batch.Request(command=("hostname",), nodes=1, ps=0, name="hostname"))
+    assert str(refused.value) == ("Slurm's controller daemon on node01 does not answer (slurmctld stopped?): "
+                                  "'picluster provision -i INVENTORY --only slurm,queue' starts it; nothing was queued")
+    assert len(silent.asked) == 1 and "sbatch --test-only" in silent.asked[0]

@@ -88,6 +88,11 @@ def _open(inv: Inventory, then: str = "") -> Remote | Here:
         raise UsageError(f"Slurm's controller {node.name} cannot be reached ({exc}){then}") from None
 
 
+class ControllerSilent(UsageError):
+    """slurmctld does not answer: a Slurm command waits for it (MessageTimeout and retries, 10 to
+    20 s) before saying so, and asking it anything more would wait as long again."""
+
+
 def _slurm(inv: Inventory, remote: Remote | Here, command: str, what: str, then: str = "") -> str:
     """A Slurm command's output; its refusal ("sbatch: error: ...") as one line, exit 2."""
     try:
@@ -98,7 +103,7 @@ def _slurm(inv: Inventory, remote: Remote | Here, command: str, what: str, then:
             why = "Slurm is not installed there: run 'picluster provision' with the [slurm] table"
         elif "Unable to contact slurm controller" in why:
             # The node answers SSH but slurmctld does not: name the daemon and the way to start it.
-            raise UsageError(f"Slurm's controller daemon on {controller(inv).name} does not answer "
+            raise ControllerSilent(f"Slurm's controller daemon on {controller(inv).name} does not answer "
                              f"(slurmctld stopped?): 'picluster provision -i INVENTORY --only slurm,queue' starts it{then}") from None
         raise UsageError(f"{what}: {why}{then}") from None
 
@@ -114,6 +119,8 @@ def submit(inv: Inventory, req: Request) -> Submitted:
         # in the queue as FAILED: ask with --test-only first, which queues nothing.
         try:
             _slurm(inv, remote, f"echo {encoded} | base64 -d | sbatch --test-only {args}", "Slurm refused the job")
+        except ControllerSilent as silent:  # sinfo would wait for it too, for no more to say
+            raise UsageError(f"{silent}{nothing}") from None
         except UsageError as refused:
             # --test-only also refuses a job that needs a node that is down now (sbatch would
             # leave it pending): name those nodes, since they are the likelier cause.
