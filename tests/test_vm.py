@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from picluster.lab import Lab, keys, mockpi, naming, netns, procs, reap_orphans, teardown
-from picluster.lab.host import HostOptions, User
+from picluster.lab.host import User
 from picluster.lab.registry import known_ids, state_root
 from picluster.lab.vm import VM, VMHost, accel, aptsource, guest, image, seed, support, tap, virtiofs
 from picluster.provision.steps import packages as provision_packages
@@ -436,6 +436,8 @@ def test_lab_up_arch_choices_are_the_image_architectures():
         (["--arch", "sparc", "--vm"], "'sparc' is not one of 'amd64', 'arm64'"),
         (["--arch", "arm64"], "--arch arm64 needs --vm"),
         (["--arch", "arm64", "--nodes", "1"], "--arch arm64 needs --vm"),
+        (["--share-venv", "--nodes", "1"], "--share-venv is for VMs: namespace hosts see this machine's venv already"),
+        (["--vm", "--arch", "arm64", "--share-venv"], "this machine's venv holds amd64 programs, which arm64 VMs cannot run"),
     ],
 )
 def test_lab_up_refuses_a_bad_arch_in_one_line_and_makes_nothing(args, says, tmp_path):
@@ -520,11 +522,11 @@ def test_a_damaged_cached_image_is_refused_before_anything_starts(vm_image, tmp_
 
 @pytest.mark.vm
 @pytest.mark.timeout(2400)
-def test_cli_up_status_ssh_reboot_and_down_of_a_vm_lab(vm_image, tmp_path):
+def test_cli_up_status_ssh_reboot_and_down_of_a_vm_lab_that_runs_this_machines_venv(vm_image, tmp_path):
     lab_id = "v" + os.urandom(2).hex()
     inventory = tmp_path / "picluster.toml"
     try:
-        up = cli("lab", "up", "--vm", "--nodes", "1", "--name", lab_id, "--inventory-out", inventory)
+        up = cli("lab", "up", "--vm", "--share-venv", "--nodes", "1", "--name", lab_id, "--inventory-out", inventory)
         assert up.returncode == 0, up.stderr
         assert "VMs use " in up.stderr  # which accelerator, and why
         lab = Lab.load(lab_id)
@@ -551,30 +553,7 @@ def test_cli_up_status_ssh_reboot_and_down_of_a_vm_lab(vm_image, tmp_path):
         assert host.read_file("/boot/firmware/config.txt") == mockpi.CONFIG_TXT
         assert run("sh", "-c", f"tr -d '\\0' < {mockpi.MODEL_PATH}") == mockpi.DEFAULT_MODEL
 
-        # What provisioning writes outlives a reboot; the VM comes back as itself.
-        before = host.boot_id()
-        host.write_file("/etc/provisioned", "kept\n")
-        reboot = cli("lab", "reboot", "--name", lab_id)
-        assert reboot.returncode == 0 and reboot.stdout.startswith("node01: back after "), reboot.stderr
-        assert host.boot_id() != before and host.read_file("/etc/provisioned") == "kept\n"
-        assert run("hostname") == "node01"
-        refused = cli("lab", "reboot", "--name", lab_id, "node07")
-        assert refused.returncode == 2 and "has no host 'node07'" in refused.stderr
-
-        down = cli("lab", "down", "--name", lab_id)
-        assert down.returncode == 0 and f"lab {lab_id}: down" in down.stdout, down.stderr
-        nothing_left(lab_id, lab.run_dir)
-    finally:
-        teardown(lab_id)
-
-
-@pytest.mark.vm
-def test_a_vm_runs_this_machines_venv_read_only_and_again_after_a_reboot(vm_image, tmp_path):
-    lab = Lab(1, vm=True, root=tmp_path / "labs", host_options={"node01": HostOptions(coordinator_python=True)})
-    lab.up()
-    try:
-        host = lab.host("node01")
-
+        # --share-venv: the VM runs this machine's venv, read-only.
         def as_user(command: str) -> subprocess.CompletedProcess:
             return host.run(["runuser", "-u", lab.user.name, "--", "sh", "-c", command], check=False, timeout=300)
 
@@ -588,13 +567,26 @@ def test_a_vm_runs_this_machines_venv_read_only_and_again_after_a_reboot(vm_imag
         written = as_user(f"touch {REPO}/.written-by-a-vm")
         assert written.returncode != 0 and "Read-only file system" in written.stderr
         assert not (REPO / ".written-by-a-vm").exists()
-        host.reboot(300)
-        runs_picluster()  # mounted again at every boot
+
+        # What provisioning writes outlives a reboot; the VM comes back as itself, the venv mounted again.
+        before = host.boot_id()
+        host.write_file("/etc/provisioned", "kept\n")
+        reboot = cli("lab", "reboot", "--name", lab_id)
+        assert reboot.returncode == 0 and reboot.stdout.startswith("node01: back after "), reboot.stderr
+        assert host.boot_id() != before and host.read_file("/etc/provisioned") == "kept\n"
+        assert run("hostname") == "node01"
+        runs_picluster()
         daemons = [p for p in procs.naming_path(lab.run_dir) if psutil.Process(p).name() == "virtiofsd"]
-        assert len(daemons) == len(host.shares)  # one per directory, the same across the guest's reboot
+        assert len(daemons) == len(host.shares) > 0  # one per directory, the same across the guest's reboot
+        refused = cli("lab", "reboot", "--name", lab_id, "node07")
+        assert refused.returncode == 2 and "has no host 'node07'" in refused.stderr
+
+        down = cli("lab", "down", "--name", lab_id)
+        assert down.returncode == 0 and f"lab {lab_id}: down" in down.stdout, down.stderr
+        nothing_left(lab_id, lab.run_dir)
+        assert procs.naming_path(lab.run_dir) == []  # no virtiofsd left with its qemu gone
     finally:
-        lab.down()
-    assert procs.naming_path(lab.run_dir) == []  # no virtiofsd left with its qemu gone
+        teardown(lab_id)
 
 
 @pytest.mark.vm

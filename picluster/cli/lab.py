@@ -38,18 +38,23 @@ def lab() -> None:
 # The choices are lab/vm/image.py's ARCHES (a test checks): that module is too heavy to import here.
 @option("--arch", type=click.Choice(["amd64", "arm64"]), default="amd64", show_default=True,
         help="With --vm: the VMs' Debian architecture; arm64 is the Pi's, emulated (slow; its image builds once in tens of minutes).")
+@option("--share-venv", is_flag=True,
+        help="With --vm: each VM runs this machine's venv, its Python and picluster read-only at their own paths (virtiofs), "
+             "so an inventory's venv can be this one and provisioning installs no TensorFlow. Namespace hosts always do.")
 @option("--cpu", type=float, default=None, help="Cores of CPU time each host may use, e.g. 0.5 (a cgroup CFS quota).")
 @option("--memory", default=None, help="Memory each host may use, swap included, e.g. 1G or 512M (a cgroup limit).")
 @option("--profile", default=None, help="Limits of a board: pi3b (1 GB, CPU calibrated to the thesis's Pi, 300 Mbit/s link); --cpu/--memory/--link override it.")
 @option("--link", default=None, metavar="RATE",
         show_default="the profile's; else unlimited", help="Each host's link rate, both ways, as tc writes it: 300mbit (a Pi 3B+'s Ethernet), 1gbit (a Pi 4's).")
 @other_spelling("--workers", "lab up counts hosts: give --nodes {value}")
-def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: float | None, vm: bool, arch: str,
+def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: float | None, vm: bool, arch: str, share_venv: bool,
        cpu: float | None, memory: str | None, profile: str | None, link: str | None) -> None:
     """Create the hosts and wait until each answers SSH with the run's key."""
     from rich.console import Console
     from rich.table import Table
 
+    from picluster.lab import naming
+    from picluster.lab.host import HostOptions
     from picluster.lab.lab import Lab
     from picluster.lab.limits import profile_link, resolve
     from picluster.lab.links import parse_rate
@@ -63,7 +68,10 @@ def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: floa
         parse_rate(link)
         if vm:
             raise UsageError("--link shapes namespace hosts only (a VM's end of the link is in its own kernel); leave out --link or --vm")
-    lab_ = Lab(nodes, lab_id=lab_id, owned=False, limits=limits, vm=vm, arch=arch)
+    if share_venv and not vm:
+        raise UsageError("--share-venv is for VMs: namespace hosts see this machine's venv already; add --vm or leave it out")
+    shared = {naming.host_name(i): HostOptions(coordinator_python=True) for i in range(1, nodes + 1)} if share_venv else None
+    lab_ = Lab(nodes, lab_id=lab_id, owned=False, limits=limits, vm=vm, arch=arch, host_options=shared)
     def said(line: str) -> None:  # a VM lab takes minutes: each stage as it ends, with the time so far
         console.print(f"{line} ({time.perf_counter() - started:.0f} s)", soft_wrap=True, highlight=False, markup=False)
 

@@ -96,6 +96,9 @@ class Lab:
         self.id = naming.check_id(lab_id) if lab_id is not None else None
         self.owned = owned
         self.root = Path(root) if root else registry.state_root()
+        # Before the kind, which may refuse for a missing emulator: this is refused whatever is installed.
+        if arch != kinds.NATIVE_ARCH and any(o.coordinator_python for o in self.host_options.values()):
+            raise UsageError(f"this machine's venv holds {kinds.NATIVE_ARCH} programs, which {arch} VMs cannot run: leave out --share-venv or --arch")
         self.kind = kinds.make(kinds.VM if vm else kinds.NETNS, say, arch)
         self.arch = arch
         self.plan: Plan | None = None  # decided by up() under the lab lock, or read by load()
