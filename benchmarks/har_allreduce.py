@@ -55,8 +55,9 @@ def task_main(args: argparse.Namespace) -> None:
     from picluster.jobs.har import augment
     from picluster.jobs.har.config import TrainConfig
     from picluster.jobs.har.data import load_data, shard
-    from picluster.jobs.har.graph import TASK_SEED_STRIDE, network
+    from picluster.jobs.har.graph import network
     from picluster.jobs.har.model import channel_moments, l2_penalty, standardise
+    from picluster.jobs.har.noise import TASK_SEED_STRIDE
     from picluster.util import cpus
 
     threads = cpus.usable()  # as picluster's servers size theirs
@@ -82,15 +83,25 @@ def task_main(args: argparse.Namespace) -> None:
 
     moments = channel_moments(data.x_train)
 
+    class Dropout:
+        """Stateful dropout, each worker's stream seeded by its task (tf.random.set_seed above): in a
+        tf.function the masks move on with every call, where picluster's graph feeds a key a step."""
+
+        def __init__(self, keep: float) -> None:
+            self.keep = keep
+
+        def dropout(self, h, site: int):
+            return tf.nn.dropout(h, rate=1.0 - self.keep) if self.keep < 1.0 else h
+
     def logits(x, keep):
         with tf.compat.v1.variable_scope("har", custom_getter=getter, reuse=tf.compat.v1.AUTO_REUSE):
-            return forward(standardise(x, *moments) if cfg.standardise else x, keep)
+            return forward(standardise(x, *moments) if cfg.standardise else x, Dropout(keep))
 
     logits(tf.zeros([1, *data.x_train.shape[1:]]), 1.0)  # makes the variables
     variables = [v for v in store.values() if v.trainable]
     slots = [(tf.Variable(tf.zeros_like(v)), tf.Variable(tf.zeros_like(v))) for v in variables]
     updates = tf.Variable(0.0)  # Adam's t
-    beta1, beta2, eps = cfg.adam_beta1, 0.999, 1e-8  # tf.compat.v1.train.AdamOptimizer's
+    beta1, beta2, eps = cfg.adam_beta1, cfg.adam_beta2, 1e-8  # tf.compat.v1.train.AdamOptimizer's
 
     def all_reduce(op, make):
         """``make()``'s tensors reduced over the workers; made inside the replica function, on the

@@ -5,6 +5,7 @@ import pytest
 
 from picluster.jobs.har.augment import augment, parse, rotations
 from picluster.jobs.har.convlstm import ConvShape, conv_logits
+from picluster.jobs.har.noise import Noise
 
 
 def _windows(n=6, seed=1):
@@ -71,7 +72,7 @@ def test_convlstm_output_and_parameter_count(shape):
     graph = tf.Graph()
     with graph.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [None, 128, 9])
-        out = conv_logits(x, shape, tf.constant(1.0))
+        out = conv_logits(x, shape, Noise(1.0))
         count = sum(int(np.prod(v.shape)) for v in tf.compat.v1.trainable_variables())
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())

@@ -432,3 +432,12 @@ def test_the_same_seed_gives_the_same_metrics(state, tiny, tmp_path, mode):
         assert final["model"] == "convlstm" and final["augment"] == "rotate:45,scale:0.1,shift:8"
         assert final["deterministic"] == {"seed": 7, "op_determinism": False, "reproducible": True, "threads": None}
     assert len(runs[0]) == 3 and runs[0] == runs[1] and tests[0] == tests[1]
+    if "sync" in mode:
+        # The statistics emulator makes the same updates in one process: the same numbers again.
+        result = picluster("train", "har", "--data-dir", tiny, "--run-dir", tmp_path / "emulated", *TINY_CONV, "--epochs", "3",
+                           "--seed", "7", "--emulate", "--workers", "2", "--json", timeout=240)
+        assert result.returncode == 0, result.stderr
+        final = json.loads(result.stdout)
+        assert [[r[c] for c in columns] for r in _rows(tmp_path / "emulated")] == runs[0]
+        assert (final["test_accuracy"], final["test_loss"]) == tests[0]
+        assert [r["global_step"] for r in _rows(tmp_path / "emulated")] == [r["global_step"] for r in _rows(tmp_path / "run0")]

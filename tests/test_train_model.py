@@ -6,6 +6,7 @@ import pytest
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.metrics import confusion, weighted_f1
 from picluster.jobs.har.model import Shape, channel_moments, logits
+from picluster.jobs.har.noise import Noise
 from picluster.util.errors import UsageError
 
 
@@ -15,7 +16,7 @@ def _build(shape: Shape, cell: str = "block"):
     graph = tf.Graph()
     with graph.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [None, 128, 9])
-        out = logits(x, shape, tf.constant(1.0), cell)
+        out = logits(x, shape, Noise(1.0), cell)
         count = sum(int(np.prod(v.shape)) for v in tf.compat.v1.trainable_variables())
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
@@ -58,7 +59,7 @@ def _predict(shape: Shape, x: np.ndarray) -> np.ndarray:
     with graph.as_default():
         tf.compat.v1.set_random_seed(5)
         xs = tf.compat.v1.placeholder(tf.float32, [None, 128, 9])
-        out = logits(xs, shape, tf.constant(1.0))
+        out = logits(xs, shape, Noise(1.0))
         with tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
             return session.run(out, {xs: x})
@@ -105,7 +106,7 @@ def test_fused_and_loop_cells_compute_the_same_function():
         with graph.as_default():
             tf.compat.v1.set_random_seed(3)
             x = tf.compat.v1.placeholder(tf.float32, [None, 128, 9])
-            out = logits(x, Shape(1, 1, 4, False), tf.constant(1.0), cell)
+            out = logits(x, Shape(1, 1, 4, False), Noise(1.0), cell)
             with tf.compat.v1.Session() as session:
                 session.run(tf.compat.v1.global_variables_initializer())
                 outs.append(session.run(out, {x: np.random.default_rng(0).normal(size=(3, 128, 9)).astype(np.float32)}))
@@ -216,7 +217,7 @@ def test_window_stats_feed_each_channels_mean_and_deviation_to_the_output_layer(
     graph = tf.Graph()
     with graph.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [None, 128, 9])
-        out = logits(x, Shape(1, 1, 4, False, window_stats=True), 1.0)
+        out = logits(x, Shape(1, 1, 4, False, window_stats=True), Noise(1.0))
         weight = next(v for v in tf.compat.v1.trainable_variables() if v.op.name == "output/fc/w")
         grad = tf.gradients(tf.reduce_sum(out[:, 0]), [weight])[0]
         with tf.compat.v1.Session() as session:
@@ -277,8 +278,9 @@ def test_a_config_json_that_names_the_convolutions_conv_layers_resumes_with_them
     assert TrainConfig.load(tmp_path / "config.json").layers == 4
 
 
-def test_the_training_graph_is_seeded_so_two_graphs_start_from_the_same_weights():
-    """The seed fix: set on the default graph (before), the graph's initial weights differed per build."""
+def test_the_initial_weights_come_from_the_seed_and_the_names_not_from_the_graph():
+    """Set on the default graph (long ago), the seed seeded nothing; keyed by position among the
+    graph's ops, the weights changed with the graph's layout.  Now: the seed and each name."""
     import types
 
     import tensorflow as tf
@@ -288,10 +290,39 @@ def test_the_training_graph_is_seeded_so_two_graphs_start_from_the_same_weights(
     tf.compat.v1.disable_eager_execution()
     data = types.SimpleNamespace(x_train=np.random.default_rng(6).normal(size=(50, 128, 9)).astype(np.float32))
     weights = []
-    for task in (0, 0, 1):
-        g = Graph(TrainConfig(standalone=True, conv_filters=4, rnn_hidden=4), task, data=data)
+    for task, seed, ema in ((0, 1, 0.0), (1, 1, 0.0), (0, 1, 0.9), (0, 2, 0.0)):
+        # --ema adds ops before the evaluated copy of the model: the weights must not move.
+        g = Graph(TrainConfig(standalone=True, conv_filters=4, rnn_hidden=4, seed=seed, ema=ema), task, data=data)
         with g.graph.as_default(), tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
-            weights.append(session.run(g.variables[0]))
-    np.testing.assert_array_equal(weights[0], weights[1])
-    assert not np.array_equal(weights[0], weights[2])  # another task, another stream
+            weights.append(session.run(g.variables))
+    for same in (1, 2):
+        for a, b in zip(weights[0], weights[same]):
+            np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(weights[0][0], weights[3][0])  # another seed, other weights
+    assert not np.array_equal(weights[0][0], weights[0][-2])  # each variable its own draw
+
+
+def test_dropout_masks_follow_the_fed_key_only():
+    """The same key draws the same masks whatever ran before; another task's or step's key others."""
+    import tensorflow as tf
+
+    from picluster.jobs.har import noise
+
+    tf.compat.v1.disable_eager_execution()
+    with tf.Graph().as_default():
+        drop = noise.Noise(tf.constant(0.5))
+        out = drop.dropout(tf.ones([64, 32]), site=1)
+        other_site = drop.dropout(tf.ones([64, 32]), site=2)
+        with tf.compat.v1.Session() as session:
+            first = session.run(out, {drop.key: noise.key(7, 0, 1, 0)})
+            session.run(other_site, {drop.key: noise.key(7, 0, 1, 0)})
+            again = session.run(out, {drop.key: noise.key(7, 0, 1, 0)})
+            masks = [session.run(out, {drop.key: k}) for k in (noise.key(7, 1, 1, 0), noise.key(7, 0, 1, 1), noise.key(7, 0, 2, 0))]
+            site = session.run(other_site, {drop.key: noise.key(7, 0, 1, 0)})
+            unfed = session.run(drop.dropout(tf.ones([4]), site=1))  # no key fed: still a valid draw
+    np.testing.assert_array_equal(first, again)
+    assert set(np.unique(first)) == {0.0, 2.0}
+    for other in [*masks, site]:
+        assert not np.array_equal(first, other)
+    assert unfed.shape == (4,)

@@ -124,9 +124,9 @@ def test_cosine_decays_the_scaled_rate_to_zero_at_the_last_epoch():
 
 
 def test_a_ps_task_left_without_variables_is_refused():
-    from picluster.jobs.har.graph import _check_shards
+    from picluster.jobs.har.placement import check_shards
 
     held = [types.SimpleNamespace(device=f"/job:ps/task:{t}") for t in (0, 1, 0)]
-    _check_shards(2, held)
+    check_shards(2, held)
     with pytest.raises(UsageError, match=r"--ps 3 leaves ps task 2 without variables .* use --ps 2 or fewer"):
-        _check_shards(3, held)
+        check_shards(3, held)

@@ -53,6 +53,7 @@ def train() -> None:
 @option("--async-lr", type=click.Choice(["constant", "staleness"]), default=None,
         show_default="staleness", help="async: divide each update's rate by its staleness (updates since it read the weights).")
 @option("--adam-beta1", type=Real(), default=None, show_default="0.9", help="Adam's momentum (beta1).")
+@option("--adam-beta2", type=Real(), default=None, show_default="0.999", help="Adam's decay of the squared gradients' average (beta2).")
 @option("--lr", "learning_rate", type=Real(), default=None, show_default="0.001", help="Adam learning rate.")
 @option("--lr-schedule", type=click.Choice(["constant", "cosine"]), default=None, show_default="constant", help="Learning rate over the epochs.")
 @option("--l2", type=Real(), default=None, show_default="convlstm: 0.0005; resbidir: 0.005", help="L2 weight on the weights.")
@@ -65,6 +66,9 @@ def train() -> None:
 @option("--exchange", type=click.Choice(["fused", "variables"]), default=None,
         show_default="fused", help="Between workers and ps: one flat tensor per ps each way, or one per variable.")
 @option("--standalone", is_flag=True, default=None, help="One process, no ps (the baseline for benchmarks).")
+@option("--emulate", is_flag=True, default=None,
+        help="One process makes the updates a sync cluster of --workers makes (each worker's batches, augmentation and dropout), "
+             "at this machine's speed: judge a recipe over many seeds before the Pis spend hours on it.")
 @option("--seed", type=Whole(), default=None, show_default="1", help="Initialisation, dropout, input order and augmentation seed.")
 @option("--evaluator", type=click.Choice(["auto", "coordinator", "chief"]), default=None,
         show_default="auto: here when this machine holds the data set", help="Where validation runs: beside this command (workers never wait for it), "
@@ -116,6 +120,8 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
     from picluster.views.live import JobDisplay
 
     given = {k: v for k, v in options.items() if v is not None}
+    if given.get("emulate"):
+        given.setdefault("standalone", True)  # one process on this machine, whatever cluster there is
     before = None  # the job's work once its cluster answers
     chosen_data = data_dir is not None  # a folder named by hand is never filled here: a typo must not pass
     if resume is not None:

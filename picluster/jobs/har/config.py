@@ -41,8 +41,8 @@ RENAMED = (("conv_layers", ("convlstm",), "layers"),)
 # config.json lacks them), which is not always the new default.
 ADDED: dict[str, Any] = {"eval_test_every_epoch": True, "val_volunteers": "",
                          "batch_per_worker": False, "lr_scaling": "none", "warmup_epochs": 0.0, "async_lr": "constant",
-                         "adam_beta1": 0.9, "evaluator": "chief", "exchange": "variables",
-                         "warmup_updates": 0, "local_steps": 1, "local_after": 2}
+                         "adam_beta1": 0.9, "adam_beta2": 0.999, "evaluator": "chief", "exchange": "variables",
+                         "warmup_updates": 0, "local_steps": 1, "local_after": 2, "emulate": False}
 
 
 def within(default, low, high, *, low_open: bool = False, high_open: bool = False, flag: str | None = None):
@@ -110,6 +110,9 @@ class TrainConfig:
     # Adam's momentum.  Asynchrony adds momentum of its own (Mitliagkas et al., "Asynchrony begets
     # momentum", 2016): N async workers act like momentum about 1 - 1/N on top of this one.
     adam_beta1: float = within(0.9, 0.0, 1.0, high_open=True)
+    # Adam's second-moment decay: 0.999 averages the squared gradients over about 1,000 updates,
+    # more than a large cluster makes in a whole run (16 workers: about 4 an epoch).
+    adam_beta2: float = within(0.999, 0.0, 1.0, high_open=True)
     epochs: int = within(60, 1, 100_000)  # convlstm + augmentation: no validation gain at 90; resbidir: 40 (the thesis ran 250)
     seed: int = within(1, 0, 2**31 - 1)
     select: str = one_of("best", SELECTS)  # the model kept: the epoch of best validation accuracy, or the last
@@ -123,6 +126,10 @@ class TrainConfig:
     local_steps: int = within(1, 1, 10_000)
     local_after: int = within(2, 0, 100_000)  # epochs
     standalone: bool = False  # one process, no ps: the benchmark's baseline
+    # With standalone: that one process makes the updates a sync cluster of --workers makes (each
+    # worker's tower on its shard, batches, augmentation and dropout draws), at this machine's speed:
+    # the statistics emulator, to judge a recipe over many seeds (emulate.py).
+    emulate: bool = False
     evaluator: str = one_of("auto", EVALUATORS)  # see EVALUATORS; a standalone run evaluates in its one process
     # -- reproducibility (same config and seed: identical metrics.csv in standalone and sync mode) --
     deterministic: bool = False  # op determinism (TF_DETERMINISTIC_OPS): not needed on CPU here, and slower standalone
@@ -152,6 +159,8 @@ class TrainConfig:
             raise UsageError(f"--hidden {self.hidden} must be even with --bidir (hidden/2 units per direction)")
         if self.bidir and self.model == "convlstm" and self.rnn_hidden % 2:
             raise UsageError(f"--rnn-hidden {self.rnn_hidden} must be even with --bidir (rnn_hidden/2 units per direction)")
+        if self.emulate and (not self.standalone or self.mode != "sync"):
+            raise UsageError("--emulate makes a sync cluster's updates in one process: it goes with --standalone and --mode sync")
         if self.threads and not self.standalone:
             raise UsageError("--threads sets a standalone run's threads; a cluster's servers set their own: add --standalone or drop --threads")
         if self.local_steps > 1:
@@ -179,6 +188,11 @@ class TrainConfig:
             raise UsageError(_not_for(foreign[0], config.model))
         return config
 
+    @property
+    def replicas(self) -> int:
+        """The workers whose gradients make an update: one standalone, --workers emulated or on a cluster."""
+        return 1 if self.standalone and not self.emulate else self.workers
+
     def worker_batch(self, workers: int) -> int:
         """Windows one worker feeds per step: --batch, or with --global-batch in sync mode its share
         of --batch (an update then sees --batch windows, as in the thesis)."""
@@ -187,7 +201,7 @@ class TrainConfig:
     def lr_scale(self, workers: int) -> float:
         """The learning rate's factor for the windows one update sees: sync averages ``workers``
         gradients of worker_batch windows each; an async update is one worker's."""
-        windows = self.worker_batch(workers) * (workers if self.mode == "sync" and not self.standalone else 1)
+        windows = self.worker_batch(workers) * (workers if self.mode == "sync" and self.replicas > 1 else 1)
         power = {"none": 0.0, "sqrt": 0.5, "linear": 1.0}[self.lr_scaling]
         return (windows / self.batch) ** power
 

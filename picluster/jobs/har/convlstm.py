@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from picluster.data.har.spec import CHANNELS, CLASSES
 from picluster.jobs.har.model import NOREG, STEPS, lstm_block
+from picluster.jobs.har.noise import Noise
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,8 @@ class ConvShape:
         return total + self.head_inputs * self.classes + self.classes
 
 
-def conv_logits(x, shape: ConvShape, keep_prob):
-    """x [B, 128, 9] -> logits [B, classes]."""
+def conv_logits(x, shape: ConvShape, noise: Noise):
+    """x [B, 128, 9] -> logits [B, classes]; ``noise``: the dropout (noise.py)."""
     h = x
     n_in = shape.inputs
     for i in range(shape.layers):
@@ -84,7 +85,7 @@ def conv_logits(x, shape: ConvShape, keep_prob):
             if shape.pool > 1:
                 h = tf.nn.max_pool1d(h, shape.pool, shape.pool, padding="SAME")
         n_in = shape.filters
-    h = tf.nn.dropout(h, rate=1.0 - keep_prob)
+    h = noise.dropout(h, site=1)
     h = tf.transpose(h, [1, 0, 2])  # [T', B, F], time-major for the fused kernel
     last = None
     for layer in range(shape.rnn_layers):
@@ -103,7 +104,7 @@ def conv_logits(x, shape: ConvShape, keep_prob):
         summary = tf.reduce_mean(h, axis=0)
     else:
         summary = tf.concat([last, tf.reduce_mean(h, axis=0)], axis=1)
-    summary = tf.nn.dropout(summary, rate=1.0 - keep_prob)
+    summary = noise.dropout(summary, site=2)
     with tf.compat.v1.variable_scope("output"):
         w = tf.compat.v1.get_variable("w", [shape.head_inputs, shape.classes],
                                       initializer=tf.compat.v1.glorot_uniform_initializer())

@@ -56,8 +56,9 @@ def by_ps(variables) -> list[tuple[str, list[int]]]:
     return sorted(groups.items())
 
 
-def flatten(tensors, here: str) -> tf.Tensor:
-    """One flat tensor of ``tensors``, made on ``here``: one transfer where there were as many."""
+def flatten(tensors, here: str | None) -> tf.Tensor:
+    """One flat tensor of ``tensors``, made on ``here`` (None: where the caller's scope says): one
+    transfer where there were as many."""
     with tf.compat.v1.device(here):
         return tf.concat([tf.reshape(t, [-1]) for t in tensors], 0, name="fused_gradients")
 

@@ -1,15 +1,16 @@
 """The training graph one replica builds: the model, its loss and optimiser, the update step.
 
 Between-graph replication: every worker builds this same graph, with the variables placed on the
-ps tasks by ``replica_device_setter`` and its own ops on its worker task.  Several ps tasks share
-the variables by bytes, not by count (``GreedyLoadBalancingStrategy``: round robin put every
-weight matrix on one ps and every bias on another).  Sync mode adds the gradient queues of
-``_sync_step``, one set per ps, so each ps averages its own share; ``--ema`` a moving average that
-evaluation reads; every replica also gets a probe that times moving the weights, for the epoch's
-exchange figure.
+ps tasks by ``replica_device_setter`` (placement.py: by bytes) and its own ops on its worker task.
+Sync mode adds the gradient queues of ``sync.sync_step``, one set per ps, so each ps averages its
+own share; ``--ema`` a moving average that evaluation reads; every replica also gets a probe that
+times moving the weights, for the epoch's exchange figure.  The statistics emulator (``--emulate``:
+sync without a cluster) builds every worker's tower here instead, and ``sync.emulated_step`` makes
+the cluster's update from them.  The dropout and the initial weights draw from noise.py's keys.
 """
 
 import contextlib
+from dataclasses import dataclass
 
 import numpy as np
 import tensorflow as tf
@@ -20,37 +21,45 @@ from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.convlstm import ConvShape, conv_logits
 from picluster.jobs.har.localsgd import LocalSteps
 from picluster.jobs.har.model import STEPS, Shape, channel_moments, l2_penalty, logits, standardise
-from picluster.util.errors import UsageError
-
-# Each worker's graph-level seed: the chief's (task 0, which initialises the weights) is the
-# seed itself, as in a standalone run; the others get their own dropout streams.
-TASK_SEED_STRIDE = 1_000_003
+from picluster.jobs.har.noise import Noise, seeded_initializers
+from picluster.jobs.har.placement import ByteBalancer, check_shards, ps_groups
+from picluster.jobs.har.sync import emulated_step, sync_step
 
 
 def network(config: TrainConfig):
-    """(shape, forward): the chosen model's shape and ``forward(x, keep_prob) -> logits``."""
+    """(shape, forward): the chosen model's shape and ``forward(x, noise) -> logits`` (noise.Noise:
+    the dropout), whose new variables start from their names' seeds (noise.seeded_initializers)."""
+    shape: ConvShape | Shape
     if config.model == "convlstm":
-        conv = ConvShape(config.layers, config.conv_filters, config.conv_kernel, config.conv_pool, config.rnn_layers,
-                         config.rnn_hidden, config.bidir, config.readout, config.conv_norm)
-        return conv, lambda x, keep: conv_logits(x, conv, keep)
-    thesis = Shape(config.layers, config.residual, config.hidden, config.bidir,
-                   norm=config.norm, relu_logits=config.relu_logits, window_stats=config.window_stats)
-    return thesis, lambda x, keep: logits(x, thesis, keep)
+        conv = shape = ConvShape(config.layers, config.conv_filters, config.conv_kernel, config.conv_pool, config.rnn_layers,
+                                 config.rnn_hidden, config.bidir, config.readout, config.conv_norm)
+        build = lambda x, noise: conv_logits(x, conv, noise)
+    else:
+        thesis = shape = Shape(config.layers, config.residual, config.hidden, config.bidir,
+                               norm=config.norm, relu_logits=config.relu_logits, window_stats=config.window_stats)
+        build = lambda x, noise: logits(x, thesis, noise)
+    getter = seeded_initializers(config.seed)
+
+    def forward(x, noise: Noise):
+        with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), custom_getter=getter):
+            return build(x, noise)
+
+    return shape, forward
 
 
 class Graph:
     def __init__(self, config: TrainConfig, task: int, data, cluster: dict | None = None, launch: str = "") -> None:
         self.graph = tf.Graph()
         self.shape, self.forward = network(config)
-        workers = self.workers = 1 if config.standalone else config.workers
+        workers = self.workers = config.replicas
         # A container per launch: a persistent cluster's ps keeps variables between sessions, and
         # a new run must not start from the last one's weights (a resumed one restores its checkpoint).
         # The coordinator drops the container when the launch's clients have stopped (containers.py).
         with self.graph.as_default(), tf.compat.v1.container(container(launch) if launch else ""):
-            # The graph-level seed belongs to the graph it is set on: set on the default graph
-            # (as it was until issue 13), it seeded nothing, and initial weights and dropout masks
-            # changed from run to run.  Set first, so every op's seed is the same in every run.
-            tf.compat.v1.set_random_seed(config.seed + TASK_SEED_STRIDE * task)
+            # The graph-level seed belongs to the graph it is set on (set on the default graph, it
+            # seeded nothing).  With it, each initializer's op seed comes from its variable's name
+            # (noise.py); dropout draws from the key each step feeds, not from a stateful stream.
+            tf.compat.v1.set_random_seed(config.seed)
             if cluster is None:
                 setter = None
                 here = None
@@ -80,6 +89,7 @@ class Graph:
                 self.x = tf.compat.v1.placeholder(tf.float32, [None, STEPS, self.shape.inputs], name="x")
                 self.y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
                 self.keep = tf.compat.v1.placeholder_with_default(1.0, [], name="keep_prob")
+                self.noise = Noise(self.keep)  # the training loop feeds its key every step
                 # Read the step before the forward pass reads the weights: the staleness baseline.
                 self.step_before = self.global_step.read_value()
                 with tf.control_dependencies([self.step_before]):
@@ -93,17 +103,17 @@ class Graph:
                     # local copies one fused read per ps brings.
                     before = {v.name for v in tf.compat.v1.global_variables()}
                     with tf.compat.v1.name_scope("made"):
-                        self.forward(_inputs(x, config, data), self.keep)
+                        self.forward(_inputs(x, config, data), self.noise)
                     made = [v for v in tf.compat.v1.global_variables() if v.name not in before]
                     self.weights = fusion.FusedWeights(made, fused_on)
                     value = self.weights.value
                     with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True,
                                                      custom_getter=self.weights.getter):
                         x = _inputs(x, config, data)
-                        out = self.forward(x, self.keep)
+                        out = self.forward(x, self.noise)
                 else:
                     x = _inputs(x, config, data)
-                    out = self.forward(x, self.keep)
+                    out = self.forward(x, self.noise)
                 self.loss, self.xent, self.correct, xent = self._losses(out, config, value)
                 _, per_epoch = config.steps_per_epoch(len(data.x_train), workers)
                 # Fused, the rate (from the global step) and Adam's constants are made on ps 0, where
@@ -116,10 +126,16 @@ class Graph:
                     lr = self.learning_rate
                     if not self.sync and config.async_lr == "staleness" and workers > 1:
                         lr = lr / self._staleness()
-                opt = tf.compat.v1.train.AdamOptimizer(lr, beta1=config.adam_beta1)
+                opt = tf.compat.v1.train.AdamOptimizer(lr, beta1=config.adam_beta1, beta2=config.adam_beta2)
+                # The towers fed each step: this worker's, or in the emulator every worker's.
+                self.towers = [Tower(self.x, self.y, self.noise)]
+                emulated = self.sync and cluster is None
                 if fused_on:  # with respect to the local copies: computed here, sent fused
                     variables = tuple(tf.compat.v1.trainable_variables())
                     grads = tuple(tf.gradients(self.loss, [value(v) for v in variables]))
+                elif emulated:
+                    variables = tuple(tf.compat.v1.trainable_variables())
+                    grads = tuple(tf.gradients(self.loss, variables))
                 else:
                     grads, variables = zip(*opt.compute_gradients(self.loss))
                 if self.sync:
@@ -134,8 +150,14 @@ class Graph:
                         with on_ps():
                             return opt.apply_gradients(zip(clipped, variables), global_step=self.global_step)
 
-                    self.train, self.arrivals = _sync_step(grads, variables, self.global_step, task, workers, launch, adam,
-                                                           fused_on)
+                    if emulated:
+                        others = [self._tower(config, data, w) for w in range(1, workers)]
+                        self.towers += [t for t, _ in others]
+                        every = [grads] + [tuple(tf.gradients(loss, variables)) for _, loss in others]
+                        self.train = emulated_step(every, variables, ps_groups(config.ps), config.exchange == "fused", adam)
+                    else:
+                        self.train, self.arrivals = sync_step(grads, variables, self.global_step, task, workers, launch, adam,
+                                                               fused_on)
                 else:
                     clipped, _ = tf.clip_by_global_norm(grads, config.clip_norm)  # where the gradients are
                     if fused_on:
@@ -162,7 +184,7 @@ class Graph:
                     self._local_steps(made, opt, fused_on, config, per_epoch, workers, task, launch, data, on_ps)
             self.variables = tf.compat.v1.trainable_variables()
             if cluster is not None:
-                _check_shards(tf.train.ClusterSpec(cluster).num_tasks("ps"), tf.compat.v1.global_variables())
+                check_shards(tf.train.ClusterSpec(cluster).num_tasks("ps"), tf.compat.v1.global_variables())
             self.parameters = int(sum(np.prod(v.shape) for v in self.variables))
             # The last two: a resume's fallback when the newest is damaged (checkpoints.py); an
             # evaluator beside the coordinator gets each epoch's handed over (trained.hand_over).
@@ -170,18 +192,30 @@ class Graph:
             self.best_saver = tf.compat.v1.train.Saver(max_to_keep=1)
             self._exchange_probe(here)
 
-    def _losses(self, out, config: TrainConfig, value):
+    def _tower(self, config: TrainConfig, data, worker: int):
+        """(the emulated ``worker``'s tower, its training loss): the model again, on the worker's
+        own windows and dropout key, reading the same variables."""
+        with tf.compat.v1.name_scope(f"worker_{worker}"):
+            tower = Tower(tf.compat.v1.placeholder(tf.float32, self.x.shape, name="x"),
+                          tf.compat.v1.placeholder(tf.int64, self.y.shape, name="y"), Noise(self.keep))
+            with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True):
+                out = self.forward(_inputs(tower.x, config, data), tower.noise)
+            return tower, self._losses(out, config, lambda v: v, tower.y)[0]
+
+    def _losses(self, out, config: TrainConfig, value, y=None):
         """(training loss, its cross-entropy, correct predictions, each window's plain cross-entropy)
-        of the logits ``out``; ``value``: the tensor holding a variable's value (its local copy)."""
-        xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=self.y, logits=out)
+        of the logits ``out`` for the labels ``y`` (the graph's own); ``value``: the tensor holding a
+        variable's value (its local copy)."""
+        y = self.y if y is None else y
+        xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=out)
         if config.label_smoothing:  # the training loss only; evaluation's stays the plain one
             smooth = config.label_smoothing
-            target = tf.one_hot(self.y, self.shape.classes) * (1.0 - smooth) + smooth / self.shape.classes
+            target = tf.one_hot(y, self.shape.classes) * (1.0 - smooth) + smooth / self.shape.classes
             mean = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(labels=target, logits=out))
         else:
             mean = tf.reduce_mean(xent)
         loss = mean + config.l2 * l2_penalty(tf.compat.v1.trainable_variables(), value)
-        correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(out, 1), self.y), tf.int64))
+        correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(out, 1), y), tf.int64))
         return loss, mean, correct, xent
 
     def _local_steps(self, made, opt, here, config, per_epoch, workers, task, launch, data, on_ps) -> None:
@@ -191,7 +225,7 @@ class Graph:
 
         def loss_of(getter, value):
             with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True, custom_getter=getter):
-                out = self.forward(_inputs(x, config, data), self.keep)
+                out = self.forward(_inputs(x, config, data), self.noise)
             loss, mean, correct, _ = self._losses(out, config, value)
             return loss, mean, correct
 
@@ -203,7 +237,7 @@ class Graph:
                                                               initializer=tf.compat.v1.zeros_initializer())
             rate = learning_rate(config, self.global_step_seen + self.local_done, per_epoch, workers)
         if task != 0:
-            # Only the chief's graph applies Adam (_sync_step), so only it holds the names of
+            # Only the chief's graph applies Adam (sync.sync_step), so only it holds the names of
             # Adam's moments on the ps; a launch's first local step reads them on every worker.
             # Built, never run: it names the same variables on the ps, which the chief initialises.
             with on_ps():
@@ -221,7 +255,7 @@ class Graph:
                 counted = self.global_step.assign_add(self.local_done, read_value=False)  # the steps it covers
             return tf.group(*adds, counted)
 
-        synced, _ = _sync_step(local.trainable_changes(variables), variables, self.global_step, task, workers, launch,
+        synced, _ = sync_step(local.trainable_changes(variables), variables, self.global_step, task, workers, launch,
                                average, here, tag="avg_")
         with tf.control_dependencies([synced]):  # then every worker reads the averaged weights
             self.local_sync = tf.group(local.pull(), self.global_step_seen.assign(self.global_step.read_value()))
@@ -253,34 +287,18 @@ class Graph:
         self.zero_values = {z: np.zeros(v.shape, np.float32) for v, z in self.zeros.items()}
 
 
-class ByteBalancer:
-    """replica_device_setter's ps_strategy: each variable to the ps task holding the fewest bytes so
-    far (the greedy rule of TF 1's GreedyLoadBalancingStrategy, which TF 2 no longer exports).
-    Every worker builds the same graph in the same order, so all agree on the placement."""
+@dataclass(frozen=True)
+class Tower:
+    """What one worker's step is fed: its windows, their labels and its dropout key (noise.Noise)."""
 
-    def __init__(self, tasks: int) -> None:
-        self.load = [0] * tasks
-
-    def __call__(self, op) -> int:
-        shape = tf.TensorShape(op.get_attr("shape"))
-        size = shape.num_elements() if shape.is_fully_defined() else 1
-        task = min(range(len(self.load)), key=lambda t: (self.load[t], t))
-        self.load[task] += max(1, size) * tf.as_dtype(op.get_attr("dtype")).size
-        return task
+    x: tf.Tensor
+    y: tf.Tensor
+    noise: Noise
 
 
 def _inputs(x, config: TrainConfig, data):
     """The network's input: ``x`` standardised by the training set's moments (kept as variables)."""
     return standardise(x, *channel_moments(data.x_train)) if config.standardise else x
-
-
-def _check_shards(tasks: int, variables) -> None:
-    """Every ps task must hold a share: an empty one would be started, waited for and never used."""
-    used = {v.device for v in variables}
-    empty = [t for t in range(tasks) if f"/job:ps/task:{t}" not in used]
-    if empty:
-        raise UsageError(f"--ps {tasks} leaves ps task {empty[0]} without variables (this model has {len(used)} "
-                         f"to place); use --ps {len(used)} or fewer")
 
 
 def learning_rate(config: TrainConfig, global_step, per_epoch: int, workers: int):
@@ -309,60 +327,6 @@ def _averaged_logits(ema, x, forward):
         return var if average is None else average  # the input moments have none: they never move
 
     with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True, custom_getter=averaged):
-        return forward(x, 1.0)
+        return forward(x, Noise(1.0))
 
 
-def _sync_step(grads, variables, global_step, task, workers, launch, apply, fused_on=None, tag=""):
-    """One synchronous step: every worker's gradient, averaged, applied once by the chief.
-
-    Per ps task, each worker puts the gradients of that ps's variables in its own one-slot queue
-    there and then waits for a token; the chief takes one gradient from every queue, each ps
-    averages its own share (the work is spread as the bytes are), the chief applies the means
-    (``apply(means, squares)``: the means in the order of ``variables`` and each ps's sum of their
-    squares, for a global norm; Adam's clipped apply, or post-local SGD's average of the models)
-    and hands each worker a token.  Each worker also leaves (its task, the time) in one queue on
-    ps 0 once its gradients are all there, stamped by ps 0's clock so that the workers' clocks
-    never need to agree; the chief takes them with the gradients (the ``arrivals`` it returns),
-    and the last one each step is the worker the others waited for.  Unlike
-    SyncReplicasOptimizer, which accepts any ``replicas_to_aggregate`` gradients (a fast worker
-    may supply two), every step holds exactly one gradient per worker.  Queue names carry the
-    launch id (and ``tag``, one set of queues per kind of sync), so a persistent cluster's
-    leftovers from an earlier launch are never read.  Fused (``fused_on``: this worker's device;
-    fusion.py) each worker's share for a ps is one flat tensor, and the ps averages it flat
-    before cutting it into the variables' gradients.
-    """
-    pushes, means = [], [None] * len(variables)
-    squares = []
-    for s, (device, members) in enumerate(fusion.by_ps(variables)):
-        sent = [fusion.flatten([grads[i] for i in members], fused_on)] if fused_on else [grads[i] for i in members]
-        with tf.compat.v1.device(device):
-            queues = [tf.queue.FIFOQueue(1, [tf.float32] * len(sent), shapes=[g.shape for g in sent],
-                                         shared_name=f"{tag}grads_{s}_{w}_{launch}", name=f"{tag}grads_{s}_{w}")
-                      for w in range(workers)]
-        pushes.append(queues[task].enqueue(sent))
-        if task == 0:
-            with tf.control_dependencies(pushes[-1:]), tf.compat.v1.device(device):
-                taken = [q.dequeue() for q in queues]
-                taken = [t if isinstance(t, list | tuple) else [t] for t in taken]
-                mean = [tf.add_n(list(gs)) / float(workers) for gs in zip(*taken)]
-                squares.append(tf.add_n([tf.reduce_sum(tf.square(g)) for g in mean]))
-                if fused_on:
-                    mean = fusion.split(mean[0], [variables[i].shape for i in members])
-            for i, g in zip(members, mean):
-                means[i] = g
-    with tf.compat.v1.device("/job:ps/task:0"):
-        tokens = [tf.queue.FIFOQueue(1, [tf.int64], shapes=[[]], shared_name=f"{tag}token_{w}_{launch}", name=f"{tag}token_{w}")
-                  for w in range(workers)]
-        arrivals = tf.queue.FIFOQueue(workers, [tf.int32, tf.float64], shapes=[[], []], shared_name=f"{tag}arrivals_{launch}",
-                                      name=f"{tag}arrivals")
-        with tf.control_dependencies(pushes):
-            arrived = arrivals.enqueue([tf.constant(task, tf.int32), tf.timestamp()])
-    if task != 0:
-        with tf.control_dependencies([*pushes, arrived]):
-            return tokens[task].dequeue(), None
-    with tf.control_dependencies([arrived]), tf.compat.v1.device("/job:ps/task:0"):
-        stamps = arrivals.dequeue_many(workers)
-    applied = apply(means, squares)
-    with tf.control_dependencies([applied, *stamps]):
-        step = global_step.read_value()
-        return tf.group(*[tokens[w].enqueue([step]) for w in range(1, workers)]), stamps

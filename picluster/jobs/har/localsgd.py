@@ -66,7 +66,7 @@ class LocalSteps:
             # Only the weights learn; the input moments' gradients are not theirs to follow.
             grads = [g if g is not None and v.name in train_names else tf.zeros_like(w) for g, v, w in zip(grads, made, wanted)]
             grads, _ = tf.clip_by_global_norm(grads, config.clip_norm)
-            beta1, beta2, eps = config.adam_beta1, 0.999, 1e-8  # AdamOptimizer's own beta2 and epsilon
+            beta1, beta2, eps = config.adam_beta1, config.adam_beta2, 1e-8  # AdamOptimizer's constants and epsilon
             b1p, b2p = powers
             rate = lr * tf.sqrt(1.0 - b2p) / (1.0 - b1p)
             steps = []

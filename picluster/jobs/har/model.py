@@ -40,6 +40,7 @@ import numpy as np
 import tensorflow as tf
 
 from picluster.data.har.spec import CHANNELS, CLASSES, WINDOW
+from picluster.jobs.har.noise import Noise
 
 STEPS = WINDOW  # the time axis: one window of samples
 FORGET_BIAS = 1.0
@@ -87,10 +88,9 @@ class Shape:
 
 def _fc(x, n_in, n_out, name):
     with tf.compat.v1.variable_scope(name):
-        w = tf.compat.v1.get_variable("w", initializer=tf.random.normal([n_in, n_out], stddev=FC_STDDEV))
-        b = tf.compat.v1.get_variable(
-            f"b_{NOREG}", initializer=tf.random.normal([n_out], mean=FC_BIAS_MEAN, stddev=FC_STDDEV)
-        )
+        # Initializers, not random tensors: noise.seeded_initializers gives each its name's seed.
+        w = tf.compat.v1.get_variable("w", [n_in, n_out], initializer=tf.compat.v1.random_normal_initializer(stddev=FC_STDDEV))
+        b = tf.compat.v1.get_variable(f"b_{NOREG}", [n_out], initializer=tf.compat.v1.random_normal_initializer(FC_BIAS_MEAN, FC_STDDEV))
     return w, b
 
 
@@ -167,10 +167,10 @@ def _normalise(h, name, norm):
     return (h - mean) * (tf.math.rsqrt(variance + 1e-3) * scale) + offset
 
 
-def logits(x, shape: Shape, keep_prob, cell: str = "block"):
-    """x [B, 128, 9] -> logits [B, classes]."""
+def logits(x, shape: Shape, noise: Noise, cell: str = "block"):
+    """x [B, 128, 9] -> logits [B, classes]; ``noise``: the dropout (noise.py)."""
     lstm = {"block": lstm_block, "loop": _lstm_loop}[cell]
-    h = tf.nn.dropout(x, rate=1.0 - keep_prob)
+    h = noise.dropout(x, site=1)
     h = tf.transpose(h, [1, 0, 2])  # time-major for the fused kernel
     for block in range(shape.layers):
         with tf.compat.v1.variable_scope(f"block_{block + 1}"):
@@ -185,7 +185,7 @@ def logits(x, shape: Shape, keep_prob, cell: str = "block"):
                     out = _projected_lstm(h, shape.units, name, lstm)
                 total = out if total is None else total + out
             h = _normalise(total, "norm", shape.norm) if shape.residual > 1 else total
-    last = tf.nn.dropout(h[-1], rate=1.0 - keep_prob)
+    last = noise.dropout(h[-1], site=2)
     if shape.window_stats:
         mean, variance = tf.nn.moments(x, axes=[1])
         last = tf.concat([last, mean, tf.sqrt(variance + 1e-6)], axis=1)

@@ -19,7 +19,7 @@ def describe_model(config) -> str:
 
 def _update(config) -> str:
     """What one update is: its windows and learning rate (scaled for the windows, reached over the warm-up)."""
-    workers = 1 if config.standalone else config.workers
+    workers = config.replicas
     windows = config.worker_batch(workers) * (workers if config.mode == "sync" else 1)
     lr = config.learning_rate * config.lr_scale(workers)
     length = (f"{config.warmup_updates} warm-up update{'s' if config.warmup_updates != 1 else ''}" if config.warmup_updates
@@ -55,7 +55,8 @@ class Printer:
         self.console = console or Console(file=sys.stderr, highlight=False, soft_wrap=True)
         self.report = console or Console(highlight=False, soft_wrap=True)
         if not quiet:
-            kind = "one process" if config.standalone else f"{config.mode}, {config.ps} ps + {config.workers} workers"
+            kind = (f"one process emulating sync, {config.ps} ps + {config.workers} workers" if config.emulate
+                    else "one process" if config.standalone else f"{config.mode}, {config.ps} ps + {config.workers} workers")
             self.console.print(f"run {run_dir}: {describe_model(config)}, {kind}, {config.epochs} epoch{'s' if config.epochs != 1 else ''}, {_update(config)}")
             if config.mode == "async" and not config.standalone and config.workers > 1:
                 self.console.print("async mode is not reproducible: which weights each gradient is computed against "

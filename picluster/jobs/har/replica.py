@@ -25,6 +25,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,15 +36,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 
 from picluster.cluster.door import JobContext
-from picluster.jobs.har import augment, checkpoints, metrics
+from picluster.jobs.har import augment, checkpoints, metrics, noise
 from picluster.jobs.har.chief import Chief, per_ps, save
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import load_data, shard
-from picluster.jobs.har.graph import Graph
+from picluster.jobs.har.graph import Graph, Tower
 from picluster.jobs.har.rundir import RunDir
 from picluster.jobs.har.straggler import Arrivals
 from picluster.jobs.har.trained import Trained, clear_handed_over, hand_over
-from picluster.util import atomic
+from picluster.util import atomic, cpus
 from picluster.util.atomic import STORAGE_ERRNOS
 from picluster.util.errors import STORAGE_EXIT, ClusterError, PiclusterError, StorageError, UsageError
 
@@ -70,7 +71,9 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
     door, in the node's server process (its cancel ends the loop and closes the session)."""
     cfg = TrainConfig.load(run.config)
     cluster, task = cluster_and_task(cfg, tf_config)
-    workers = len(cluster["worker"]) if cluster else 1
+    workers = len(cluster["worker"]) if cluster else cfg.replicas
+    # The workers whose towers this process feeds: its own, or (--emulate) every one of them.
+    tasks = range(workers) if cfg.emulate else [task]
     chief = task == 0
     # Start-up, part by part, in the log (it counts in the wall time to an accuracy): the process
     # (interpreter and imports; a door's client runs in a process that has them already), ...
@@ -83,8 +86,8 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
     t_data = time.perf_counter()
     tf.compat.v1.disable_eager_execution()
     server = serve_task(cluster, task) if serve and cluster else None  # noqa: F841  (serves while it lives)
-    g = Graph(cfg, task, data, cluster, launch)  # it seeds its own graph: seed + TASK_SEED_STRIDE * task
-    mine = shard(len(data.x_train), task, workers, cfg.seed)
+    g = Graph(cfg, task, data, cluster, launch)
+    shards = [shard(len(data.x_train), t, workers, cfg.seed) for t in tasks]
     batch = cfg.worker_batch(workers)
     steps, global_per_epoch = cfg.steps_per_epoch(len(data.x_train), workers)
 
@@ -102,7 +105,7 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
         if chief and g.ready is not None:
             raw(g.ready.initializer)  # after every variable: the workers' one flag to look at
         t1 = time.perf_counter()
-        barrier(raw, g, workers, job)
+        barrier(raw, g, workers if cluster else 1, job)
         say(f"replica {task}: start-up: process {process_s:.1f} s, data {t_data - t0:.1f} s, graph {t_graph - t_data:.1f} s, "
             f"session {t1 - t_graph:.1f} s, barrier {time.perf_counter() - t1:.1f} s")
 
@@ -126,10 +129,10 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
             if session.should_stop():
                 break
             # Input order and augmentation: seeded by (seed, epoch, task), so a resumed epoch is the same too.
-            order = mine[np.random.default_rng([cfg.seed, epoch, task]).permutation(len(mine))]
-            jitter = np.random.default_rng([cfg.seed, epoch, task, 1])
+            feeds = [Feed(tower, t, mine[np.random.default_rng([cfg.seed, epoch, t]).permutation(len(mine))],
+                          np.random.default_rng([cfg.seed, epoch, t, 1])) for tower, t, mine in zip(g.towers, tasks, shards)]
             live = run.live if chief else None
-            stats = train_epoch(session, g, data, order, jitter, steps, batch, cfg, epoch, cluster is not None, live, job)
+            stats = train_epoch(session, g, data, feeds, steps, batch, cfg, epoch, cluster is not None, live, job)
             probed = time.perf_counter()
             if epoch == start_epoch + 1 or epoch % PROBE_EVERY == 0:
                 per_step = exchange_seconds(raw, g)
@@ -217,7 +220,7 @@ def open_session(g: Graph, cfg: TrainConfig, cluster: dict | None, task: int, ch
     if cluster is None:
         target = ""
         # A fixed thread count: a different one is a different (still reproducible) run.
-        threads = cfg.threads or os.cpu_count() or 1
+        threads = cfg.threads or cpus.usable()  # as a server sizes its pools: the emulator then repeats a local cluster's numbers
         config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads)
     else:
         target = f"grpc://{cluster['worker'][task]}"
@@ -263,10 +266,21 @@ def barrier(raw, g: Graph, workers: int, job: JobContext | None = None) -> None:
         joined = int(raw(g.joined))
 
 
-def train_epoch(session, g: Graph, data, order, jitter: np.random.Generator, steps: int, batch: int, cfg: TrainConfig,
+@dataclass
+class Feed:
+    """One tower's epoch: the worker ``task``'s windows in ``order``, each batch augmented with
+    ``jitter``'s draws (--augment) and its dropout keyed by (seed, task, epoch, step)."""
+
+    tower: Tower
+    task: int
+    order: np.ndarray
+    jitter: np.random.Generator
+
+
+def train_epoch(session, g: Graph, data, feeds: list[Feed], steps: int, batch: int, cfg: TrainConfig,
                 epoch: int, distributed: bool, live: Path | None, job: JobContext | None = None) -> dict:
-    """One pass over this worker's shard, in ``order``, each batch augmented with ``jitter``'s
-    draws (--augment); the epoch's timings and training scores."""
+    """One pass over this worker's shard (the emulator: every worker's, one update a step); the
+    epoch's timings and the first tower's training scores (the chief's)."""
     spec = augment.parse(cfg.augment)
     t_input = t_step = loss_sum = 0.0
     correct = seen = 0
@@ -292,8 +306,11 @@ def train_epoch(session, g: Graph, data, order, jitter: np.random.Generator, ste
         if job is not None and job.cancelled.is_set():
             raise Cancelled()
         t0 = time.perf_counter()
-        idx = np.sort(order[s * batch:(s + 1) * batch])
-        feed = {g.x: augment.augment(data.x_train[idx], jitter, spec), g.y: data.y_train[idx], g.keep: cfg.keep_prob}
+        feed = {g.keep: cfg.keep_prob}
+        for f in feeds:
+            idx = np.sort(f.order[s * batch:(s + 1) * batch])
+            feed |= {f.tower.x: augment.augment(data.x_train[idx], f.jitter, spec), f.tower.y: data.y_train[idx],
+                     f.tower.noise.key: noise.key(cfg.seed, f.task, epoch, s)}
         t1 = time.perf_counter()
         if local is not None:
             _, loss, ok = session.run(fetches, feed | {g.local_done: done})
@@ -307,9 +324,9 @@ def train_epoch(session, g: Graph, data, order, jitter: np.random.Generator, ste
         t2 = time.perf_counter()
         t_input += t1 - t0
         t_step += t2 - t1
-        loss_sum += float(loss) * len(idx)
+        loss_sum += float(loss) * batch
         correct += int(ok)
-        seen += len(idx)
+        seen += batch
         # Not the epoch's first step: the others start it while the chief still evaluates the last
         # epoch, so it would name the chief for the evaluation rather than for its steps.
         if arrivals is not None and s > 0:

@@ -1,0 +1,161 @@
+"""Recipes for few, large updates, judged on validation with the statistics emulator, 30+ seeds each.
+
+Each run is `picluster train har --emulate --workers N` (one process making exactly the updates
+of N sync workers; N = 1: `--standalone`, one Pi alone), 40 epochs, one thread (as a worker on a
+Pi-shaped test host has: the numbers are then the lab's own), two runs at a time (one a core).  A
+run's row keeps its validation accuracy and loss after every epoch; the test set is never read
+here (every choice is made on validation).  The report gives, per variant and worker count: the
+seeds whose validation reached the target within the epochs, the distribution of the epochs it
+took (first epoch >= target; and two epochs in a row), and validation's mean and its swing (the
+mean absolute change from one epoch to the next) over the last half of the epochs.
+
+    .venv/bin/python benchmarks/har_recipes.py --rows benchmarks/results/har_recipes.csv --workers 1,8,16 \\
+        --seeds 1-30 --variant "base=" --variant "beta2-0.99=--adam-beta2 0.99"
+    .venv/bin/python benchmarks/har_recipes.py --report benchmarks/results/har_recipes.csv
+
+A run already in the rows file is not run again, so the command continues where it stopped.
+"""
+
+import argparse
+import csv
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PICLUSTER = Path(sys.executable).with_name("picluster")
+COLUMNS = ["variant", "options", "workers", "seed", "epochs", "threads", "wall_s", "val_acc", "val_loss", "train_loss"]
+
+
+def seeds(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        out += range(int(low), int(high or low) + 1)
+    return out
+
+
+def run_one(variant: str, options: str, workers: int, seed: int, epochs: int, threads: int, data_dir: str | None) -> dict:
+    with tempfile.TemporaryDirectory(prefix="har-recipe-") as tmp:
+        run_dir = Path(tmp) / "run"
+        where = ["--standalone"] if workers == 1 else ["--emulate", "--workers", str(workers)]
+        argv = [str(PICLUSTER), "train", "har", *where, "--seed", str(seed), "--epochs", str(epochs), "--threads", str(threads),
+                "--run-dir", str(run_dir), "--no-live", "--json", *(["--data-dir", data_dir] if data_dir else []), *shlex.split(options)]
+        started = time.perf_counter()
+        done = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        wall = time.perf_counter() - started
+        if done.returncode != 0:
+            raise SystemExit(f"{shlex.join(argv)} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+        with open(run_dir / "metrics.csv") as f:
+            rows = list(csv.DictReader(f))
+    join = lambda key: ";".join(f"{float(r[key]):.5f}" for r in rows)
+    return {"variant": variant, "options": options, "workers": workers, "seed": seed, "epochs": len(rows), "threads": threads,
+            "wall_s": f"{wall:.1f}", "val_acc": join("val_acc"), "val_loss": join("val_loss"), "train_loss": join("train_loss")}
+
+
+def measure(args) -> None:
+    path = Path(args.rows)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    done = set()
+    if path.exists():
+        with open(path) as f:
+            done = {(r["variant"], int(r["workers"]), int(r["seed"])) for r in csv.DictReader(f)}
+    else:
+        with open(path, "w", newline="") as f:
+            csv.DictWriter(f, COLUMNS).writeheader()
+    todo = [(name, opts, w, s) for name, _, opts in (v.partition("=") for v in args.variant)
+            for w in (int(x) for x in args.workers.split(",")) for s in seeds(args.seeds) if (name, w, s) not in done]
+    print(f"{len(todo)} runs to make ({len(done)} in {path} already)", file=sys.stderr)
+
+    def one(item):
+        row = run_one(*item, args.epochs, args.threads, args.data_dir)
+        with open(path, "a", newline="") as f:  # one row a run: an interrupted study keeps what it made
+            csv.DictWriter(f, COLUMNS).writerow(row)
+        print(f"{row['variant']} x{row['workers']} seed {row['seed']}: {row['wall_s']} s, epochs to target "
+              f"{first_reach([float(v) for v in row['val_acc'].split(';')], args.target) or '-'}", file=sys.stderr)
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        list(pool.map(one, todo))
+
+
+def first_reach(val: list[float], target: float, run: int = 1) -> int | None:
+    """The first epoch (from 1) ending ``run`` epochs in a row at or above ``target``."""
+    streak = 0
+    for epoch, v in enumerate(val, 1):
+        streak = streak + 1 if v >= target else 0
+        if streak >= run:
+            return epoch
+    return None
+
+
+def summary(rows: list[dict], target: float) -> dict:
+    curves = [[float(v) for v in r["val_acc"].split(";")] for r in rows]
+    reach = [first_reach(c, target) for c in curves]
+    twice = [first_reach(c, target, 2) for c in curves]
+    hit = sorted(e for e in reach if e is not None)
+    late = [c[len(c) // 2:] for c in curves]
+    means = [statistics.fmean(c) for c in late]
+    swings = [statistics.fmean(abs(b - a) for a, b in zip(c, c[1:])) for c in late]
+    q = lambda xs, p: xs[min(len(xs) - 1, int(p * (len(xs) - 1) + 0.5))] if xs else None
+    return {"seeds": len(rows), "reached": len(hit), "never": len(rows) - len(hit),
+            "epochs_median": statistics.median(hit) if hit else None, "epochs_q1": q(hit, 0.25), "epochs_q3": q(hit, 0.75),
+            # Seeds that never reach the target count as beyond the last epoch: the median over all seeds.
+            "epochs_median_all": statistics.median([e if e is not None else len(curves[0]) + 1 for e in reach]),
+            "twice_median": statistics.median([e for e in twice if e is not None]) if any(e is not None for e in twice) else None,
+            "twice_reached": sum(e is not None for e in twice),
+            "val_mean": statistics.fmean(means), "val_mean_sd": statistics.stdev(means) if len(means) > 1 else 0.0,
+            "swing": statistics.fmean(swings)}
+
+
+def report(args) -> None:
+    with open(args.report) as f:
+        rows = list(csv.DictReader(f))
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((int(r["workers"]), r["variant"]), []).append(r)
+    out = []
+    print(f"| workers | variant | options | seeds | never reach {args.target:.0%} | epochs to it: median (q1-q3) | median, never = {len(next(iter(groups.values()))[0]['val_acc'].split(';')) + 1} "
+          f"| two in a row: median (seeds) | val mean, last half | swing |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for (workers, variant), rs in sorted(groups.items()):
+        s = summary(rs, args.target)
+        out.append({"workers": workers, "variant": variant, "options": rs[0]["options"], **s})
+        epochs = f"{s['epochs_median']:g} ({s['epochs_q1']}-{s['epochs_q3']})" if s["reached"] else "-"
+        twice = f"{s['twice_median']:g} ({s['twice_reached']})" if s["twice_median"] is not None else "-"
+        print(f"| {workers} | {variant} | `{rs[0]['options'] or '(defaults)'}` | {s['seeds']} | {s['never']} ({s['never'] / s['seeds']:.0%}) | {epochs} "
+              f"| {s['epochs_median_all']:g} | {twice} | {s['val_mean']:.2%} ± {s['val_mean_sd']:.2%} | {s['swing']:.2%} |")
+    if args.json:
+        print(json.dumps(out, indent=1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", help="CSV of runs, appended to")
+    parser.add_argument("--workers", default="1,8,16")
+    parser.add_argument("--seeds", default="1-30")
+    parser.add_argument("--variant", action="append", default=[], help="NAME=OPTIONS (train har's options; NAME= alone: the defaults)")
+    parser.add_argument("--epochs", type=int, default=40)
+    parser.add_argument("--threads", type=int, default=1, help="each run's threads (1: as a worker on a Pi-shaped test host)")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once")
+    parser.add_argument("--data-dir", default=None)
+    parser.add_argument("--target", type=float, default=0.96)
+    parser.add_argument("--report", help="print the table of a rows CSV")
+    parser.add_argument("--json", action="store_true", help="with --report: the summaries as JSON too")
+    args = parser.parse_args()
+    if args.report:
+        report(args)
+    elif args.rows and args.variant:
+        measure(args)
+    else:
+        parser.error("give --rows and --variant, or --report")
+
+
+if __name__ == "__main__":
+    main()
