@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 ROWS = Path(__file__).resolve().parent / "results" / "har_rpcs.csv"
 FIELDS = ("exchange", "mode", "workers", "ps", "worker_partitions", "remote_partitions", "remote_tensors",
-          "rpcs_per_worker_step", "chief_remote_tensors", "chief_rpcs", "local_step_rpcs", "sync_rpcs", "chief_sync_rpcs")
+          "rpcs_per_worker_step", "chief_remote_tensors", "chief_rpcs", "local_step_rpcs", "sync_rpcs", "chief_sync_rpcs", "wire")
 
 
 def free_ports(n: int) -> list[int]:
@@ -48,6 +48,7 @@ def task_of(device: str) -> str:
 def count(metadata, own: str) -> dict:
     """Partitions on other tasks and tensors received from another task, in one step's metadata."""
     remote_partitions = remote_tensors = 0
+    dtypes: dict[str, int] = {}
     for graph in metadata.partition_graphs:
         tasks = {task_of(n.device) for n in graph.node if n.device}
         if tasks and tasks != {own}:
@@ -58,11 +59,19 @@ def count(metadata, own: str) -> dict:
             sender, receiver = node.attr["send_device"].s.decode(), node.attr["recv_device"].s.decode()
             if task_of(sender) != task_of(receiver):
                 remote_tensors += 1
+                kind = tf_dtype_name(node.attr["tensor_type"].type)
+                dtypes[kind] = dtypes.get(kind, 0) + 1
     return {"partitions": len(metadata.partition_graphs), "remote_partitions": remote_partitions,
-            "remote_tensors": remote_tensors}
+            "remote_tensors": remote_tensors, "remote_dtypes": dtypes}
 
 
-def measure(exchange: str, mode: str, workers: int, ps: int, steps: int = 3, local: int = 1) -> dict:
+def tf_dtype_name(enum: int) -> str:
+    import tensorflow as tf
+
+    return tf.dtypes.as_dtype(enum).name
+
+
+def measure(exchange: str, mode: str, workers: int, ps: int, steps: int = 3, local: int = 1, wire: str = "float32") -> dict:
     """One row; ``local`` above 1: post-local SGD's step (--local-steps), its RPCs counted per
     local step and per sync (one every ``local`` steps), and amortised per worker-step."""
     import tensorflow as tf
@@ -76,7 +85,7 @@ def measure(exchange: str, mode: str, workers: int, ps: int, steps: int = 3, loc
     servers = [tf.distribute.Server(cluster, "ps", t, start=True) for t in range(ps)]
     servers += [tf.distribute.Server(cluster, "worker", t, start=True) for t in range(workers)]
     cfg = TrainConfig(workers=workers, ps=ps, mode=mode, exchange=exchange, evaluator="coordinator", local_steps=local,
-                      local_after=0)
+                      local_after=0, wire=wire)
     rng = np.random.default_rng(0)
     data = types.SimpleNamespace(x_train=rng.normal(size=(2000, 128, 9)).astype(np.float32))
     batch = cfg.worker_batch(workers)
@@ -88,6 +97,8 @@ def measure(exchange: str, mode: str, workers: int, ps: int, steps: int = 3, loc
         sessions.append(tf.compat.v1.Session(f"grpc://{cluster['worker'][t]}", graph=g.graph, config=config))
     with graphs[0].graph.as_default():
         sessions[0].run(tf.compat.v1.global_variables_initializer())
+        if graphs[0].weights is not None and graphs[0].weights.start is not None:
+            sessions[0].run(graphs[0].weights.start)  # the 16-bit copies, as the chief fills them
     if local > 1:
         for g, s in zip(graphs, sessions):
             with g.graph.as_default():
@@ -141,9 +152,9 @@ def measure(exchange: str, mode: str, workers: int, ps: int, steps: int = 3, loc
         return step["remote_partitions"] + step["remote_tensors"]
 
     if local > 1:  # a sync's RPCs shared among the local steps it follows
-        found = {t: {k: found[t][k] + synced[t][k] / local for k in found[t]} for t in found}
+        found = {t: {k: found[t][k] + synced[t][k] / local if k != "remote_dtypes" else found[t][k] for k in found[t]} for t in found}
     others = [found[t] for t in range(1, workers)] or [found[0]]
-    per = {k: float(np.median([o[k] for o in others])) for k in others[0]}
+    per = {k: float(np.median([o[k] for o in others])) for k in others[0] if k != "remote_dtypes"}
     chief = found[0]
     extra = {}
     if local > 1:
@@ -154,7 +165,8 @@ def measure(exchange: str, mode: str, workers: int, ps: int, steps: int = 3, loc
             "worker_partitions": per["partitions"], "remote_partitions": per["remote_partitions"],
             "remote_tensors": per["remote_tensors"],
             "rpcs_per_worker_step": per["remote_partitions"] + per["remote_tensors"],
-            "chief_remote_tensors": chief["remote_tensors"], "chief_rpcs": chief["remote_partitions"] + chief["remote_tensors"]}
+            "chief_remote_tensors": chief["remote_tensors"], "chief_rpcs": chief["remote_partitions"] + chief["remote_tensors"],
+            "wire": wire, "remote_dtypes": others[0]["remote_dtypes"], "chief_remote_dtypes": chief["remote_dtypes"]}
 
 
 def main() -> None:
@@ -163,6 +175,7 @@ def main() -> None:
     ap.add_argument("--ps", default="1")
     ap.add_argument("--mode", default="sync,async")
     ap.add_argument("--exchange", default="variables,fused")
+    ap.add_argument("--wire", default="float32", help="the fused exchange's type on the wire (float32 or bfloat16)")
     ap.add_argument("--local", default="1", help="--local-steps values, comma-separated (sync only) [1]")
     ap.add_argument("--keep", help="also write the rows to this CSV (for docs/data)")
     args = ap.parse_args()
@@ -174,13 +187,13 @@ def main() -> None:
                     for local in (int(k) for k in args.local.split(",")):
                         if local > 1 and mode != "sync":
                             continue
-                        row = measure(exchange, mode, workers, ps, local=local)
+                        row = measure(exchange, mode, workers, ps, local=local, wire=args.wire if exchange == "fused" else "float32")
                         print(json.dumps(row), flush=True)
                         rows.append(row)
     for path in [ROWS] + ([Path(args.keep)] if args.keep else []):
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w", newline="") as f:
-            w = csv.DictWriter(f, FIELDS, restval="")
+            w = csv.DictWriter(f, FIELDS, restval="", extrasaction="ignore")
             w.writeheader()
             w.writerows(rows)
 

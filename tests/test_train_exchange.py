@@ -29,6 +29,35 @@ def test_a_fused_step_moves_a_few_tensors_where_variables_moved_dozens(mode):
 
 
 @pytest.mark.e2e
+def test_a_16_bit_wire_carries_bfloat16_each_way():
+    """The weights a worker reads and the gradients the ps receives are bfloat16 on the wire; only
+    the step counters stay what they are."""
+    from har_rpcs import measure
+
+    plain, half = measure("fused", "sync", 2, 1), measure("fused", "sync", 2, 1, wire="bfloat16")
+    assert "bfloat16" not in plain["remote_dtypes"] and plain["remote_dtypes"].get("float32", 0) >= 2, plain
+    # A worker's step: the weights in and its gradients out, both bfloat16, in as many messages as before.
+    assert half["remote_dtypes"].get("bfloat16", 0) >= 2 and "float32" not in half["remote_dtypes"], half
+    assert half["rpcs_per_worker_step"] == plain["rpcs_per_worker_step"]
+
+
+@pytest.mark.e2e
+def test_a_16_bit_wire_trains_what_its_emulation_trains(state, tmp_path):
+    """Sync over a bfloat16 wire, and the emulator of that cluster: the same numbers, row for row."""
+    tiny = write_tiny_har(tmp_path / "har")
+    rows, tests = [], []
+    for where in (["--workers", "3"], ["--workers", "3", "--emulate"]):
+        run_dir = tmp_path / where[-1]
+        result = picluster("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *TINY_CONV, "--epochs", "2", "--seed", "3",
+                           "--wire", "bfloat16", *where, "--json", timeout=240)
+        assert result.returncode == 0, result.stderr
+        assert json.loads((run_dir / "config.json").read_text())["wire"] == "bfloat16"
+        rows.append([(r["train_loss"], r["val_loss"], r["val_acc"]) for r in read_rows(run_dir / "metrics.csv")])
+        tests.append(json.loads(result.stdout)["test_accuracy"])
+    assert len(rows[0]) == 2 and rows[0] == rows[1] and tests[0] == tests[1]
+
+
+@pytest.mark.e2e
 def test_fused_and_per_variable_exchanges_train_the_same_numbers(state, tmp_path):
     """Sync, 2 workers, no dropout (its masks come from other random ops once the model is built
     twice): the same initial weights, the same averaged gradients, the same updates."""

@@ -65,6 +65,8 @@ def train() -> None:
 @option("--ps", type=Whole(), default=None, show_default="1; with an inventory all of its ps tasks", help="Parameter-server tasks.")
 @option("--exchange", type=click.Choice(["fused", "variables"]), default=None,
         show_default="fused", help="Between workers and ps: one flat tensor per ps each way, or one per variable.")
+@option("--wire", type=click.Choice(["float32", "bfloat16"]), default=None, show_default="float32",
+        help="What the fused exchange's tensors are between workers and ps: bfloat16 halves the bytes (float32 weights and Adam on the ps).")
 @option("--standalone", is_flag=True, default=None, help="One process, no ps (the baseline for benchmarks).")
 @option("--emulate", is_flag=True, default=None,
         help="One process makes the updates a sync cluster of --workers makes (each worker's batches, augmentation and dropout), "

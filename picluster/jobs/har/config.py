@@ -32,6 +32,9 @@ ASYNC_LRS = ("constant", "staleness")  # "staleness": each update's rate divided
 # How a step moves tensors between a worker and the ps tasks: "fused", one flat tensor of weights
 # and one of gradients per ps (a few RPCs a step); "variables", one tensor per variable each way.
 EXCHANGES = ("fused", "variables")
+# What a fused exchange's tensors are on the wire: "bfloat16" halves the bytes each way (fusion.py);
+# the ps keeps float32 weights and Adam either way.
+WIRES = ("float32", "bfloat16")
 WARMUPS = ("warmup_updates", "warmup_epochs")  # one warm-up, counted in either unit
 MAX_CONFIG_BYTES = 64 * 1024  # config.json is about 1 KB
 MAX_CONV_LAYERS = 7  # 128 steps: the seventh pool of 2 leaves one
@@ -42,7 +45,7 @@ RENAMED = (("conv_layers", ("convlstm",), "layers"),)
 ADDED: dict[str, Any] = {"eval_test_every_epoch": True, "val_volunteers": "",
                          "batch_per_worker": False, "lr_scaling": "none", "warmup_epochs": 0.0, "async_lr": "constant",
                          "adam_beta1": 0.9, "adam_beta2": 0.999, "evaluator": "chief", "exchange": "variables",
-                         "warmup_updates": 0, "local_steps": 1, "local_after": 2, "emulate": False}
+                         "warmup_updates": 0, "local_steps": 1, "local_after": 2, "emulate": False, "wire": "float32"}
 
 
 def within(default, low, high, *, low_open: bool = False, high_open: bool = False, flag: str | None = None):
@@ -121,6 +124,7 @@ class TrainConfig:
     workers: int = within(2, 1, 64)
     ps: int = within(1, 1, 16)
     exchange: str = one_of("fused", EXCHANGES)  # see EXCHANGES; a standalone run exchanges nothing
+    wire: str = one_of("float32", WIRES)  # see WIRES; with --exchange fused (and emulated by --emulate)
     # Post-local SGD (localsgd.py): after --local-after epochs of synchronous steps, each worker
     # takes this many steps of its own between syncs that average the models; 1: every step syncs.
     local_steps: int = within(1, 1, 10_000)
@@ -161,6 +165,8 @@ class TrainConfig:
             raise UsageError(f"--rnn-hidden {self.rnn_hidden} must be even with --bidir (rnn_hidden/2 units per direction)")
         if self.emulate and (not self.standalone or self.mode != "sync"):
             raise UsageError("--emulate makes a sync cluster's updates in one process: it goes with --standalone and --mode sync")
+        if self.wire != "float32" and self.exchange != "fused":
+            raise UsageError(f"--wire {self.wire} is the fused exchange's: add --exchange fused, or drop --wire")
         if self.threads and not self.standalone:
             raise UsageError("--threads sets a standalone run's threads; a cluster's servers set their own: add --standalone or drop --threads")
         if self.local_steps > 1:

@@ -93,11 +93,14 @@ class Graph:
                 # Read the step before the forward pass reads the weights: the staleness baseline.
                 self.step_before = self.global_step.read_value()
                 with tf.control_dependencies([self.step_before]):
-                    x = tf.identity(self.x)
+                    x = fed = tf.identity(self.x)
                 # The worker's device when the exchange is fused (fusion.py), None otherwise.
                 fused_on = here if here is not None and config.exchange == "fused" else None
+                wire = fusion.WIRES[config.wire]
+                emulated = config.mode == "sync" and workers > 1 and cluster is None  # every worker's tower here
                 value = (lambda v: v)
                 self.weights = None
+                rounded = None  # the emulator's weights as a 16-bit wire brings them
                 if fused_on:
                     # Built once to make the variables (those ops never run), then again on the
                     # local copies one fused read per ps brings.
@@ -105,10 +108,17 @@ class Graph:
                     with tf.compat.v1.name_scope("made"):
                         self.forward(_inputs(x, config, data), self.noise)
                     made = [v for v in tf.compat.v1.global_variables() if v.name not in before]
-                    self.weights = fusion.FusedWeights(made, fused_on)
+                    self.weights = fusion.FusedWeights(made, fused_on, wire)
                     value = self.weights.value
                     with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True,
                                                      custom_getter=self.weights.getter):
+                        x = _inputs(x, config, data)
+                        out = self.forward(x, self.noise)
+                elif emulated and config.exchange == "fused" and wire != tf.float32:
+                    # The workers' model reads the weights as the wire brings them: rounded, once a step.
+                    rounded = fusion.Rounded(wire)
+                    value = rounded.value
+                    with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), custom_getter=rounded.getter):
                         x = _inputs(x, config, data)
                         out = self.forward(x, self.noise)
                 else:
@@ -129,13 +139,9 @@ class Graph:
                 opt = tf.compat.v1.train.AdamOptimizer(lr, beta1=config.adam_beta1, beta2=config.adam_beta2)
                 # The towers fed each step: this worker's, or in the emulator every worker's.
                 self.towers = [Tower(self.x, self.y, self.noise)]
-                emulated = self.sync and cluster is None
-                if fused_on:  # with respect to the local copies: computed here, sent fused
+                if fused_on or emulated:  # with respect to the values the model read (fused: the local copies)
                     variables = tuple(tf.compat.v1.trainable_variables())
                     grads = tuple(tf.gradients(self.loss, [value(v) for v in variables]))
-                elif emulated:
-                    variables = tuple(tf.compat.v1.trainable_variables())
-                    grads = tuple(tf.gradients(self.loss, variables))
                 else:
                     grads, variables = zip(*opt.compute_gradients(self.loss))
                 if self.sync:
@@ -148,22 +154,31 @@ class Graph:
                             with tf.compat.v1.device(v.device):
                                 clipped.append(g * scale)
                         with on_ps():
-                            return opt.apply_gradients(zip(clipped, variables), global_step=self.global_step)
+                            applied = opt.apply_gradients(zip(clipped, variables), global_step=self.global_step)
+                        return self.weights.refresh(applied) if self.weights else applied  # then the 16-bit copies
 
                     if emulated:
-                        others = [self._tower(config, data, w) for w in range(1, workers)]
+                        others = [self._tower(config, data, w, value, rounded.getter if rounded else None)
+                                  for w in range(1, workers)]
                         self.towers += [t for t, _ in others]
-                        every = [grads] + [tuple(tf.gradients(loss, variables)) for _, loss in others]
-                        self.train = emulated_step(every, variables, ps_groups(config.ps), config.exchange == "fused", adam)
+                        every = [grads] + [tuple(tf.gradients(loss, [value(v) for v in variables])) for _, loss in others]
+                        self.train = emulated_step(every, variables, ps_groups(config.ps), config.exchange == "fused", adam, wire)
                     else:
                         self.train, self.arrivals = sync_step(grads, variables, self.global_step, task, workers, launch, adam,
-                                                               fused_on)
+                                                               fused_on, wire=wire)
                 else:
                     clipped, _ = tf.clip_by_global_norm(grads, config.clip_norm)  # where the gradients are
                     if fused_on:
-                        clipped = fusion.send(clipped, variables, fused_on)
+                        clipped = fusion.send(clipped, variables, fused_on, wire)
                     with on_ps():
                         self.train = opt.apply_gradients(zip(clipped, variables), global_step=self.global_step)
+                    if self.weights:
+                        self.train = self.weights.refresh(self.train)
+                if rounded is not None:  # evaluated on the float32 weights, as the evaluator restores them
+                    with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True):
+                        x = _inputs(fed, config, data)
+                        out = self.forward(x, Noise(1.0))
+                    xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=self.y, logits=out)
                 if config.ema:
                     # Shadow weights beside the weights (on the ps); only a step that applies an
                     # update moves them: every worker's in async mode, the chief's in sync mode.
@@ -192,15 +207,16 @@ class Graph:
             self.best_saver = tf.compat.v1.train.Saver(max_to_keep=1)
             self._exchange_probe(here)
 
-    def _tower(self, config: TrainConfig, data, worker: int):
+    def _tower(self, config: TrainConfig, data, worker: int, value, getter=None):
         """(the emulated ``worker``'s tower, its training loss): the model again, on the worker's
-        own windows and dropout key, reading the same variables."""
+        own windows and dropout key, reading the same variables (through ``getter``: as the wire
+        brings them, ``value(v)`` each)."""
         with tf.compat.v1.name_scope(f"worker_{worker}"):
             tower = Tower(tf.compat.v1.placeholder(tf.float32, self.x.shape, name="x"),
                           tf.compat.v1.placeholder(tf.int64, self.y.shape, name="y"), Noise(self.keep))
-            with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True):
+            with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True, custom_getter=getter):
                 out = self.forward(_inputs(tower.x, config, data), tower.noise)
-            return tower, self._losses(out, config, lambda v: v, tower.y)[0]
+            return tower, self._losses(out, config, value, tower.y)[0]
 
     def _losses(self, out, config: TrainConfig, value, y=None):
         """(training loss, its cross-entropy, correct predictions, each window's plain cross-entropy)
@@ -278,11 +294,11 @@ class Graph:
         with tf.device(here):
             self.noop = tf.constant(0.0) + tf.compat.v1.placeholder_with_default(0.0, [])
             read = self.weights.flats if self.weights else self.variables
-            self.pull = tf.add_n([tf.reduce_sum(t) for t in read])
+            self.pull = tf.add_n([tf.reduce_sum(fusion.from_wire(t)) for t in read])
             self.zeros = {v: tf.compat.v1.placeholder(v.dtype.base_dtype, v.shape) for v in self.variables}
         updates = list(self.zeros.values())
         if self.weights:
-            updates = fusion.send(updates, self.variables, here)
+            updates = fusion.send(updates, self.variables, here, self.weights.wire)
         self.push = tf.group(*[v.assign_add(u, read_value=False) for v, u in zip(self.variables, updates)])
         self.zero_values = {z: np.zeros(v.shape, np.float32) for v, z in self.zeros.items()}
 

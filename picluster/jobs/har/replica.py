@@ -102,6 +102,8 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
         def raw(fetches, feed=None):
             return with_raw(lambda s: s.run(fetches, feed))
 
+        if chief and g.weights is not None and g.weights.start is not None:
+            raw(g.weights.start)  # the 16-bit copies the workers read, from the weights initialised or restored
         if chief and g.ready is not None:
             raw(g.ready.initializer)  # after every variable: the workers' one flag to look at
         t1 = time.perf_counter()

@@ -10,14 +10,15 @@ import tensorflow as tf
 from picluster.jobs.har import fusion
 
 
-def emulated_step(every, variables, groups, fused: bool, apply):
+def emulated_step(every, variables, groups, fused: bool, apply, wire=tf.float32):
     """The update a sync cluster makes (``sync_step``), from every worker's gradients ``every``
-    made in this graph: per ps group, each worker's share (one flat tensor when ``fused``) summed in
-    worker order and divided by the workers, the sum of the means' squares per group, then
-    ``apply`` (the same op for op, so the numbers are the cluster's)."""
+    made in this graph: per ps group, each worker's share (one flat tensor when ``fused``, through
+    ``wire``'s type) summed in worker order and divided by the workers, the sum of the means'
+    squares per group, then ``apply`` (the same op for op, so the numbers are the cluster's)."""
     means, squares = [None] * len(variables), []
     for members in groups:
-        sent = [[fusion.flatten([grads[i] for i in members], None)] if fused else [grads[i] for i in members] for grads in every]
+        sent = [[fusion.from_wire(fusion.to_wire(fusion.flatten([grads[i] for i in members], None), wire, None))] if fused
+                else [grads[i] for i in members] for grads in every]
         mean = [tf.add_n(list(gs)) / float(len(every)) for gs in zip(*sent)]
         squares.append(tf.add_n([tf.reduce_sum(tf.square(g)) for g in mean]))
         if fused:
@@ -27,7 +28,7 @@ def emulated_step(every, variables, groups, fused: bool, apply):
     return apply(means, squares)
 
 
-def sync_step(grads, variables, global_step, task, workers, launch, apply, fused_on=None, tag=""):
+def sync_step(grads, variables, global_step, task, workers, launch, apply, fused_on=None, tag="", wire=tf.float32):
     """One synchronous step: every worker's gradient, averaged, applied once by the chief.
 
     Per ps task, each worker puts the gradients of that ps's variables in its own one-slot queue
@@ -43,22 +44,22 @@ def sync_step(grads, variables, global_step, task, workers, launch, apply, fused
     may supply two), every step holds exactly one gradient per worker.  Queue names carry the
     launch id (and ``tag``, one set of queues per kind of sync), so a persistent cluster's
     leftovers from an earlier launch are never read.  Fused (``fused_on``: this worker's device;
-    fusion.py) each worker's share for a ps is one flat tensor, and the ps averages it flat
-    before cutting it into the variables' gradients.
+    fusion.py) each worker's share for a ps is one flat tensor (of ``wire``'s type: the ps casts
+    a 16-bit one back), and the ps averages it flat before cutting it into the variables' gradients.
     """
     pushes, means = [], [None] * len(variables)
     squares = []
     for s, (device, members) in enumerate(fusion.by_ps(variables)):
-        sent = [fusion.flatten([grads[i] for i in members], fused_on)] if fused_on else [grads[i] for i in members]
+        sent = [fusion.to_wire(fusion.flatten([grads[i] for i in members], fused_on), wire, fused_on)] if fused_on else [grads[i] for i in members]
         with tf.compat.v1.device(device):
-            queues = [tf.queue.FIFOQueue(1, [tf.float32] * len(sent), shapes=[g.shape for g in sent],
+            queues = [tf.queue.FIFOQueue(1, [g.dtype for g in sent], shapes=[g.shape for g in sent],
                                          shared_name=f"{tag}grads_{s}_{w}_{launch}", name=f"{tag}grads_{s}_{w}")
                       for w in range(workers)]
         pushes.append(queues[task].enqueue(sent))
         if task == 0:
             with tf.control_dependencies(pushes[-1:]), tf.compat.v1.device(device):
                 taken = [q.dequeue() for q in queues]
-                taken = [t if isinstance(t, list | tuple) else [t] for t in taken]
+                taken = [[fusion.from_wire(g) for g in t] if isinstance(t, list | tuple) else [fusion.from_wire(t)] for t in taken]
                 mean = [tf.add_n(list(gs)) / float(workers) for gs in zip(*taken)]
                 squares.append(tf.add_n([tf.reduce_sum(tf.square(g)) for g in mean]))
                 if fused_on:
