@@ -18,6 +18,7 @@ A run already in the rows file is not run again, so the command continues where 
 
 import argparse
 import csv
+import itertools
 import json
 import os
 import shlex
@@ -102,7 +103,7 @@ def summary(rows: list[dict], target: float) -> dict:
     hit = sorted(e for e in reach if e is not None)
     late = [c[len(c) // 2:] for c in curves]
     means = [statistics.fmean(c) for c in late]
-    swings = [statistics.fmean(abs(b - a) for a, b in zip(c, c[1:])) for c in late]
+    swings = [statistics.fmean(abs(b - a) for a, b in itertools.pairwise(c)) for c in late]
     q = lambda xs, p: xs[min(len(xs) - 1, int(p * (len(xs) - 1) + 0.5))] if xs else None
     return {"seeds": len(rows), "reached": len(hit), "never": len(rows) - len(hit),
             "epochs_median": statistics.median(hit) if hit else None, "epochs_q1": q(hit, 0.25), "epochs_q3": q(hit, 0.75),
@@ -121,7 +122,8 @@ def report(args) -> None:
     for r in rows:
         groups.setdefault((int(r["workers"]), r["variant"]), []).append(r)
     out = []
-    print(f"| workers | variant | options | seeds | never reach {args.target:.0%} | epochs to it: median (q1-q3) | median, never = {len(next(iter(groups.values()))[0]['val_acc'].split(';')) + 1} "
+    never = len(next(iter(groups.values()))[0]["val_acc"].split(";")) + 1  # a seed that never reaches it, counted as one epoch past the last
+    print(f"| workers | variant | options | seeds | never reach {args.target:.0%} | epochs to it: median (q1-q3) | median, never = {never} "
           f"| two in a row: median (seeds) | val mean, last half | swing |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for (workers, variant), rs in sorted(groups.items()):
