@@ -294,3 +294,38 @@ def test_the_evaluator_beside_the_coordinator_reads_the_chiefs_checkpoints_from_
     assert not list((run / "to-evaluate").iterdir())
     for host in lab.hosts:
         assert _clients(host) == []
+
+
+def test_auto_validates_beside_the_coordinator_on_a_copy_of_the_shares_data_set(lab_inventory, tmp_path, state, monkeypatch):
+    """The share is not mounted here and this machine has prepared nothing: `auto` still keeps
+    validation off the workers' path, on a copy of the share's data set fetched from the NFS
+    master, once (fetched again only when the share's file changes)."""
+    from picluster.cluster import sharecopy
+    from picluster.cluster.nodecluster import open_node
+    from picluster.model.inventory import load_inventory
+
+    lab, inventory = lab_inventory
+    inv = load_inventory(inventory)
+    share = lab.hosts[0].path(f"{inv.share_dir}/har")  # node01, the NFS master: the export the nodes would mount
+    write_tiny_har(share)
+    here = tmp_path / "data"
+    env = dict(os.environ, PICLUSTER_DATA_DIR=str(here))
+    try:
+        run = tmp_path / "run"
+        result = picluster("train", "har", "-i", inventory, "--epochs", "1", *TINY_MODEL, "--run-dir", run, "--json", env=env, timeout=300)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["config"]["evaluator"] == "coordinator"
+        assert "evaluator: test: scored once" in (run / "evaluator.log").read_text()
+        kept = here / "shares" / inv.nfs_master / "har" / "har.npz"
+        assert kept.read_bytes() == (share / "har.npz").read_bytes()
+        before = kept.stat().st_ino
+        monkeypatch.setenv("PICLUSTER_DATA_DIR", str(here))
+        remote = open_node(inv, inv.node(inv.nfs_master))
+        try:
+            assert sharecopy.copy_here(inv, remote, "har/har.npz").stat().st_ino == before  # unchanged: not fetched again
+            os.utime(share / "har.npz", (1, 1))
+            assert sharecopy.copy_here(inv, remote, "har/har.npz").stat().st_ino != before  # changed: fetched
+        finally:
+            remote.close()
+    finally:
+        shutil.rmtree(share, ignore_errors=True)

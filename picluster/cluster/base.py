@@ -145,6 +145,12 @@ class Cluster(ABC):
     def release(self) -> None:  # noqa: B027  (most kinds open nothing per job)
         """Let go of what the job opened to reach its nodes (connections); the servers stay."""
 
+    def shared_copy(self, relative: str) -> Path | None:
+        """A copy on this machine of the file ``relative`` on the share the nodes read, for work
+        beside the coordinator (the HAR evaluator); None where the nodes read this machine's own
+        files, or the share is mounted here (data_dir names them)."""
+        return None
+
     def check_shared(self, paths: dict[str, Path]) -> None:  # noqa: B027  (here: this machine's files)
         """That every node the job starts processes on sees these paths ({what: path}); else
         one line naming the node and the path.  Nothing to check where they run here, or in

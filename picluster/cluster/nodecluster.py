@@ -13,7 +13,7 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from picluster.cluster import pidfiles, server
+from picluster.cluster import pidfiles, server, sharecopy
 from picluster.cluster.base import Agent, Cluster, TaskState
 from picluster.cluster.door import door_path
 from picluster.cluster.exits import TAIL_LINES, Exit, Exited
@@ -91,6 +91,16 @@ class NodeCluster(Cluster):
 
     def unreachable(self, node: str) -> bool:
         return node in self._remotes and not answers(self.inventory.node(node).address, 22, 1.0)
+
+    def shared_copy(self, relative: str) -> Path | None:
+        """A copy of the share's file here, fetched from the NFS master when it changed (sharecopy.py)."""
+        if Path(self.inventory.data_dir).is_dir():
+            return None  # the share is mounted here: data_dir names it
+        remote = open_node(self.inventory, self.inventory.node(self.inventory.nfs_master))
+        try:
+            return sharecopy.copy_here(self.inventory, remote, relative)
+        finally:
+            remote.close()
 
     def job_folder(self, node: str, name: str) -> JobFolder:
         """``name`` under the node's run folder, over a connection kept until ``release``."""

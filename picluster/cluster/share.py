@@ -5,11 +5,15 @@ need not: where data_dir is no folder here, a file goes to the NFS master's shar
 connection every command makes (host key checked), as the inventory's user, whom provisioning
 makes the share's owner.  The bytes travel on the channel's stdin into a new file beside the
 target, renamed over it once whole: a node never reads half a data set.
+
+A file put on the share is also kept as this machine's copy of it (sharecopy.py), so work beside
+the coordinator (the HAR evaluator) does not fetch it back.
 """
 
 import shlex
 from pathlib import Path, PurePosixPath
 
+from picluster.cluster import sharecopy
 from picluster.cluster.nodecluster import open_node
 from picluster.model.inventory import Inventory
 from picluster.util.errors import ClusterError
@@ -47,8 +51,10 @@ def put(inv: Inventory, source: Path, relative: str) -> str:
     from picluster.cluster.ssh import CommandFailed  # here, as open_node imports ssh: fabric loads only for a copy
 
     remote = open_node(inv, inv.node(inv.nfs_master))
+    target = str(PurePosixPath(str(inv.share_dir)) / relative)
     try:
-        remote.replace_file(str(PurePosixPath(str(inv.share_dir)) / relative), source.read_bytes(), timeout=COPY_TIMEOUT_S)
+        remote.replace_file(target, source.read_bytes(), timeout=COPY_TIMEOUT_S)
+        sharecopy.keep(sharecopy.kept(inv, relative), source, remote.conn.sftp().stat(target), copy=True)
     except CommandFailed as exc:
         raise ClusterError(f"{where(inv, relative)}: cannot write it ({exc.why}): is the share there? run 'picluster provision'") from None
     finally:

@@ -23,6 +23,7 @@ from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import load_data
 from picluster.jobs.har.follow import follow
 from picluster.jobs.har.rundir import RunDir
+from picluster.jobs.har.shared_data import RELATIVE
 from picluster.model.clusterspec import Layout
 from picluster.util import atomic
 from picluster.util.errors import ClusterError, StorageError, UsageError
@@ -98,7 +99,7 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", job: Runn
     servers again at the end.
     """
     runtime = worker_runtime(runtime, cluster.worker_runtimes if cluster is not None else ALONE)
-    data_here = evaluator_data(config) if cluster is not None else None
+    data_here = evaluator_data(config, cluster, job) if cluster is not None else None
     spare = cluster is not None and cluster.coordinator_spare
     config = replace(config, evaluator=evaluator_place(config.evaluator, cluster is not None, data_here, spare))
     resume = run.config.exists()
@@ -174,15 +175,28 @@ def _record_exits(job: Running, running: list) -> None:
         job.task_exited(f"worker:{client.task}", code, "COMPLETED" if code == 0 else "FAILED")
 
 
-def evaluator_data(config: TrainConfig) -> Path | None:
+def evaluator_data(config: TrainConfig, cluster: "Cluster", job: Running | None = None) -> Path | None:
     """The prepared HAR folder on this machine for an evaluator beside the coordinator: the run's
-    own (a local or Slurm cluster's, or an inventory's share mounted here too), or, asked for
-    explicitly (--evaluator coordinator), this machine's default; None when neither holds it.
-    The evaluator checks that its copy is the workers' (the data set's checksum)."""
+    own (a local or Slurm cluster's, or an inventory's share mounted here too), else, asked for
+    explicitly (--evaluator coordinator), this machine's default, else a copy of the share's kept
+    here (fetched when the share's changed: cluster/sharecopy.py); None when none holds it (auto
+    then evaluates on the chief, saying why).  The evaluator checks that its copy is the workers'
+    (the data set's checksum)."""
     asked = config.evaluator == "coordinator"
     for folder in (Path(config.data_dir) if config.data_dir else None, har_dir() if asked else None):
         if folder is not None and cache_path(folder).is_file():
             return folder
+    if config.evaluator != "chief":
+        try:
+            copy = cluster.shared_copy(RELATIVE)
+        except (ClusterError, OSError) as exc:  # the NFS master unreachable, the copy not writable here
+            if asked:
+                raise
+            if job is not None:
+                job.note(f"validation runs on the chief, between its epochs: no copy of the share's data set here ({exc})")
+            copy = None
+        if copy is not None:
+            return copy.parent
     return None
 
 
