@@ -90,7 +90,7 @@ def test_local_steps_move_nothing_and_a_sync_leaves_every_worker_the_mean_model(
 
     for t in range(workers):
         local_steps(t)
-    assert moved == {t: {"partitions": 1, "remote_partitions": 0, "remote_tensors": 0} for t in range(workers)}
+    assert moved == {t: {"partitions": 1, "remote_partitions": 0, "remote_tensors": 0, "remote_dtypes": {}} for t in range(workers)}
     assert not np.allclose(locals_[0][0], locals_[1][0])  # each learned from its own windows
     threads = [threading.Thread(target=sync, args=(t,)) for t in range(workers)]
     for th in threads:

@@ -3,8 +3,7 @@
 Between-graph replication: every worker builds this same graph, with the variables placed on the
 ps tasks by ``replica_device_setter`` (placement.py: by bytes) and its own ops on its worker task.
 Sync mode adds the gradient queues of ``sync.sync_step``, one set per ps, so each ps averages its
-own share; ``--ema`` a moving average that evaluation reads; every replica also gets a probe that
-times moving the weights, for the epoch's exchange figure.  The statistics emulator (``--emulate``:
+own share; ``--ema`` a moving average that evaluation reads.  The statistics emulator (``--emulate``:
 sync without a cluster) builds every worker's tower here instead, and ``sync.emulated_step`` makes
 the cluster's update from them.  The dropout and the initial weights draw from noise.py's keys.
 """
@@ -205,7 +204,11 @@ class Graph:
             # evaluator beside the coordinator gets each epoch's handed over (trained.hand_over).
             self.saver = tf.compat.v1.train.Saver(max_to_keep=2)
             self.best_saver = tf.compat.v1.train.Saver(max_to_keep=1)
-            self._exchange_probe(here)
+            # What the Saver saves, read again once a step's update has landed: the chief fetches
+            # them with an epoch's last step, for a checkpoint written beside the training (saving.py).
+            self.saved = tf.compat.v1.global_variables()
+            with tf.control_dependencies([self.train]):
+                self.snapshot = [tf.identity(v.read_value()) for v in self.saved]
 
     def _tower(self, config: TrainConfig, data, worker: int, value, getter=None):
         """(the emulated ``worker``'s tower, its training loss): the model again, on the worker's
@@ -283,24 +286,6 @@ class Graph:
         "Staleness-aware Async-SGD", 2016)."""
         now = self.global_step.read_value()
         return tf.cast(tf.maximum(tf.constant(1, tf.int64), now - self.step_before), tf.float32)
-
-    def _exchange_probe(self, here) -> None:
-        """Pull every weight to this worker and push a same-sized zero update back, as a step
-        moves them (fused or variable by variable)."""
-        if here is None:
-            self.pull = self.push = self.noop = None
-            self.zeros = {}
-            return
-        with tf.device(here):
-            self.noop = tf.constant(0.0) + tf.compat.v1.placeholder_with_default(0.0, [])
-            read = self.weights.flats if self.weights else self.variables
-            self.pull = tf.add_n([tf.reduce_sum(fusion.from_wire(t)) for t in read])
-            self.zeros = {v: tf.compat.v1.placeholder(v.dtype.base_dtype, v.shape) for v in self.variables}
-        updates = list(self.zeros.values())
-        if self.weights:
-            updates = fusion.send(updates, self.variables, here, self.weights.wire)
-        self.push = tf.group(*[v.assign_add(u, read_value=False) for v, u in zip(self.variables, updates)])
-        self.zero_values = {z: np.zeros(v.shape, np.float32) for v, z in self.zeros.items()}
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,10 @@ COLUMNS = (
     "epoch", "global_step", "train_loss", "train_acc", "val_loss", "val_acc", "val_f1",
     *TEST_COLUMNS, "epoch_s", "input_s", "compute_s", "exchange_s",
     "staleness_mean", "staleness_max", "straggler", "straggler_ms", "wall_s", "time",
-    # Between the epoch's steps and its row, on the sync critical path: the exchange probe (every
-    # worker) and the validation pass (the chief).  Checkpoints come after the row.
-    "probe_s", "eval_s",
+    # Between the epoch's steps and its row, on the sync critical path with --evaluator chief: the
+    # validation pass.  Checkpoints come after the row.  (Runs of earlier versions also have probe_s:
+    # an exchange probe between epochs, which held every sync worker up.)
+    "eval_s",
 )
 
 

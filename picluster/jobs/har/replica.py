@@ -36,22 +36,19 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 
 from picluster.cluster.door import JobContext
-from picluster.jobs.har import augment, checkpoints, metrics, noise
+from picluster.jobs.har import augment, checkpoints, metrics, noise, steptrace
 from picluster.jobs.har.chief import Chief, per_ps, save
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import load_data, shard
 from picluster.jobs.har.graph import Graph, Tower
 from picluster.jobs.har.rundir import RunDir
+from picluster.jobs.har.saving import Snapshots
 from picluster.jobs.har.straggler import Arrivals
 from picluster.jobs.har.trained import Trained, clear_handed_over, hand_over
 from picluster.util import atomic, cpus
 from picluster.util.atomic import STORAGE_ERRNOS
 from picluster.util.errors import STORAGE_EXIT, ClusterError, PiclusterError, StorageError, UsageError
 
-PROBE_REPEATS = 3
-# The exchange is timed on a launch's first epoch and then every this many: between them an epoch's
-# figure uses the last one (each probe holds every sync worker up for six round trips to the ps).
-PROBE_EVERY = 10
 LIVE_EVERY_S = 1.0  # the chief's live.json: where in the epoch it is
 READY_POLL_S = 0.2  # a worker's look at the chief's one readiness flag
 CANCELLED = 143  # the exit status of a client stopped on the coordinator's word (as SIGTERM's)
@@ -121,12 +118,12 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
         beside = chief and cluster is not None and cfg.evaluator == "coordinator"
         duties = Chief(run, cfg, g, data, with_raw, start_epoch, start_step, restore, say) if chief and not beside else None
         trained = Trained(run.trained, launch) if beside else None
+        snapshots = Snapshots(g.saved, run.checkpoints, run.to_evaluate, trained) if trained is not None else None
         if trained is not None:
             clear_handed_over(run.to_evaluate)
             trained.add(begin=True, start_epoch=start_epoch, start_step=start_step, began=time.time(), per_ps=per_ps(g), data=data.checksum,
                         restore={"checkpoint": restore.checkpoint, "damaged": restore.damaged} if restore else None)
         status_file, started = run.worker_status(task), time.time()
-        per_step = 0.0
         for epoch in range(start_epoch + 1, cfg.epochs + 1):
             if session.should_stop():
                 break
@@ -134,24 +131,25 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
             feeds = [Feed(tower, t, mine[np.random.default_rng([cfg.seed, epoch, t]).permutation(len(mine))],
                           np.random.default_rng([cfg.seed, epoch, t, 1])) for tower, t, mine in zip(g.towers, tasks, shards)]
             live = run.live if chief else None
-            stats = train_epoch(session, g, data, feeds, steps, batch, cfg, epoch, cluster is not None, live, job)
-            probed = time.perf_counter()
-            if epoch == start_epoch + 1 or epoch % PROBE_EVERY == 0:
-                per_step = exchange_seconds(raw, g)
-            stats["exchange_s"] = min(stats["compute_s"], steps * per_step)
-            stats["compute_s"] -= stats["exchange_s"]
-            stats["probe_s"] = time.perf_counter() - probed
+            stats, values = train_epoch(session, g, data, feeds, steps, batch, cfg, epoch, task if cluster else None, live, job,
+                                        snapshot=snapshots is not None)
             # What this worker did last, for the coordinator.
             atomic.write_json(status_file, {"epoch": epoch, "time": time.time(), "elapsed_s": time.time() - started, **stats})
-            if trained is not None:
-                # The weights of a known step, for the evaluator: in sync mode nothing moves them
-                # until this chief's next step applies the next update.
+            if trained is not None and snapshots is not None and values is not None:
+                # The weights of the epoch's last update, fetched with its step, for the evaluator and a
+                # resume: written by the chief's thread while the next epoch's steps go on (saving.py).
+                snapshots.take(values, int(stats["global_step"]), epoch, stats)
+            elif trained is not None:
+                # Post-local SGD's epochs end in a sync of models, not an update: saved here.  In sync
+                # mode nothing moves the weights until this chief's next step applies the next update.
                 step = int(raw(g.global_step))
                 save(with_raw, g.saver, run.checkpoints / "model.ckpt", step)
                 hand_over(run.checkpoints / f"model.ckpt-{step}", run.to_evaluate)
                 trained.add(epoch=epoch, checkpoint=f"model.ckpt-{step}", **stats)
             elif duties is not None and duties.end_epoch(epoch, stats):
                 break
+        if snapshots is not None:
+            snapshots.close()  # every epoch's checkpoint written before the end is recorded
         if trained is not None:
             trained.add(end=True)
         if duties is not None:
@@ -280,9 +278,15 @@ class Feed:
 
 
 def train_epoch(session, g: Graph, data, feeds: list[Feed], steps: int, batch: int, cfg: TrainConfig,
-                epoch: int, distributed: bool, live: Path | None, job: JobContext | None = None) -> dict:
-    """One pass over this worker's shard (the emulator: every worker's, one update a step); the
-    epoch's timings and the first tower's training scores (the chief's)."""
+                epoch: int, task: int | None, live: Path | None, job: JobContext | None = None,
+                snapshot: bool = False) -> tuple[dict, list | None]:
+    """One pass over this worker's shard (the emulator: every worker's, one update a step): the
+    epoch's timings and the first tower's training scores (the chief's), and with ``snapshot`` the
+    values of every saved variable after the epoch's last update, fetched with that step (None
+    when the epoch ended otherwise: post-local SGD's sync).  ``task``: this worker's on a cluster
+    (None: no cluster), one of whose steps (the epoch's middle one) is traced to split the steps' time into
+    compute and exchange (steptrace.py)."""
+    distributed = task is not None
     spec = augment.parse(cfg.augment)
     t_input = t_step = loss_sum = 0.0
     correct = seen = 0
@@ -303,6 +307,8 @@ def train_epoch(session, g: Graph, data, feeds: list[Feed], steps: int, batch: i
             g.local_begun = True
     done = 0
     after = 0
+    values = None
+    waited = 0.0  # the traced step's exchange: its wall time less this worker's own ops
     begin = live_at = time.perf_counter()
     for s in range(steps):
         if job is not None and job.cancelled.is_set():
@@ -322,7 +328,14 @@ def train_epoch(session, g: Graph, data, feeds: list[Feed], steps: int, batch: i
                 done = 0
                 after = session.run(g.local_step_seen) if s == steps - 1 else after
         else:
-            _, loss, ok, before, after, *stamps = session.run(fetches, feed)
+            traced = task is not None and s == steps // 2  # a step amid the others: not the one an evaluation ends
+            saving = snapshot and s == steps - 1
+            metadata = tf.compat.v1.RunMetadata()
+            trace = {"options": steptrace.OPTIONS, "run_metadata": metadata} if traced else {}
+            _, loss, ok, before, after, *rest = session.run(fetches + (g.snapshot if saving else []), feed, **trace)
+            stamps, values = rest[:len(fetches) - 5], (rest[len(fetches) - 5:] if saving else values)
+            if traced and task is not None:
+                waited = max(0.0, time.perf_counter() - t1 - steptrace.busy_seconds(metadata, task))
         t2 = time.perf_counter()
         t_input += t1 - t0
         t_step += t2 - t1
@@ -341,10 +354,12 @@ def train_epoch(session, g: Graph, data, feeds: list[Feed], steps: int, batch: i
                                      "global_step": int(after), "train_acc": correct / max(seen, 1), "time": time.time()})
     epoch_s = time.perf_counter() - begin
     held = arrivals.straggler(epoch_s / max(steps, 1)) if arrivals is not None else None
+    exchange = min(t_step, steps * waited)
     return {
         "epoch_s": epoch_s,
         "input_s": t_input,
-        "compute_s": t_step,
+        "compute_s": t_step - exchange,
+        "exchange_s": exchange,
         "train_loss": loss_sum / max(seen, 1),
         "train_acc": correct / max(seen, 1),
         "staleness_mean": float(np.mean(staleness)) if staleness else "",
@@ -352,25 +367,7 @@ def train_epoch(session, g: Graph, data, feeds: list[Feed], steps: int, batch: i
         "global_step": int(after) if steps else "",
         "straggler": held[0] if held else "",
         "straggler_ms": round(held[1] * 1000, 1) if held else "",
-    }
-
-
-def exchange_seconds(raw, g: Graph) -> float:
-    """Seconds to move one step's parameters and gradients between this worker and the ps."""
-    if g.pull is None:
-        return 0.0
-    times, idle = [], []
-    for _ in range(PROBE_REPEATS):
-        t0 = time.perf_counter()
-        raw(g.pull)
-        raw(g.push, g.zero_values)
-        t1 = time.perf_counter()
-        raw(g.noop)
-        raw(g.noop)
-        idle.append(time.perf_counter() - t1)
-        times.append(t1 - t0)
-    # Less the cost of two session runs that move nothing: a training step pays that once anyway.
-    return max(0.0, float(np.median(times)) - float(np.median(idle)))
+    }, values
 
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:
