@@ -25,9 +25,11 @@ Then, seed by seed, configurations back to back (a drift of the machine hits the
 Every run: ``--target-val-accuracy`` (0.96) and the recipe's defaults otherwise.  Each row says
 where the time to the target went: start-up (the command's start to the first training step:
 state.json's start, written by the chief as its first step begins), the training steps (the sum
-of epoch_s), the between-epoch exchange probe and validation pass (metrics.csv's probe_s and
-eval_s; validation is on the path only when the chief runs it, not beside the coordinator), and
-the rest (checkpoints, records, the coordinator's polls, the evaluator's lag behind the chief).  The chief's own start-up
+of epoch_s), the validation pass (metrics.csv's eval_s; on the path only when the chief runs it,
+not beside the coordinator; runs of earlier versions also had an exchange probe, probe_s), and
+the rest (checkpoints, records, the coordinator's polls, the evaluator's lag behind the chief).
+The ps's CPU seconds and the bytes its link carried each way, per worker-step, come from its
+/proc and its link's counters.  The chief's own start-up
 line splits its part (process, data, graph, session, barrier).
 
 Rows go to benchmarks/results/har_wall.csv (kept between runs; one row per configuration and
@@ -62,7 +64,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 TABLE = RESULTS / "har_wall.csv"
 COLUMNS = ("config", "workers", "seed", "cpu_per_host", "link", "target", "wall_s", "to_target_s", "epochs", "startup_s",
            "steps_s", "probe_s", "eval_s", "rest_s", "val_acc", "test_acc", "process_s", "data_s", "graph_s", "session_s",
-           "barrier_s", "ok", "evaluator", "worker_steps", "ps_cpu_s", "ps_ms_per_worker_step")
+           "barrier_s", "ok", "evaluator", "worker_steps", "ps_cpu_s", "ps_ms_per_worker_step", "ps_rx_bytes", "ps_tx_bytes",
+           "ps_kb_in_per_worker_step", "ps_kb_out_per_worker_step", "options")
 START_UP = re.compile(r"replica 0: start-up: process ([\d.]+) s, data ([\d.]+) s, graph ([\d.]+) s, session ([\d.]+) s, barrier ([\d.]+) s")
 
 
@@ -152,15 +155,34 @@ def cpu_seconds(pid_file: Path) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def ps_load(row: dict, run_dir: Path, workers: int, before: float | None, after: float | None) -> dict:
-    """The ps's CPU over the whole run per worker-step (sync: each update holds one step of every worker)."""
+def link_bytes(lab, index: int) -> tuple[int, int] | None:
+    """(received, sent) bytes of host ``index``'s link (from 1), read on its root-namespace end:
+    what the host sent is what that end received."""
+    from picluster.lab import naming
+
+    end = Path("/sys/class/net") / naming.veth(lab.id, index) / "statistics"
+    try:
+        return int((end / "tx_bytes").read_text()), int((end / "rx_bytes").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def ps_load(row: dict, run_dir: Path, workers: int, before: float | None, after: float | None,
+            bytes_before: tuple[int, int] | None = None, bytes_after: tuple[int, int] | None = None) -> dict:
+    """The ps's CPU and the bytes its link carried over the whole run, per worker-step (sync: each
+    update holds one step of every worker)."""
     rows = read_rows(run_dir / "metrics.csv")
     if before is None or after is None or not rows or not rows[-1].get("global_step"):
         return row
     mode = json.loads((run_dir / "config.json").read_text()).get("mode", "sync")
     steps = int(float(rows[-1]["global_step"])) * (workers if mode == "sync" and workers > 1 else 1)
-    return row | {"worker_steps": steps, "ps_cpu_s": f"{after - before:.1f}",
-                  "ps_ms_per_worker_step": f"{1000 * (after - before) / max(steps, 1):.2f}"}
+    row = row | {"worker_steps": steps, "ps_cpu_s": f"{after - before:.1f}",
+                 "ps_ms_per_worker_step": f"{1000 * (after - before) / max(steps, 1):.2f}"}
+    if bytes_before is not None and bytes_after is not None:
+        rx, tx = (a - b for a, b in zip(bytes_after, bytes_before))
+        row |= {"ps_rx_bytes": rx, "ps_tx_bytes": tx, "ps_kb_in_per_worker_step": f"{rx / 1000 / max(steps, 1):.1f}",
+                "ps_kb_out_per_worker_step": f"{tx / 1000 / max(steps, 1):.1f}"}
+    return row
 
 
 def _local(command: list[str]) -> tuple[int, str]:
@@ -284,10 +306,11 @@ def main() -> None:
                 else:
                     runtime, extra = (runtimes[0], variants[config]) if config in variants else (config, [])
                     ps_pid = lab.hosts[0].path(f"{lab.user.home}/{RUN_DIR}/ps-0.pid")
-                    before = cpu_seconds(ps_pid)
+                    before, bytes_before = cpu_seconds(ps_pid), link_bytes(lab, 1)
                     row = measure([*base, "-i", str(inventory), "--workers", str(workers), "--worker-runtime", runtime, *extra],
                                   run_dir, args.target, _local)
-                    row = ps_load(row, run_dir, workers, before, cpu_seconds(ps_pid))
+                    row = ps_load(row, run_dir, workers, before, cpu_seconds(ps_pid), bytes_before, link_bytes(lab, 1))
+                    row["options"] = shlex.join(extra)
                 row |= {"config": config, "workers": workers, "seed": seed, "cpu_per_host": f"{cpu:g}", "link": args.link,
                         "target": f"{args.target:g}"}
                 rows[(config, workers, seed)] = row
