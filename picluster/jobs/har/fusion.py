@@ -119,6 +119,32 @@ def split(flat, shapes) -> list:
     return [tf.reshape(p, s) for p, s in zip(pieces, shapes)]
 
 
+class StandIns:
+    """The model built once on the fused exchange: a custom getter that hands the model, for each
+    variable it makes, an identity of it (a stand-in), and ``read`` then points each stand-in at the
+    worker's local copy.  The fused read needs every variable made before it, and building the
+    model a second time on the copies cost as much as the first build (a Pi-shaped host's start-up
+    spent seconds on it); the stand-in's old input, the variable's own read, is then never run."""
+
+    def __init__(self) -> None:
+        self.variables: list = []
+        self._stand_ins: list[tuple] = []  # (variable, its stand-in), each time the model asks
+
+    def getter(self, getter, name, *args, **kwargs):
+        variable = getter(name, *args, **kwargs)
+        if all(variable is not v for v in self.variables):
+            self.variables.append(variable)
+        stand_in = tf.identity(variable, name="stand_in")
+        self._stand_ins.append((variable, stand_in))
+        return stand_in
+
+    def read(self, value) -> None:
+        """Each stand-in reads ``value(variable)`` from now on (Operation._update_input: TensorFlow's
+        own graph rewriting, as its control flow uses it)."""
+        for variable, stand_in in self._stand_ins:
+            stand_in.op._update_input(0, value(variable))
+
+
 class Rounded:
     """For the emulator: each variable's value as a ``wire`` of 16 bits brings it to a worker,
     one rounded tensor per variable shared by every tower (a custom getter and ``value``)."""

@@ -101,18 +101,16 @@ class Graph:
                 self.weights = None
                 rounded = None  # the emulator's weights as a 16-bit wire brings them
                 if fused_on:
-                    # Built once to make the variables (those ops never run), then again on the
-                    # local copies one fused read per ps brings.
-                    before = {v.name for v in tf.compat.v1.global_variables()}
-                    with tf.compat.v1.name_scope("made"):
-                        self.forward(_inputs(x, config, data), self.noise)
-                    made = [v for v in tf.compat.v1.global_variables() if v.name not in before]
-                    self.weights = fusion.FusedWeights(made, fused_on, wire)
-                    value = self.weights.value
-                    with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True,
-                                                     custom_getter=self.weights.getter):
+                    # Built once, reading a stand-in for each variable; once every variable is made,
+                    # each stand-in reads the local copy that one fused read per ps brings.
+                    stand_ins = fusion.StandIns()
+                    with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), custom_getter=stand_ins.getter):
                         x = _inputs(x, config, data)
                         out = self.forward(x, self.noise)
+                    made = stand_ins.variables
+                    self.weights = fusion.FusedWeights(made, fused_on, wire)
+                    stand_ins.read(self.weights.value)
+                    value = self.weights.value
                 elif emulated and config.exchange == "fused" and wire != tf.float32:
                     # The workers' model reads the weights as the wire brings them: rounded, once a step.
                     rounded = fusion.Rounded(wire)
