@@ -1,0 +1,100 @@
+"""The bound on HAR's wall time to a target, and how many epochs each worker count may take.
+
+    wall >= start-up + E x (windows x c / N + updates x x + f)
+
+fitted to what the lab runs of benchmarks/har_wall.py measured (their run directories): c, the
+compute seconds per training window on one worker (metrics.csv's compute_s over the windows a
+worker trained in the epoch); x, the exposed exchange per update (exchange_s over the epoch's
+updates: receiving the weights, sending the gradients, waiting for the others and the update);
+f, the seconds per epoch outside the steps (an epoch's wall time, from one row's time to the
+next's, less its epoch_s); start-up, the command's start to the first step.  With one Pi's time
+to the target T (the median of its runs), a speedup S holds only if
+
+    E <= (T / S - start-up) / (windows x c / N + updates x x + f)
+
+and the statistics emulator's rows (benchmarks/har_recipes.py, the same recipe) say how often a
+seed reaches the target within that many epochs.
+
+    .venv/bin/python benchmarks/har_bound.py --wall docs/data/har_wall_defaults.csv \\
+        --runs benchmarks/results/har_wall --recipes docs/data/har_recipes.csv --variant default --speedups 4,6
+"""
+
+import argparse
+import csv
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from har_recipes import first_reach
+
+from picluster.jobs.har.metrics import read_rows
+
+
+def per_run(run_dir: Path) -> dict | None:
+    """c, x and f of one lab run (medians over its epochs after the first), and its shape."""
+    rows = read_rows(run_dir / "metrics.csv")
+    config = json.loads((run_dir / "config.json").read_text())
+    if len(rows) < 3:
+        return None
+    workers = 1 if config["standalone"] else config["workers"]
+    batch = config["batch"] if config["batch_per_worker"] or config["standalone"] else config["batch"] // workers
+    steps = int(float(rows[1]["global_step"])) - int(float(rows[0]["global_step"]))  # updates an epoch (sync, or one worker)
+    windows_each = steps * batch  # windows one worker trains in an epoch
+    later = rows[1:]
+    gaps = [float(b["time"]) - float(a["time"]) - float(b["epoch_s"]) for a, b in zip(rows, later)]
+    return {"workers": workers, "updates": steps, "windows": windows_each * workers,
+            "c": statistics.median(float(r["compute_s"]) / windows_each for r in later),
+            "x": statistics.median(float(r["exchange_s"]) / steps for r in later),
+            "f": statistics.median(gaps), "epoch": statistics.median(float(b["time"]) - float(a["time"]) for a, b in zip(rows, later))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--wall", type=Path, required=True, help="har_wall.py's rows (one Pi's and the clusters' times)")
+    parser.add_argument("--runs", type=Path, required=True, help="the folder of their run directories (CONFIG-WORKERS-SEED)")
+    parser.add_argument("--recipes", type=Path, help="har_recipes.py's rows: the emulator's epochs to the target")
+    parser.add_argument("--variant", default=None, help="the recipes' variant the lab ran [each worker count's best row]")
+    parser.add_argument("--config", default="resident", help="the lab's configuration to fit [resident]")
+    parser.add_argument("--speedups", default="4,6")
+    parser.add_argument("--target", type=float, default=0.96)
+    args = parser.parse_args()
+    with open(args.wall) as f:
+        wall = list(csv.DictReader(f))
+    pi = [float(r["to_target_s"]) for r in wall if r["config"] == "pi" and r.get("to_target_s")]
+    if not pi:
+        raise SystemExit(f"{args.wall}: no one-Pi run reached the target")
+    t_pi = statistics.median(pi)
+    print(f"one Pi: median {t_pi:.0f} s to {args.target:.0%} over {len(pi)} runs; start-up {statistics.median(float(r['startup_s']) for r in wall if r['config'] == 'pi'):.0f} s")
+    recipes: dict[int, list[list[float]]] = {}
+    if args.recipes:
+        with open(args.recipes) as f:
+            for r in csv.DictReader(f):
+                if args.variant is None or r["variant"] == args.variant:
+                    recipes.setdefault(int(r["workers"]), []).append([float(v) for v in r["val_acc"].split(";")])
+    print("| workers | c, ms a window | x, s an update | f, s an epoch | updates an epoch | epoch, s (model / measured) | start-up, s | "
+          + " | ".join(f"E for {s}x | seeds within it (emulator)" for s in args.speedups.split(",")) + " |")
+    print("|---|---|---|---|---|---|---|" + "---|---|" * len(args.speedups.split(",")))
+    for workers in sorted({int(r["workers"]) for r in wall if r["config"] == args.config}):
+        runs = [per_run(args.runs / f"{args.config}-{workers}-{r['seed']}") for r in wall
+                if r["config"] == args.config and int(r["workers"]) == workers and (args.runs / f"{args.config}-{workers}-{r['seed']}").is_dir()]
+        runs = [r for r in runs if r]
+        if not runs:
+            continue
+        m = {k: statistics.median(r[k] for r in runs) for k in ("c", "x", "f", "updates", "windows", "epoch")}
+        model = m["windows"] * m["c"] / workers + m["updates"] * m["x"] + m["f"]
+        startup = statistics.median(float(r["startup_s"]) for r in wall if r["config"] == args.config and int(r["workers"]) == workers)
+        cells = []
+        for s in (float(v) for v in args.speedups.split(",")):
+            budget = (t_pi / s - startup) / model
+            curves = recipes.get(workers, [])
+            within = sum(1 for c in curves if (e := first_reach(c, args.target)) is not None and e <= budget)
+            cells.append(f"{budget:.1f} | {f'{within} of {len(curves)}' if curves else '-'}")
+        print(f"| {workers} | {1000 * m['c']:.2f} | {m['x']:.3f} | {m['f']:.2f} | {m['updates']:g} | {model:.2f} / {m['epoch']:.2f} | {startup:.0f} | "
+              + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
