@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from picluster.jobs.slurm import queue
+from picluster.jobs.slurm import follow, queue
 from picluster.jobs.slurm.rows import FORMAT, SACCT, duration_s, exit_code, moment, parse, parse_sacct, scontrol_exit, stdout_path
 from picluster.model.inventory import parse_inventory
 from picluster.util.errors import UsageError
@@ -153,6 +153,35 @@ class Controller:
 
     def close(self):
         pass
+
+
+def test_a_followed_job_is_read_from_where_it_stopped_until_it_ends(monkeypatch):
+    import base64
+
+    running = "9|pi|RUNNING|None|1|node01|0:01|5:00|1796412979|1796413092|1796413392|node01|printer2\n"
+    ended = "9|pi|FAILED|NonZeroExitCode|1|node01|0:06|5:00|1796412979|1796413092|1796413098|node01|printer2\n"
+    show = ("JobId=9 JobName=printer2 UserId=pi(1001) JobState=FAILED Reason=NonZeroExitCode ExitCode=3:0 RunTime=00:00:06 "
+            "WorkDir=/home/pi StdOut=/home/pi/picluster-slurm-9.out Power=\n")
+    chunk = lambda text: base64.b64encode(text.encode()).decode()
+    remote = Controller(
+        ("squeue", "9|pi|PENDING|Priority|1||0:00|5:00|1796412979|N/A|N/A|n/a|printer2\n"),
+        ("squeue", running), ("squeue", running), ("squeue", ended),
+        ("scontrol", show),
+        ("tail -c +1 ", chunk("line 1\nli")), ("tail -c +10 ", chunk("ne 2\n")), ("tail -c +15 ", chunk("line 3\n")),
+        ("tail -c +22 ", ""), ("[ -r ", ("", 0)),
+    )
+    monkeypatch.setattr(queue, "_open", lambda inv, then="": remote)
+    got = []
+    done = follow.follow(inventory(), "9", lambda source, data: got.append((source.task, source.node, data)), print, poll_s=0)
+    assert b"".join(data for _, _, data in got) == b"line 1\nline 2\nline 3\n" and {(t, n) for t, n, _ in got} == {("batch", "node01")}
+    assert (done.ref, done.state, done.reason, done.exit_code, done.active) == ("slurm:9", "FAILED", "NonZeroExitCode", 3, False)
+    assert done.exit_status() == 3 and done.said() == "slurm:9 FAILED (NonZeroExitCode), exit code 3"
+    squeues = [c for c in remote.asked if "squeue" in c]
+    assert len(squeues) == 4 and all(c.startswith("SLURM_TIME_FORMAT=%s squeue --noheader --states=all --jobs=9 ") for c in squeues)
+    # A job Slurm does not know is one line, before anything is read.
+    monkeypatch.setattr(queue, "_open", lambda inv, then="": Controller(("squeue", "")))
+    with pytest.raises(UsageError, match=r"^Slurm knows no job 9 \(an ended job is forgotten 10 minutes after it ends"):
+        follow.follow(inventory(), "9", lambda *a: None, print, poll_s=0)
 
 
 def test_several_jobs_are_cancelled_over_one_connection_and_anothers_is_named(monkeypatch):
