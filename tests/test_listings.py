@@ -122,3 +122,52 @@ def test_the_other_listings_piped_are_json_for_a_program(state, tmp_path):
     out = picluster("inventory", "-i", example, "--out", tmp_path / "x.yml")
     assert out.returncode == 2 and out.stderr == "picluster: error: --out is for the Ansible inventory: add --ansible\n"
 
+
+def test_the_manual_gives_every_field_of_every_schema_and_the_parsable_columns():
+    """docs/scripting.md against the documents the code makes: each key, top-level or a row's, is
+    named in its schema's section, and the table of listings gives each one's parsable fields."""
+    import io
+    import re
+
+    from picluster.jobs.follow import Ended, Source
+    from picluster.jobs.ledger import Cancelled
+    from picluster.jobs.records import JobRecord, TaskRecord
+    from picluster.jobs.slurm.rows import SlurmJob
+    from picluster.views.jobs import cancel_listing, job_detail, merged, queue_listing, records_listing
+    from picluster.views.logs import LOG_FIELDS, LogWriter
+
+    record = JobRecord(3, "x", "launch", "sync", "FAILED", "why", "local", "node02", [], "/logs", 1, 1.0, 2.0, 3.0, 0, None,
+                       [TaskRecord("worker:0", "node02", "/logs/w.log", "FAILED", [1])])
+    slurm = {"cluster": "pis", "partition": "pis", "everyone": False, "unavailable": {}}
+    writer_out = io.BytesIO()
+    writer = LogWriter(writer_out, "json")
+    writer.emit(Source("worker:0", "node02", "/logs/w.log"), b"a line\n")
+    writer.end(Ended("3", "FAILED", "why", None))
+    documents = {
+        "jobs/1": merged([records_listing([record], "pi", [], ""),
+                          queue_listing([SlurmJob("4", "pi", "RUNNING", "None", 1, "node01", "0:01", "1:00", "y")], "q", slurm, [])]),
+        "job/1": job_detail(record, "pi"),
+        "cancel/1": cancel_listing([Cancelled("3", "RUNNING", "CANCELLED", "job 3 CANCELLED")]),
+        "cluster/1": status_listing([TaskState("ps:0", "localhost", "127.0.0.1:1", "up", task=object(), pid=1)], "local"),  # type: ignore[arg-type]
+        "top/1": nodes_listing([NodeRow("node01", ["ps"], NodeStats("node01"))], "pis"),
+        "labs/1": labs_listing([{"name": "ab12", "subnet": None, "phase": "up", "owner_pid": None, "title": "lab ab12"}],
+                               {"ab12": [HostStatus("node01", "10.0.0.11", "n", "running", "up", "")]}),
+        "inventory/1": inventory_listing(load_inventory(ROOT / "examples" / "picluster.toml")),
+    }
+    manual = (ROOT / "docs" / "scripting.md").read_text()
+    listed = {m[0]: m[1].split() for m in re.findall(r"^\| `picluster [^|]*\| `picluster\.([a-z]+/\d)` \|[^|]*\| `([^`]*)` \|$", manual, re.M)}
+    assert listed.pop("logs/1") == list(LOG_FIELDS)
+    assert listed == {name: list(listing.fields) for name, listing in documents.items()}
+    shown = {name: listing.document() for name, listing in documents.items()} | {"logs/1": json.loads(writer_out.getvalue())}
+    assert set(shown["job/1"]["job"]) == set(shown["jobs/1"]["jobs"][0])  # "as in picluster.jobs/1"
+    shown["job/1"]["job"] = None
+    for name, document in shown.items():
+        section = manual.split(f"### `picluster.{name}`")[1].split("\n## ")[0].split("\n### ")[0]
+        keys = set(document)
+        for value in document.values():
+            for row in value if isinstance(value, list) else [value]:
+                if isinstance(row, dict):
+                    keys |= set(row)
+        keys -= {node for node in ("node01", "ab12")}  # a row's values that happen to be objects keyed by data
+        named = set(re.findall(r"`([a-z_]+)`", section))
+        assert keys - named == set(), f"docs/scripting.md's {name} section does not name {sorted(keys - named)}"
