@@ -193,6 +193,8 @@ def test_logs_follow_prints_as_the_job_writes_and_ends_with_it_and_its_status(jo
     document = json.loads(picluster("logs", str(failing), "--json", env=env).stdout)
     assert document["schema"] == "picluster.logs/1" and document["state"] == "FAILED" and document["ended"] is True
     assert document["tasks"][0]["lines"] == ["first line", "second line | with a bar"]
+    missing = picluster("logs", "-f", "999", "--parsable", env=env)  # nothing half written: not even the header
+    assert missing.returncode == 2 and missing.stdout == "" and "no job 999" in missing.stderr
 
 
 def answered(args, answer: str | None, env) -> subprocess.CompletedProcess:

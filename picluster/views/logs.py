@@ -20,8 +20,7 @@ class LogWriter:
         self.out, self.form, self.prefix = out, form, prefix  # form: "human", "parsable" or "json"
         self._partial: dict[Any, bytes] = {}
         self._tasks: dict[Any, dict[str, Any]] = {}
-        if form == "parsable" and header:
-            self._write(SEPARATOR.join(LOG_FIELDS) + "\n")
+        self._header = form == "parsable" and header  # written with the first line, or at the end: never before an error
 
     def emit(self, source, data: bytes) -> None:
         """New bytes from ``source`` (a jobs.follow.Source: task, node, log)."""
@@ -41,6 +40,7 @@ class LogWriter:
         if self.form == "human":
             self._write(f"{source.task}: {text}\n")
         elif self.form == "parsable":
+            self._head()
             self._write(parsable_line([source.task, source.node, text]) + "\n")
         else:
             task = self._tasks.setdefault(source, {"task": source.task, "node": source.node, "log": source.log, "lines": []})
@@ -52,11 +52,17 @@ class LogWriter:
         for source, rest in list(self._partial.items()):
             del self._partial[source]
             self._line(source, rest)
+        self._head()
         if self.form == "json":
             document = {"schema": "picluster.logs/1", "job": ended.ref, "state": ended.state, "reason": ended.reason,
                         "exit_code": ended.exit_code, "ended": not ended.active, "tasks": list(self._tasks.values())}
             self._write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
         self.out.flush()
+
+    def _head(self) -> None:
+        if self._header:
+            self._header = False
+            self._write(SEPARATOR.join(LOG_FIELDS) + "\n")
 
     def _write(self, text: str) -> None:
         self.out.write(text.encode("utf-8", errors="replace"))
