@@ -83,7 +83,8 @@ def test_picluster_or_a_group_typed_alone_shows_its_help_with_whole_summaries(gr
     listed = result.stdout.split("\nCommands:\n")[1]
     assert "..." not in listed, listed
     if not group:  # a summary click would cut at the terminal's width, whole
-        assert "cancel Stop a running job: SIGTERM to its tasks, SIGKILL after its grace period; nothing is left running." in " ".join(listed.split())
+        assert ("cancel Stop jobs: SIGTERM to picluster's own (SIGKILL after their grace period; nothing is left running), "
+                "scancel for Slurm's (slurm:ID), pending or running.") in " ".join(listed.split())
 
 
 _TASK = {"job": "worker", "index": 0, "node": "localhost", "host": "127.0.0.1", "port": 2222}

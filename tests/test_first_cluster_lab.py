@@ -128,7 +128,7 @@ def test_a_newcomer_walks_the_page_from_the_inventory_to_the_cards_commands(pis)
     up = typed("picluster cluster up")
     assert up.returncode == 0, up.stderr
     for label, node in (("ps:0", "node01"), ("worker:0", "node02"), ("worker:1", "node03")):
-        assert re.search(rf"{re.escape(label)} +│ {node} +│ [\d.]+:2222 +│ up", up.stdout), up.stdout
+        assert re.search(rf"^{re.escape(label)} +{node} +[\d.]+:2222 +up$", up.stdout, re.M), up.stdout
 
     refused = typed("picluster run montecarlo --samples 1e8 --nodes 8")  # the page's own line, on three "Pis"
     assert refused.returncode == 2
@@ -213,7 +213,7 @@ def test_a_newcomer_walks_the_page_on_vm_hosts_to_the_cards_commands(vm_pis):
         up = typed(waits.group(1))
     assert up.returncode == 0, up.stderr
     for label, node in (("ps:0", "node01"), ("worker:0", "node02"), ("worker:1", "node03")):
-        assert re.search(rf"{re.escape(label)} +│ {node} +│ {re.escape(lab.host(node).address)}:2222 +│ up", up.stdout), up.stdout
+        assert re.search(rf"^{re.escape(label)} +{node} +{re.escape(lab.host(node).address)}:2222 +up$", up.stdout, re.M), up.stdout
 
     refused = typed("picluster run montecarlo --samples 1e8 --nodes 8")
     assert refused.returncode == 2 and "give --nodes 3 or fewer" in refused.stderr, refused.stderr
@@ -250,7 +250,7 @@ def test_a_newcomer_walks_the_page_on_vm_hosts_to_the_cards_commands(vm_pis):
         assert left == "", (node, left)
 
     status = typed("picluster cluster status")  # the servers outlive the interrupted job, ready for the next
-    assert status.returncode == 0 and status.stdout.count("│ up ") == 3, status.stdout
+    assert status.returncode == 0 and sum(line.split()[-1:] == ["up"] for line in status.stdout.splitlines()) == 3, status.stdout
     top = typed("picluster top --once")
     assert top.returncode == 0
     rows = {line.split()[0]: line for line in top.stdout.splitlines() if line.strip().startswith("node0")}

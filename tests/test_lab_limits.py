@@ -104,7 +104,7 @@ def test_lab_refuses_limits_it_cannot_give_before_touching_anything():
 
 
 def test_status_table_shows_the_limits_and_the_cgroups_use():
-    from picluster.cli.lab import status_table
+    from picluster.views.labs import status_table
 
     hosts = [
         HostStatus("node01", "10.0.0.11", "n", "running", "up", "", "pi3b: 0.05 CPU, 1 GiB",

@@ -9,10 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from picluster.jobs.filters import Filter
 from picluster.jobs.ledger import Ledger, Queue, Records
 from picluster.jobs.records import JobStore
 from picluster.model.inventory import parse_inventory
 from picluster.util.errors import UsageError
+from picluster.views.jobs import queue_listing
+
+from render import render
 
 pytestmark = pytest.mark.unit
 
@@ -38,12 +42,14 @@ def test_a_number_is_a_record_and_slurm_ids_need_an_inventory_with_a_slurm_table
 
 def test_the_listing_output_and_cancel_of_a_record(records, tmp_path):
     ledger = Ledger(None)
-    assert list(ledger.listing(50, everyone=False)) == ["no jobs yet"] and ledger.problem() is None
+    (empty,) = ledger.listing(50, everyone=False)
+    assert empty.rows == [] and render(empty.human[0]) == "no jobs yet\n" and ledger.problem() is None
     job_id = records.create("montecarlo", "montecarlo")
     records.finish(job_id, "COMPLETED")
-    shown = list(ledger.listing(50, everyone=False))
-    assert len(shown) == 1 and not isinstance(shown[0], str) and ledger.problem() is None
-    assert ledger.cancel(job_id) == f"job {job_id} is already COMPLETED; nothing to cancel"
+    (shown,) = ledger.listing(50, everyone=False)
+    assert [row["id"] for row in shown.rows] == [str(job_id)] and ledger.problem() is None
+    (done,) = ledger.cancel(ledger.targets([job_id], Filter()))
+    assert (done.said, done.error) == (f"job {job_id} is already COMPLETED; nothing to cancel", None)
     said: list[str] = []
     out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
     ledger.output(job_id, None, out, said.append)
@@ -60,9 +66,9 @@ def test_the_listing_output_and_cancel_of_a_record(records, tmp_path):
 def test_the_records_are_shown_before_slurms_queue_is_asked(records):
     ledger = Ledger(parse_inventory(tomllib.loads(NODES + '[slurm]\npartition = "lab"\n')))
     shown = ledger.listing(50, everyone=False)
-    assert next(shown) == "no jobs yet"
+    assert next(shown).rows == []
 
-    def unreachable(limit, everyone):
+    def unreachable(limit, everyone, chosen):
         raise UsageError("cannot reach the controller")
 
     ledger.queue.listing = unreachable  # type: ignore[union-attr,method-assign]
@@ -91,7 +97,9 @@ def test_what_the_listing_left_out_is_the_records_that_could_not_be_read(records
     with records._tx() as db:
         db.execute("UPDATE jobs SET command = 'not json' WHERE id = ?", (bad,))
     ledger = Ledger(parse_inventory(tomllib.loads(NODES + '[slurm]\npartition = "lab"\n')))
-    ledger.queue.listing = lambda limit, everyone: ["Slurm queue: empty", "not available: node04 (down)"]  # type: ignore[union-attr,method-assign]
-    shown = list(ledger.listing(50, everyone=False))
-    assert len(shown) == 3 and shown[1:] == ["Slurm queue: empty", "not available: node04 (down)"]
+    queue = queue_listing([], "Slurm queue", {}, ["not available: node04 (down)"])
+    ledger.queue.listing = lambda limit, everyone, chosen: queue  # type: ignore[union-attr,method-assign]
+    own, slurm = ledger.listing(50, everyone=False)
+    assert [row["id"] for row in own.rows] == [str(good)] and own.meta["damaged"] == [f"job {bad}: command is not JSON"]
+    assert slurm.human[1:] == ["not available: node04 (down)"]
     assert ledger.problem() == f"damaged records in {records.path}, not listed: job {bad}: command is not JSON"

@@ -5,6 +5,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,8 +24,8 @@ pytestmark = pytest.mark.lab
 
 
 def table_rows(text: str) -> list[list[str]]:
-    """Cells of each body row of a rich table."""
-    return [[c.strip() for c in line.strip("│").split("│")] for line in text.splitlines() if line.startswith("│")]
+    """Cells of each task's row of `cluster status` as a pipe gets it: one row per line, no cell empty."""
+    return [line.split() for line in text.splitlines() if re.match(r"(ps|worker|agent)\b", line)]
 
 
 def picluster_processes(host) -> list[str]:

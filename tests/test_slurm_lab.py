@@ -344,12 +344,20 @@ def test_montecarlo_har_and_launch_run_inside_their_allocations(slurm_lab, tmp_p
                       "/mnt/picluster/task.py")
     first = queue_states(path)
     assert first[har].startswith("PENDING") and first[launched].startswith("PENDING"), first
-    logs = {}
-    for job in (mc, har, launched):
+    # `logs -f` follows the first job's output file as it is written and ends with the job, exit 0.
+    followed = picluster("logs", "-f", "-i", path, mc)
+    assert followed.returncode == 0 and followed.stderr.endswith(f"{mc} COMPLETED\n"), followed.stderr[-2000:]
+    logs = {mc: followed.stdout}
+    for job in (har, launched):
         state = wait_state(path, job, ENDED, 300)
         logs[job] = picluster("logs", "-i", path, job).stdout
         assert state == "COMPLETED", logs[job][-3000:]
-        assert "Traceback" not in logs[job], logs[job][-3000:]
+    assert not any("Traceback" in log for log in logs.values()), logs
+    # The queue as a script reads it: one JSON document, Slurm's times and the partition in it.
+    listed = json.loads(picluster("jobs", "-i", path, "--json").stdout)
+    rows = {row["id"]: row for row in listed["jobs"]}
+    assert listed["schema"] == "picluster.jobs/1" and listed["slurm"]["partition"] == "pis", listed
+    assert all(rows[j]["state"] == "COMPLETED" and rows[j]["started"] <= rows[j]["ended"] for j in (mc, har, launched)), rows
 
     # Monte-Carlo: one worker of the job's two nodes, the allocation named in the report.
     log = logs[mc]

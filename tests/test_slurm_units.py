@@ -110,15 +110,15 @@ def test_the_batch_script_quotes_the_command_and_runs_the_nodes_picluster(tmp_pa
 
 
 def test_squeue_lines_are_read_as_untrusted_text():
-    rows = parse("12|pi|RUNNING|None|3|node[01-03]|0:05|10:00|run-montecarlo\n"
-                 "13|pi|PENDING|Resources|3||0:00|UNLIMITED|a|b|c\n"
-                 "x|pi|RUNNING|None|1|node01|0:01|1:00|bad id\n"
+    rows = parse("12|pi|RUNNING|None|3|node[01-03]|0:05|10:00|1|1|1|node01|run-montecarlo\n"
+                 "13|pi|PENDING|Resources|3||0:00|UNLIMITED|1|N/A|N/A|n/a|a|b|c\n"
+                 "x|pi|RUNNING|None|1|node01|0:01|1:00|1|1|1|node01|bad id\n"
                  "14|pi|RUNNING\n")
     assert [(r.ref, r.state, r.reason, r.nodes, r.name, r.active) for r in rows] == [
         ("slurm:12", "RUNNING", "None", 3, "run-montecarlo", True),
         ("slurm:13", "PENDING", "Resources", 3, "a|b|c", True),
     ]
-    assert not parse("15|pi|TIMEOUT|TimeLimit|1|node03|1:01|1:00|overtime\n")[0].active
+    assert not parse("15|pi|TIMEOUT|TimeLimit|1|node03|1:01|1:00|1|1|1|node03|overtime\n")[0].active
 
 
 def test_nodes_slurm_will_not_use_are_picked_out_of_sinfo_and_grouped():
@@ -298,7 +298,8 @@ class Answers:
 
     def run(self, command, **kwargs):
         self.asked.append(command)
-        return SimpleNamespace(stdout=self.outputs[command.split()[0]], stderr="", exited=0)
+        word = command.removeprefix("SLURM_TIME_FORMAT=%s ").split()[0]
+        return SimpleNamespace(stdout=self.outputs[word], stderr="", exited=0)
 
 
 def test_with_accounting_ended_jobs_slurmctld_forgot_come_from_sacct():
@@ -306,19 +307,21 @@ def test_with_accounting_ended_jobs_slurmctld_forgot_come_from_sacct():
 
     counted = inventory(INVENTORY + "accounting = true\n")
     remote = Answers(
-        squeue="12|pi|RUNNING|None|2|node[01-02]|1:02|5:00|har\n",
-        sacct="9|alice|CANCELLED by 1001|1|node03|00:00:41|01:00:00|sweep|with|bars\n"
-              "12|pi|RUNNING|2|node[01-02]|00:01:02|00:05:00|har\n"
-              "11.batch|alice|COMPLETED|1|node03|00:00:01||batch\n"
+        squeue="12|pi|RUNNING|None|2|node[01-02]|1:02|5:00|1796412979|1796413092|1796413392|node01|har\n"
+               "13|pi|FAILED|NonZeroExitCode|1|node01|0:02|5:00|1796413109|1796413110|1796413112|node01|fails\n",
+        sacct="9|alice|CANCELLED by 1001|1|node03|00:00:41|01:00:00|1796413109|1796413110|1796413151|0:15|sweep|with|bars\n"
+              "12|pi|RUNNING|2|node[01-02]|00:01:02|00:05:00|1796412979|1796413092|Unknown|0:0|har\n"
+              "13|pi|FAILED|1|node01|00:00:02|00:05:00|1796413109|1796413110|1796413112|7:0|fails\n"
+              "11.batch|alice|COMPLETED|1|node03|00:00:01||1|1|1|0:0|batch\n"
               "garbage\n",
     )
     rows = _squeue(counted, remote)
-    assert [(r.id, r.user, r.state, r.nodes, r.name) for r in rows] == [
-        ("12", "pi", "RUNNING", 2, "har"), ("9", "alice", "CANCELLED", 1, "sweep|with|bars")]
-    assert remote.asked[1].startswith("sacct --noheader --parsable2 --allusers --allocations --starttime=now-7days ")
+    assert [(r.id, r.user, r.state, r.nodes, r.name, r.exit_code) for r in rows] == [
+        ("12", "pi", "RUNNING", 2, "har", None), ("13", "pi", "FAILED", 1, "fails", 7), ("9", "alice", "CANCELLED", 1, "sweep|with|bars", 143)]
+    assert remote.asked[1].startswith("SLURM_TIME_FORMAT=%s sacct --noheader --parsable2 --allusers --allocations --starttime=now-7days ")
     # Without accounting, squeue alone (sacct would answer nothing).
     plain = Answers(squeue=remote.outputs["squeue"])
-    assert [r.id for r in _squeue(inventory(), plain)] == ["12"] and len(plain.asked) == 1
+    assert [r.id for r in _squeue(inventory(), plain)] == ["12", "13"] and len(plain.asked) == 1
 
 
 def test_a_controller_that_does_not_answer_is_one_line_asked_once(monkeypatch):

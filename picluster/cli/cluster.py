@@ -3,12 +3,12 @@
 import sys
 
 import click
-from rich.console import Console
 
 from picluster.cli.group import Group
 from picluster.cli.options import Real, Whole, inventory_option, node_inventory_option, option, other_spelling
+from picluster.cli.output import Form, human, output_options, show
 from picluster.util.errors import UsageError
-from picluster.views.status import tasks_table
+from picluster.views.status import status_listing
 
 
 @click.group(cls=Group)
@@ -30,23 +30,28 @@ def up(inventory, ps, workers, port, timeout) -> None:
     from picluster.cluster import attach
 
     running, done = attach.up(inventory, ps, workers, port, timeout)
-    _print_status(running, Console())
+    human(status_listing(running.status(), running.name).human)
     if done is not None:
         click.echo(done)
 
 
 @cluster.command()
 @inventory_option
-def status(inventory) -> None:
-    """Show each task, its node and whether it answers."""
+@output_options
+def status(inventory, form: Form) -> None:
+    """Show each task, its node and whether it answers; exit 3 when one does not (or none runs)."""
     from picluster.cluster.attach import find
 
     running = find(inventory, stale=True)  # a stale local cluster: show what is down
     if running is None:
-        click.echo("no local cluster (start one with 'picluster cluster up')")
+        if form.human:
+            click.echo("no local cluster (start one with 'picluster cluster up')")
+        else:
+            show(status_listing([], None), form)
         sys.exit(3)
-    states = _print_status(running, Console())
-    if any(s.state != "up" for s in states if s.task is not None):
+    listing = status_listing(running.status(), running.name)
+    show(listing, form)
+    if not listing.meta["up"]:
         sys.exit(3)
 
 
@@ -57,12 +62,6 @@ def down(inventory) -> None:
     from picluster.cluster import attach
 
     click.echo(attach.down(inventory))
-
-
-def _print_status(cluster_, console: Console):
-    states = cluster_.status()
-    console.print(tasks_table(states))
-    return states
 
 
 @click.command()

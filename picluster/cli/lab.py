@@ -10,6 +10,7 @@ import click
 
 from picluster.cli.group import Group
 from picluster.cli.options import Real, Whole, option, other_spelling
+from picluster.cli.output import Form, output_options, show
 from picluster.util.errors import ClusterError, UsageError
 
 
@@ -108,54 +109,31 @@ def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: floa
 
 @lab.command()
 @option("--name", "lab_id", default=None, help="Only this lab.")
-def status(lab_id: str | None) -> None:
+@output_options
+def status(lab_id: str | None, form: Form) -> None:
     """Show the labs on this machine and the state of each host."""
-    from rich.console import Console
-
     from picluster.lab import labs, registry
+    from picluster.views.labs import labs_listing
 
-    console = Console()
     ids = registry.known_ids()
     if lab_id is not None:
         if lab_id not in ids:
             raise UsageError(f"no lab named {lab_id} (labs: {', '.join(ids) or 'none'})")
         ids = [lab_id]
-    if not ids:
-        console.print("no labs")
-        return
+    found, hosts = [], {}
     for one in ids:
         lab_ = labs.open_lab(one)
         if not lab_.hosts:
-            console.print(f"lab {one}: leftovers without state (picluster lab down --name {one})")
+            found.append({"name": one, "subnet": None, "phase": "leftovers", "owner_pid": None,
+                          "title": f"lab {one}: leftovers without state (picluster lab down --name {one})"})
             continue
         owner = lab_.owner
         kept = f"owned by pid {owner['pid']}" if owner else "kept until `picluster lab down`"
-        subnet = lab_.plan.subnet if lab_.plan else "no subnet yet"
-        console.print(status_table(f"lab {one}: {subnet}, {lab_.phase}, {kept}", lab_.status()))
-
-
-def status_table(title: str, hosts: list):
-    """One row per host; the limits and what the host's cgroup used, when it has limits."""
-    from rich.table import Table
-
-    limited = any(st.limits for st in hosts)
-    table = Table(title=title)
-    columns = ["host", "address", "machine", "state", "link", "shaping"]
-    if limited:
-        columns += ["limits", "mem MiB (peak)", "cpu s", "oom kills"]
-    for column in columns:
-        table.add_column(column, justify="right" if column in ("cpu s", "oom kills", "mem MiB (peak)") else "left", no_wrap=True)
-    for st in hosts:
-        row = [st.name, st.address, st.machine, st.state, st.link, st.shaping or "-"]
-        if limited:
-            usage = st.usage or {}
-            memory = (f"{usage['memory'] / 2**20:.1f} ({(usage.get('memory_peak') or 0) / 2**20:.1f})"
-                      if usage.get("memory") is not None else "-")
-            cpu_s = f"{usage['cpu_seconds']:.1f}" if usage.get("cpu_seconds") is not None else "-"
-            oom = str(usage["oom_kills"]) if usage.get("oom_kills") is not None else "-"
-            row += [st.limits or "-", memory, cpu_s, oom]
-        table.add_row(*row)
-    return table
+        subnet = str(lab_.plan.subnet) if lab_.plan else None
+        found.append({"name": one, "subnet": subnet, "phase": lab_.phase, "owner_pid": owner["pid"] if owner else None,
+                      "title": f"lab {one}: {subnet or 'no subnet yet'}, {lab_.phase}, {kept}"})
+        hosts[one] = lab_.status()
+    show(labs_listing(found, hosts), form)
 
 
 def _cgroup_version() -> int | None:

@@ -1,10 +1,11 @@
-"""`picluster provision` (Fabric over every node) and `picluster inventory --ansible`."""
+"""`picluster provision` (Fabric over every node), `picluster inventory` (its nodes, or --ansible) and `picluster wheelhouse`."""
 
 from pathlib import Path
 
 import click
 
 from picluster.cli.options import Real, Whole, node_inventory_option, option
+from picluster.cli.output import Form, output_options, show
 from picluster.util.errors import ClusterError, StorageError, UsageError
 
 _known_hosts_option = option(
@@ -98,17 +99,26 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
 
 @click.command("inventory")
 @node_inventory_option
-@option("--ansible", "as_ansible", is_flag=True, required=True, help="Write an Ansible (YAML) inventory.")
+@option("--ansible", "as_ansible", is_flag=True, help="Write an Ansible (YAML) inventory (for ansible/site.yml) instead of the listing.")
 @option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-        show_default="standard output", help="Write it here.")
+        show_default="standard output", help="With --ansible: write it here.")
 @_known_hosts_option
-def inventory(inventory, as_ansible, out, known_hosts) -> None:
-    """Write an Ansible inventory from picluster.toml (for ansible/site.yml)."""
+@output_options
+def inventory(inventory, as_ansible, out, known_hosts, form: Form) -> None:
+    """List the inventory's nodes: address, roles (ps, worker, nfs, slurm-controller) and
+    TensorFlow tasks with their ports; with --ansible, write the Ansible twin's inventory."""
     from picluster.provision.ansible_inventory import ansible_inventory
     from picluster.provision.runner import public_key
 
     if not as_ansible:
-        raise UsageError("say which format: --ansible")
+        if out is not None or known_hosts is not None:
+            raise UsageError(f"{'--out' if out is not None else '--known-hosts'} is for the Ansible inventory: add --ansible")
+        from picluster.views.inventory import inventory_listing
+
+        show(inventory_listing(_load(inventory)), form)
+        return
+    if not form.human:
+        raise UsageError("--json, --parsable and --noheader are for the listing; --ansible writes YAML")
     if out is not None:
         from picluster.util import atomic
 

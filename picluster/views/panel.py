@@ -6,6 +6,7 @@ from rich.table import Table
 from rich.text import Text
 
 from picluster.model.nodestats import NodeRow, throttle_flags
+from picluster.views.listing import Listing
 
 _BLOCKS = " ▁▂▃▄▅▆▇█"
 
@@ -101,3 +102,29 @@ def nodes_table(rows: list[NodeRow], title: str | None = None) -> Table:
     if notes:
         table.caption = "\n".join(notes)
     return table
+
+
+NODE_FIELDS = ("node", "roles", "reachable", "cpu_percent", "load", "memory_used_bytes", "memory_total_bytes",
+               "temperature_c", "rx_bytes_s", "tx_bytes_s", "throttled", "tasks")
+
+
+def nodes_listing(rows: list[NodeRow], title: str | None = None) -> Listing:
+    """``picluster top --once`` in every form (``picluster.top/1``): the panel for people, and each
+    node's figures as numbers (bytes, bytes a second, percent, °C) for machines."""
+    found = []
+    for row in rows:
+        s = row.stats
+        now, since_boot = throttle_flags(s.throttled) if s is not None and s.throttled else ([], [])
+        found.append({
+            "node": row.name, "roles": list(row.roles), "reachable": s is not None,
+            "cpu_percent": round(sum(s.cpu_percent) / len(s.cpu_percent), 1) if s is not None and s.cpu_percent else None,
+            "cores_percent": [round(p, 1) for p in s.cpu_percent] if s is not None else [],
+            "load": [round(x, 2) for x in s.load] if s is not None else None,
+            "memory_used_bytes": int(s.memory_used) if s is not None else None,
+            "memory_total_bytes": int(s.memory_total) if s is not None else None,
+            "temperature_c": s.temperature if s is not None else None,
+            "rx_bytes_s": round(row.rx_rate, 1) if s is not None else None,
+            "tx_bytes_s": round(row.tx_rate, 1) if s is not None else None,
+            "throttled": now, "throttled_since_boot": since_boot, "tasks": dict(sorted(row.tasks.items())),
+        })
+    return Listing("top/1", "nodes", NODE_FIELDS, found, [nodes_table(rows, title)], {"cluster": title})

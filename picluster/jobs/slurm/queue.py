@@ -8,7 +8,7 @@ import base64
 import re
 import shlex
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from picluster.cluster.allocation import SINFO_NODES, not_serving, sinfo_states
 from picluster.cluster.here import Here, holds
@@ -16,42 +16,15 @@ from picluster.cluster.hostkeys import HostKeyRefused
 from picluster.cluster.nodecluster import open_node
 from picluster.cluster.ssh import CommandFailed, Remote
 from picluster.jobs.slurm.batch import OUTPUT, Request, sbatch_args, script
+from picluster.jobs.slurm.rows import ENDED as ENDED  # re-exported: the states a job ends in
+from picluster.jobs.slurm.rows import EPOCH, FORMAT, ID, SACCT, SlurmJob, parse, parse_sacct
 from picluster.model import nodeset
 from picluster.model.fanout import GroupError, fan_out
 from picluster.model.inventory import Inventory, Node
-from picluster.util.errors import ClusterError, UsageError
+from picluster.util.errors import ClusterError, PiclusterError, UsageError
 
-# squeue's fields, the name last so that a '|' in it cannot shift the others.
-_FORMAT = "%i|%u|%T|%r|%D|%N|%M|%l|%j"
-ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 CANCEL_WAIT_S = 60.0
-_ID = re.compile(r"\d{1,12}")
-# sacct's fields in squeue's order, the name last; its states read "CANCELLED by 1000".
-_SACCT = "JobID,User,State,NNodes,NodeList,Elapsed,Timelimit,JobName"
 ACCOUNTED_DAYS = 7  # how far back `picluster jobs` lists ended jobs from the accounting records
-
-
-@dataclass(frozen=True)
-class SlurmJob:
-    """One job as squeue shows it (ended jobs stay for slurm.conf's MinJobAge, 10 minutes)."""
-
-    id: str
-    user: str
-    state: str  # PENDING, RUNNING, COMPLETED, TIMEOUT, CANCELLED, ...
-    reason: str  # "Resources", "Priority", "None"
-    nodes: int
-    nodelist: str
-    used: str  # squeue's TIME
-    limit: str  # squeue's TIME_LIMIT
-    name: str
-
-    @property
-    def ref(self) -> str:
-        return f"slurm:{self.id}"
-
-    @property
-    def active(self) -> bool:
-        return self.state not in ENDED
 
 
 def controller(inv: Inventory) -> Node:
@@ -131,7 +104,7 @@ def submit(inv: Inventory, req: Request) -> Submitted:
                              f"'picluster provision -i INVENTORY --only slurm,queue', or ask for fewer nodes){nothing}") from None
         out = _slurm(inv, remote, f"echo {encoded} | base64 -d | sbatch --parsable {args}", "Slurm refused the job", nothing)
         job = out.strip().split(";", 1)[0]
-        if not _ID.fullmatch(job):
+        if not ID.fullmatch(job):
             raise ClusterError(f"sbatch answered {out.strip()[:80]!r}, not a job id")
         down = _down(inv, remote)
     finally:
@@ -145,7 +118,7 @@ def describe(states: dict[str, str]) -> str:
 
 
 def listing(inv: Inventory, job: str | None = None) -> list[SlurmJob]:
-    """The queue (pending, running and recently ended jobs), or one job of it (anyone's)."""
+    """The queue (pending, running and recently ended jobs), or some of its jobs (``12,13``: anyone's)."""
     remote = _open(inv)
     try:
         return _squeue(inv, remote, job, everyone=True)
@@ -153,22 +126,25 @@ def listing(inv: Inventory, job: str | None = None) -> list[SlurmJob]:
         remote.close()
 
 
-def overview(inv: Inventory, everyone: bool = False) -> tuple[list[SlurmJob], dict[str, str]]:
+def overview(inv: Inventory, everyone: bool = False, since: float | None = None) -> tuple[list[SlurmJob], dict[str, str]]:
     """The caller's jobs in the queue (everyone's: all of them) and the partition's nodes Slurm
     cannot use now, over one connection.  The caller is whoever Slurm's commands run as: the
-    person logged in on the controller, or the inventory's user over SSH."""
+    person logged in on the controller, or the inventory's user over SSH.  ``since``: with
+    accounting, the ended jobs sacct keeps from then on (else those of the last week)."""
     remote = _open(inv)
     try:
-        return _squeue(inv, remote, everyone=everyone), _down(inv, remote)
+        return _squeue(inv, remote, everyone=everyone, since=since), _down(inv, remote)
     finally:
         remote.close()
 
 
-def _squeue(inv: Inventory, remote: Remote | Here, job: str | None = None, everyone: bool = True) -> list[SlurmJob]:
-    """squeue's jobs; with accounting, the ended jobs slurmctld has forgotten, from sacct, after them."""
+def _squeue(inv: Inventory, remote: Remote | Here, job: str | None = None, everyone: bool = True,
+            since: float | None = None) -> list[SlurmJob]:
+    """squeue's jobs; with accounting, the ended jobs slurmctld has forgotten, from sacct, after
+    them, and every job's exit code (squeue has none)."""
     which = f" --jobs={job}" if job is not None else ("" if everyone else " --me")
     try:
-        out = _slurm(inv, remote, f"squeue --noheader --states=all{which} --format={shlex.quote(_FORMAT)}", "squeue")
+        out = _slurm(inv, remote, f"{EPOCH} squeue --noheader --states=all{which} --format={shlex.quote(FORMAT)}", "squeue")
     except UsageError as exc:
         if job is not None and "Invalid job id" in str(exc):
             out = ""
@@ -177,69 +153,92 @@ def _squeue(inv: Inventory, remote: Remote | Here, job: str | None = None, every
     rows = parse(out)
     assert inv.slurm is not None  # controller(inv) has refused an inventory without [slurm]
     if inv.slurm.accounting:
+        accounted = {r.id: r for r in _sacct(inv, remote, job, everyone, since)}
+        rows = [replace(r, exit_code=accounted[r.id].exit_code) if r.id in accounted else r for r in rows]
         seen = {r.id for r in rows}
-        rows += [r for r in _sacct(inv, remote, job, everyone) if r.id not in seen and not r.active]
+        rows += [r for r in accounted.values() if r.id not in seen and not r.active]
     return rows
 
 
-def _sacct(inv: Inventory, remote: Remote | Here, job: str | None = None, everyone: bool = True) -> list[SlurmJob]:
-    """Jobs of the last week as slurmdbd recorded them (one line per job, not per step): the
-    caller's only, as sacct gives them without --allusers, unless everyone's."""
-    which = f"--jobs={job}" if job is not None else f"--starttime=now-{ACCOUNTED_DAYS}days"
+def _sacct(inv: Inventory, remote: Remote | Here, job: str | None = None, everyone: bool = True,
+           since: float | None = None) -> list[SlurmJob]:
+    """Jobs as slurmdbd recorded them (one line per job, not per step), of the last week or since
+    ``since``: the caller's only, as sacct gives them without --allusers, unless everyone's."""
+    ago = f"{max(0, int(time.time() - since))}seconds" if since is not None else f"{ACCOUNTED_DAYS}days"
+    which = f"--jobs={job}" if job is not None else f"--starttime=now-{ago}"
     who = " --allusers" if everyone else ""
-    out = _slurm(inv, remote, f"sacct --noheader --parsable2{who} --allocations {which} --format={_SACCT}", "sacct")
-    rows = []
-    for line in out.splitlines():
-        parts = line.split("|", 7)
-        if len(parts) != 8 or not _ID.fullmatch(parts[0]) or not parts[3].isdigit():
-            continue
-        jid, user, state, nodes, nodelist, used, limit, name = parts
-        rows.append(SlurmJob(jid, user, state.split(" ", 1)[0], "None", int(nodes), nodelist, used, limit, name))
-    return rows
-
-
-def parse(text: str) -> list[SlurmJob]:
-    rows = []
-    for line in text.splitlines():
-        parts = line.split("|", 8)
-        if len(parts) != 9 or not _ID.fullmatch(parts[0]) or not parts[4].isdigit():
-            continue
-        jid, user, state, reason, nodes, nodelist, used, limit, name = parts
-        rows.append(SlurmJob(jid, user, state, reason, int(nodes), nodelist, used, limit, name))
-    return rows
+    return parse_sacct(_slurm(inv, remote, f"{EPOCH} sacct --noheader --parsable2{who} --allocations {which} --format={SACCT}", "sacct"))
 
 
 def find(inv: Inventory, job: str) -> SlurmJob:
-    found = [j for j in listing(inv, job) if j.id == job]
+    remote = _open(inv)
+    try:
+        return current(inv, remote, job)
+    finally:
+        remote.close()
+
+
+def connect(inv: Inventory) -> Remote | Here:
+    """The controller, for several questions over one connection (a follower's): close it after."""
+    return _open(inv)
+
+
+def current(inv: Inventory, remote: Remote | Here, job: str) -> SlurmJob:
+    """One job as the queue (and its accounting) shows it now, asked over ``remote``."""
+    found = [j for j in _squeue(inv, remote, job) if j.id == job]
     if not found:
-        kept = "its accounting keeps ended jobs" if inv.slurm is not None and inv.slurm.accounting else \
-            "an ended job is forgotten 10 minutes after it ends; [slurm] accounting = true keeps them"
-        raise UsageError(f"Slurm knows no job {job} ({kept})")
+        raise UsageError(unknown(inv, job))
     return found[0]
+
+
+def unknown(inv: Inventory, job: str) -> str:
+    kept = "its accounting keeps ended jobs" if inv.slurm is not None and inv.slurm.accounting else \
+        "an ended job is forgotten 10 minutes after it ends; [slurm] accounting = true keeps them"
+    return f"Slurm knows no job {job} ({kept})"
 
 
 def cancel(inv: Inventory, job: str, wait_s: float = CANCEL_WAIT_S, owner: str | None = None) -> SlurmJob:
     """scancel (the caller has found the job active, `owner`'s), then the job as Slurm shows it
     once it has ended.  Slurm lets a person cancel their own jobs only (an operator, anyone's)."""
+    ended, refused = cancel_many(inv, {job: owner}, wait_s)
+    if job in refused:
+        raise refused[job]
+    return ended[job]
+
+
+def cancel_many(inv: Inventory, jobs: dict[str, str | None], wait_s: float = CANCEL_WAIT_S
+                ) -> tuple[dict[str, SlurmJob], dict[str, PiclusterError]]:
+    """scancel each of ``jobs`` (found active; id -> its owner) over one connection, then wait
+    until each has ended: the jobs as Slurm shows them then, and the ones it did not cancel
+    with why (another's job, still running after ``wait_s``)."""
+    refused: dict[str, PiclusterError] = {}
+    ended: dict[str, SlurmJob] = {}
     remote = _open(inv)
     try:
-        try:
-            _slurm(inv, remote, f"scancel {job}", f"scancel {job}")
-        except UsageError as refused:  # scancel exits non-zero on a refusal, its reason on the last line
-            if "Access/permission denied" not in str(refused):
-                raise
-            whose = f"{owner}'s" if owner else "another user's"
-            raise UsageError(f"slurm:{job} is {whose} job: only its owner, or the cluster's operator ({inv.user}), can cancel it") from None
+        for job, owner in jobs.items():
+            try:
+                _slurm(inv, remote, f"scancel {job}", f"scancel {job}")
+            except UsageError as exc:  # scancel exits non-zero on a refusal, its reason on the last line
+                if "Access/permission denied" in str(exc):
+                    whose = f"{owner}'s" if owner else "another user's"
+                    exc = UsageError(f"slurm:{job} is {whose} job: only its owner, or the cluster's operator ({inv.user}), can cancel it")
+                refused[job] = exc
+        waiting = [job for job in jobs if job not in refused]
+        deadline = time.monotonic() + wait_s
+        while waiting:
+            now = {r.id: r for r in _squeue(inv, remote, ",".join(waiting))}
+            ended.update({job: now[job] for job in waiting if job in now and not now[job].active})
+            waiting = [job for job in waiting if job not in ended]
+            if waiting and time.monotonic() > deadline:
+                for job in waiting:
+                    state = now[job].state if job in now else "unknown to it"
+                    refused[job] = ClusterError(f"Slurm job {job} is still {state} {wait_s:.0f} s after scancel")
+                break
+            if waiting:
+                time.sleep(0.5)
     finally:
         remote.close()
-    deadline = time.monotonic() + wait_s
-    while True:
-        current = find(inv, job)
-        if not current.active:
-            return current
-        if time.monotonic() > deadline:
-            raise ClusterError(f"Slurm job {job} is still {current.state} {wait_s:.0f} s after scancel")
-        time.sleep(0.5)
+    return ended, refused
 
 
 def output(inv: Inventory, job: str) -> str:
