@@ -46,6 +46,8 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
 
     Idempotent: a second run reports no changes.  Exit code 1 when any node failed; the others
     still complete."""
+    from contextlib import nullcontext
+
     from rich.console import Console
 
     from picluster.cluster import hostkeys
@@ -55,6 +57,7 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
     from picluster.provision.runner import parse_only, run_order
     from picluster.provision.runner import provision as run
     from picluster.provision.steps import Options
+    from picluster.util import verbosity
     from picluster.views.steps import StepProgress
 
     inv = _load(inventory)
@@ -76,7 +79,8 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
     )  # fmt: skip
     console = Console()
     order = list(run_order(steps, inv.slurm is not None, bool(inv.users)))
-    with StepProgress(console, order) as progress:  # live on a terminal, else a line per step
+    progress = None if verbosity.quiet() else StepProgress(console, order)  # live on a terminal, else a line per step
+    with progress or nullcontext():
         reports = run(inv, options, watch=progress)
     show(console, reports, order, dry_run)
     failed = [r for r in reports if r.failed]
@@ -88,7 +92,7 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
     if fresh and not dry_run:
         from picluster.provision.rejoin import start_tasks
 
-        with console.status(f"starting the tasks of {nodeset.fold(fresh)}…"):
+        with nullcontext() if verbosity.quiet() else console.status(f"starting the tasks of {nodeset.fold(fresh)}…"):
             started = start_tasks(inv, list(fresh))
         if started is None:
             console.print("the rest of the cluster is not up: its tasks start with 'picluster cluster up'", highlight=False)

@@ -203,7 +203,7 @@ class NodeTask:
         prelude = f"{spec.prelude}; " if spec.prelude else ""
         command = (f"echo {_SESSION}$$ && cd {spec.cwd} && {prelude}exec env {env} {' '.join(_tether(python, grace))} "
                    f"{python} {argv}")
-        self.started = time.monotonic()
+        self.started = remote.said("run", command)
         try:
             self.channel = remote.conn.transport.open_session(timeout=remote.open_timeout)
             self.channel.set_combine_stderr(True)

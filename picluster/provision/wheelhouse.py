@@ -17,6 +17,7 @@ when whole), so a second run, or a new node of the same kind, needs no network a
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -29,9 +30,10 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from picluster.util import paths
+from picluster.util import paths, verbosity
 from picluster.util.errors import ClusterError, StorageError, UsageError
 
+log = logging.getLogger(__name__)  # -v: the pip commands run here
 MANIFEST = "MANIFEST.json"
 OLDEST_GLIBC = 17  # manylinux2014 = manylinux_2_17: nothing older is worth listing
 NEWEST_GLIBC = 99  # glibc is at 2.4x; a larger number is a typo, and each minor is a --platform for pip
@@ -194,10 +196,11 @@ def download(target: Platform, requirements: list[str], cache: Path | None = Non
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
     try:
-        args = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q", "--dest", str(partial)]
-        proc = subprocess.run(
-            [*args, *target.pip_args(), *requirements], capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT
-        )
+        args = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q", "--dest", str(partial),
+                *target.pip_args(), *requirements]
+        started = verbosity.command(log, "local", args)
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT)
+        verbosity.ended(log, "local", started, proc.returncode)
         if proc.returncode != 0:
             lines = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
             errors = [ln for ln in lines if ln.startswith("ERROR:")] or lines or ["no output"]
@@ -229,10 +232,10 @@ def own_wheel(source_dir: Path = SOURCE_DIR) -> Path:
     import tempfile
 
     out = Path(tempfile.mkdtemp(prefix="picluster-wheel-"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(source_dir)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    args = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(source_dir)]
+    started = verbosity.command(log, "local", args)
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    verbosity.ended(log, "local", started, proc.returncode, proc.stderr)
     wheels = sorted(out.glob("picluster-*.whl"))
     if proc.returncode != 0 or not wheels:
         shutil.rmtree(out, ignore_errors=True)
