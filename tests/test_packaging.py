@@ -1,6 +1,7 @@
 """The install must pick the right TensorFlow wheel on the coordinator and on a 64-bit Pi."""
 
 import tomllib
+from pathlib import Path
 
 from packaging.requirements import Requirement
 
@@ -29,8 +30,9 @@ def test_requires_python_311():
     assert project["scripts"]["picluster"] == "picluster.cli:main"
 
 
-def test_wheel_ships_the_templates_and_the_bind_shim(tmp_path):
-    """A non-editable install of the coordinator needs them: provisioning renders the templates."""
+def test_wheel_ships_the_templates_the_bind_shim_and_the_ansible_twin(tmp_path):
+    """A non-editable install of the coordinator needs them: provisioning renders the templates,
+    and `picluster playbooks` copies the twin, whose roles' templates are the same files."""
     import shutil
     import subprocess
     import sys
@@ -49,3 +51,46 @@ def test_wheel_ships_the_templates_and_the_bind_shim(tmp_path):
     for template in ("exports.j2", "fstab.j2", "nfs-kernel-server.j2", "sunrpc.conf.j2", "picluster.nft.j2"):
         assert f"picluster/provision/files/{template}" in names
     assert "picluster/cluster/native/bindaddr.c" in names
+    twin = {n.removeprefix("picluster/ansible/") for n in names if n.startswith("picluster/ansible/")}
+    assert twin == {p.relative_to(ROOT / "ansible").as_posix() for p in (ROOT / "ansible").rglob("*") if p.is_file()}
+    with zipfile.ZipFile(wheel) as whl:  # the roles' links, packed as the shared files
+        assert whl.read("picluster/ansible/roles/nfs_server/templates/exports.j2") == whl.read("picluster/provision/files/exports.j2")
+
+
+def test_playbooks_copies_the_ansible_twin_with_its_templates_as_files(tmp_path, state):
+    """`picluster playbooks --out DIR`: the twin an installed picluster carries, where ansible-playbook
+    runs it; the roles' templates as the shared files (links followed); the folder's own files stay;
+    a twin's file edited there is replaced only with --force."""
+    import subprocess
+    import sys
+
+    from picluster.provision import templates
+
+    from conftest import picluster
+
+    out = tmp_path / "ansible"
+    out.mkdir()
+    (out / "inventory.yml").write_text("mine\n")
+    done = picluster("playbooks", "--out", out)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"the Ansible twin (site.yml, reboot.yml, upgrade.yml, shutdown.yml) in {out}: 41 files written\n"
+    copied = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    shipped = {p.relative_to(ROOT / "ansible").as_posix() for p in (ROOT / "ansible").rglob("*") if p.is_file()}
+    assert copied == shipped | {"inventory.yml"} and (out / "inventory.yml").read_text() == "mine\n"
+    for name in ("roles/nfs_server/templates/exports.j2", "roles/slurm/templates/slurm.conf.j2"):
+        assert not (out / name).is_symlink()
+        assert (out / name).read_bytes() == templates.template_path(name.rsplit("/", 1)[1]).read_bytes()
+    check = subprocess.run([str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "site.yml", "--syntax-check"],
+                           cwd=out, capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0 and "playbook: site.yml" in check.stdout, check.stdout + check.stderr
+
+    assert picluster("playbooks", "--out", out).stdout.endswith(": already there, the same\n")
+    (out / "site.yml").write_text("# mine now\n")
+    refused = picluster("playbooks", "--out", out)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr == (f"picluster: error: --out {out}: site.yml differ from this picluster's (edited, or another version's): "
+                              "--force replaces the twin's files (the folder's other files stay), or give a new folder\n")
+    assert (out / "site.yml").read_text() == "# mine now\n"
+    forced = picluster("playbooks", "--out", out, "--force")
+    assert forced.returncode == 0 and forced.stdout.endswith(": 1 file written\n")
+    assert (out / "site.yml").read_bytes() == (ROOT / "ansible" / "site.yml").read_bytes()

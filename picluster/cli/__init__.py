@@ -47,6 +47,7 @@ def _register() -> None:
     app.add_command(provision.provision)
     app.add_command(provision.inventory)
     app.add_command(provision.wheelhouse)
+    app.add_command(provision.playbooks)
     app.add_command(train.train)
     app.add_command(launch.launch)
     app.add_command(submit.submit)

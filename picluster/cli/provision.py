@@ -1,4 +1,5 @@
-"""`picluster provision` (Fabric over every node) and `picluster inventory --ansible`."""
+"""`picluster provision` (Fabric over every node), and what the Ansible twin needs: `picluster
+inventory --ansible`, `picluster wheelhouse`, `picluster playbooks`."""
 
 from pathlib import Path
 
@@ -130,6 +131,22 @@ def inventory(inventory, as_ansible, out, known_hosts) -> None:
         click.echo(text, nl=False)
     else:
         atomic.write_text(out, text)  # whole or not at all; a failure is one StorageError line
+
+
+@click.command("playbooks")
+@option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+        help="Folder to copy them into (made if missing); its other files, such as inventory.yml, stay.")
+@option("--force", is_flag=True, help="Replace the twin's files that differ there (edited, or another version's).")
+def playbooks(out: Path, force: bool) -> None:
+    """Copy the Ansible twin of provision and of the node chores (site.yml, reboot.yml,
+    upgrade.yml, shutdown.yml, their roles and templates) into a folder, to run with ansible-playbook.
+
+    Then: picluster inventory --ansible --out DIR/inventory.yml, and in DIR: ansible-playbook site.yml."""
+    from picluster.provision import twin
+
+    written = twin.copy(out, force)
+    said = f"{len(written)} file{'s' if len(written) != 1 else ''} written" if written else "already there, the same"
+    click.echo(f"the Ansible twin ({', '.join(twin.PLAYBOOKS)}) in {out}: {said}")
 
 
 @click.command("wheelhouse")
