@@ -1,6 +1,9 @@
 """The install must pick the right TensorFlow wheel on the coordinator and on a 64-bit Pi."""
 
+import subprocess
+import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -30,40 +33,26 @@ def test_requires_python_311():
     assert project["scripts"]["picluster"] == "picluster.cli:main"
 
 
-def test_wheel_ships_the_templates_the_bind_shim_and_the_ansible_twin(tmp_path):
+def test_wheel_ships_the_templates_the_bind_shim_and_the_ansible_twin(built_wheel):
     """A non-editable install of the coordinator needs them: provisioning renders the templates,
     and `picluster playbooks` copies the twin, whose roles' templates are the same files."""
-    import shutil
-    import subprocess
-    import sys
-    import zipfile
-
-    src = tmp_path / "src"
-    src.mkdir()
-    for item in ("pyproject.toml", "README.md", "picluster"):
-        copy = shutil.copytree if (ROOT / item).is_dir() else shutil.copy
-        copy(ROOT / item, src / item)
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(tmp_path / "dist"), str(src)], capture_output=True, text=True)
-    assert built.returncode == 0, built.stderr
-    (wheel,) = (tmp_path / "dist").glob("picluster-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
+    names = set(zipfile.ZipFile(built_wheel).namelist())
     for template in ("exports.j2", "fstab.j2", "nfs-kernel-server.j2", "sunrpc.conf.j2", "picluster.nft.j2"):
         assert f"picluster/provision/files/{template}" in names
     assert "picluster/cluster/native/bindaddr.c" in names
     twin = {n.removeprefix("picluster/ansible/") for n in names if n.startswith("picluster/ansible/")}
     assert twin == {p.relative_to(ROOT / "ansible").as_posix() for p in (ROOT / "ansible").rglob("*") if p.is_file()}
-    with zipfile.ZipFile(wheel) as whl:  # the roles' links, packed as the shared files
+    with zipfile.ZipFile(built_wheel) as whl:  # the roles' links, packed as the shared files
         assert whl.read("picluster/ansible/roles/nfs_server/templates/exports.j2") == whl.read("picluster/provision/files/exports.j2")
+    # The man pages, installed in <prefix>/share/man/man1 (pipx links them for `man`).
+    pages = {n.rsplit("/", 1)[1] for n in names if n.startswith("picluster-") and "/share/man/man1/" in n}
+    assert pages == {p.name for p in (ROOT / "docs" / "man").glob("*.1")} and "picluster.1" in pages
 
 
 def test_playbooks_copies_the_ansible_twin_with_its_templates_as_files(tmp_path, state):
     """`picluster playbooks --out DIR`: the twin an installed picluster carries, where ansible-playbook
     runs it; the roles' templates as the shared files (links followed); the folder's own files stay;
     a twin's file edited there is replaced only with --force."""
-    import subprocess
-    import sys
-
     from picluster.provision import templates
 
     from conftest import picluster
