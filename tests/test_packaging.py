@@ -1,5 +1,10 @@
 """The install must pick the right TensorFlow wheel on the coordinator and on a 64-bit Pi."""
 
+import base64
+import csv
+import hashlib
+import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -47,6 +52,44 @@ def test_wheel_ships_the_templates_the_bind_shim_and_the_ansible_twin(built_whee
     # The man pages, installed in <prefix>/share/man/man1 (pipx links them for `man`).
     pages = {n.rsplit("/", 1)[1] for n in names if n.startswith("picluster-") and "/share/man/man1/" in n}
     assert pages == {p.name for p in (ROOT / "docs" / "man").glob("*.1")} and "picluster.1" in pages
+
+
+def test_an_installed_picluster_packs_its_own_wheel_again_for_the_nodes(built_wheel, tmp_path):
+    """Provisioning installs picluster's wheel on the nodes.  In a checkout it is built from the
+    source; an installed picluster (pip, pipx) has none, so it packs the installed files again:
+    the same files as the wheel it came from, each with its hash in a new RECORD."""
+    site = tmp_path / "site"
+    installed = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q", "--target", str(site), str(built_wheel)],
+                               capture_output=True, text=True, timeout=300)
+    assert installed.returncode == 0, installed.stderr
+    packed = subprocess.run([sys.executable, "-c", "from picluster.provision import wheelhouse as w; "
+                             "assert w.checkout() is None, w.checkout(); print(w.own_wheel())"],
+                            env=dict(os.environ, PYTHONPATH=str(site)), cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert packed.returncode == 0, packed.stderr
+    again = Path(packed.stdout.strip())
+    try:
+        assert again.name == built_wheel.name
+        with zipfile.ZipFile(built_wheel) as first, zipfile.ZipFile(again) as second:
+            # The man pages are data files installed outside site-packages: the nodes need none.
+            kept = {n for n in first.namelist() if ".data/" not in n and not n.endswith("/RECORD")}
+            assert set(second.namelist()) - {n for n in second.namelist() if n.endswith("/RECORD")} == kept
+            for name in kept:
+                assert first.read(name) == second.read(name), name
+            record = second.read(next(n for n in second.namelist() if n.endswith(".dist-info/RECORD"))).decode()
+            for row in csv.reader(record.splitlines()):
+                if not row[0].endswith("/RECORD"):
+                    digest = base64.urlsafe_b64encode(hashlib.sha256(second.read(row[0])).digest()).rstrip(b"=").decode()
+                    assert row[1:] == [f"sha256={digest}", str(len(second.read(row[0])))], row
+        # It installs as a wheel does, and the picluster it installs runs.
+        site2 = tmp_path / "site2"
+        reinstalled = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "-q", "--target", str(site2), str(again)],
+                                     capture_output=True, text=True, timeout=300)
+        assert reinstalled.returncode == 0, reinstalled.stderr
+        version = subprocess.run([sys.executable, "-m", "picluster", "--version"], env=dict(os.environ, PYTHONPATH=str(site2)),
+                                 cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert version.returncode == 0 and version.stdout.startswith("picluster, version "), version.stderr
+    finally:
+        shutil.rmtree(again.parent, ignore_errors=True)
 
 
 def test_playbooks_copies_the_ansible_twin_with_its_templates_as_files(tmp_path, state):
