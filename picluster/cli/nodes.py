@@ -5,7 +5,7 @@ import time
 import click
 
 from picluster.cli.group import Group
-from picluster.cli.options import Real, Whole, node_inventory_option, option
+from picluster.cli.options import Real, Whole, complete_nodes, node_inventory_option, option
 from picluster.util.errors import UsageError
 
 NODESET_HELP = "NODESET: 'all', or nodes of the inventory as node[02-04],node07."
@@ -23,7 +23,7 @@ def _common(command):
     command = option("--yes", is_flag=True, help="Also when the node set holds the machine this command runs on (it goes last).")(command)
     command = option("--dry-run", is_flag=True, help="Show the order and do nothing.")(command)
     command = node_inventory_option(command)
-    return click.argument("nodeset_", metavar="NODESET", )(command)
+    return click.argument("nodeset_", metavar="NODESET", shell_complete=complete_nodes)(command)
 
 
 def _parallel(command):

@@ -230,6 +230,58 @@ class JobRef(click.ParamType):
                 return int(value)
         self.fail(f"{value!r} is not a job: give a record's number (picluster jobs) or slurm:ID", param, ctx)
 
+    def shell_complete(self, ctx, param, incomplete):
+        """The jobs in this machine's records, newest first, each with its name and state (zsh and
+        fish show them); Slurm's queue is not asked (an SSH round trip at every Tab)."""
+        from click.shell_completion import CompletionItem
+
+        return [CompletionItem(str(job_id), help=about) for job_id, about in recorded_jobs() if str(job_id).startswith(incomplete)]
+
+
+COMPLETED_JOBS = 50  # the newest jobs offered at a Tab
+
+
+def recorded_jobs() -> list[tuple[int, str]]:
+    """(id, "name STATE") of the newest recorded jobs, newest first; none when there are no
+    records or they cannot be read (a completion never fails, and never creates the records)."""
+    try:
+        from picluster.jobs.records import JobStore, database
+
+        if not database().is_file():
+            return []
+        return [(job.id, f"{job.name} {job.state}") for job in reversed(JobStore().list(COMPLETED_JOBS))]
+    except Exception:  # a damaged or locked store: no suggestions, as for no store
+        return []
+
+
+def complete_nodes(ctx: click.Context, param: click.Parameter, incomplete: str):
+    """A node set's next name, for shell completion: the inventory's node names and ``all``
+    (the inventory as the command would find it: --inventory typed before, PICLUSTER_INVENTORY,
+    ./picluster.toml).  After a comma, the names go on from it: ``node01,no`` -> ``node01,node02``."""
+    from click.shell_completion import CompletionItem
+
+    head, _, tail = incomplete.rpartition(",")
+    head = f"{head}," if head or incomplete.startswith(",") else ""
+    names = [*inventory_nodes(ctx), "all"] if not head else inventory_nodes(ctx)
+    return [CompletionItem(head + name) for name in names if name.startswith(tail)]
+
+
+def inventory_nodes(ctx: click.Context) -> list[str]:
+    """The node names of the inventory a command would read, [] when there is none or it is bad."""
+    import os
+
+    given = ctx.params.get("inventory") or os.environ.get("PICLUSTER_INVENTORY") or (INVENTORY_HERE if INVENTORY_HERE.is_file() else None)
+    if given is None:
+        return []
+    if hasattr(given, "nodes"):  # parsed already
+        return [node.name for node in given.nodes]
+    try:
+        from picluster.model.inventory import load_inventory
+
+        return [node.name for node in load_inventory(Path(given)).nodes]
+    except Exception:  # an inventory with a mistake: no suggestions; the command itself will say what is wrong
+        return []
+
 
 # -- how much a command says: -q, -v, --debug (picluster/util/verbosity.py) ----------------------
 

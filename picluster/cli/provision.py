@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from picluster.cli.options import Real, Whole, node_inventory_option, option
+from picluster.cli.options import Real, Whole, complete_nodes, node_inventory_option, option
 from picluster.util.errors import ClusterError, StorageError, UsageError
 
 _known_hosts_option = option(
@@ -37,7 +37,7 @@ def _load(inventory):
 @option("--timeout", type=Real(1, 3600), default=120.0, show_default=True,
         help="Seconds one command may take before its node counts as unreachable (installs get longer).")
 @_known_hosts_option
-@option("--replaced", default=None, metavar="NODESET",
+@option("--replaced", default=None, metavar="NODESET", shell_complete=complete_nodes,
         help="Nodes whose card was written afresh: pin the host key each presents now (the old one is shown), "
                    "provision them, and start their tasks if the rest of the cluster is up.")
 @option("--rotate-munge-key", is_flag=True,
