@@ -35,6 +35,9 @@ def test_raspberry_pi_aarch64_gets_tensorflow():
 def test_requires_python_311():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["requires-python"] == ">=3.11"
+    from picluster.provision.facts import NODE_PYTHON  # picluster runs on every node: provisioning checks their python3 against it
+
+    assert project["requires-python"] == ">=" + ".".join(map(str, NODE_PYTHON))
     assert project["scripts"]["picluster"] == "picluster.cli:main"
 
 
