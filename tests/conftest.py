@@ -139,3 +139,4 @@ from lab_fixtures import lab4, lab_factory, lab_support, vm3, vm_image, vm_suppo
 from launch_fixtures import launch  # noqa: E402,F401  (picluster launch in the background, stopped after the test)
 from storage_fixtures import small_disk  # noqa: E402,F401  (a tmpfs to fill or make read-only)
 from train_fixtures import tiny  # noqa: E402,F401  (a tiny HAR data set)
+from wheel_fixtures import built_wheel  # noqa: E402,F401  (picluster's wheel, built once)

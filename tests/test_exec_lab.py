@@ -134,3 +134,32 @@ def test_data_har_copies_the_data_set_to_the_nfs_masters_share(exec_lab, tmp_pat
         assert "copied to" in again.stdout
     finally:
         picluster("exec", "-i", exec_lab.inventory, "node01", "--sudo", "--", "rm -rf /srv/picluster/har && chown root /srv/picluster")
+
+
+def test_v_shows_the_commands_run_over_ssh_and_q_only_the_result(exec_lab):
+    """-v (on the group or the command): each connection and each command as run on its node,
+    Fabric's way ("[node02] sudo: id -un"), on stderr; the result on stdout is unchanged.  The
+    lab's own tools (ip, nft, tc) and provisioning's steps the same way."""
+    done = picluster("-v", "exec", "-i", exec_lab.inventory, "node[01-02]", "--sudo", "--", "id", "-un")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "---------------\nnode[01-02] (2)\n---------------\nroot\n"
+    lines = done.stderr.splitlines()
+    for node in ("node01", "node02"):
+        address = exec_lab.host(node).address
+        assert f"[{node}] connect: {exec_lab.user.name}@{address}:22" in lines, done.stderr
+        assert f"[{node}] sudo: id -un" in lines, done.stderr
+    assert picluster("exec", "-i", exec_lab.inventory, "node[01-02]", "--sudo", "--", "id", "-un").stderr == ""
+
+    planned = picluster("provision", "-i", exec_lab.inventory, "--dry-run", "--only", "ssh", "--known-hosts", exec_lab.known_hosts_path, "-v")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    said = planned.stderr.splitlines()
+    assert "[node03] step: ssh (dry run: nothing is changed)" in said
+    assert any(line.startswith("[node03] sudo: ") for line in said), planned.stderr
+    quiet = picluster("provision", "-i", exec_lab.inventory, "--dry-run", "--only", "ssh", "--known-hosts", exec_lab.known_hosts_path, "-q")
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    assert ": facts: done" not in quiet.stdout and quiet.stdout.endswith("node[01-03]: would change (1)\n")  # the steps' progress gone, the result kept
+    assert ": facts: done" in picluster("provision", "-i", exec_lab.inventory, "--dry-run", "--only", "ssh",
+                                        "--known-hosts", exec_lab.known_hosts_path).stdout
+
+    status = picluster("lab", "status", "--name", exec_lab.id, "-v")
+    assert status.returncode == 0 and "[local] run: ip -j netns list" in status.stderr.splitlines(), status.stderr

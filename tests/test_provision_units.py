@@ -211,6 +211,7 @@ def test_facts_name_nfs_utils_network_python_and_the_coordinator():
     [
         ("id=ubuntu\ncodename=noble\npretty=Ubuntu 24.04\n", "unsupported OS Ubuntu 24.04"),
         ("id=raspbian\ncodename=buster\n", "unsupported Raspberry Pi OS release buster"),
+        ("id=raspbian\ncodename=bullseye\npython=3.9.2\n", r"python3 3\.9\.2 on the node: picluster needs Python 3\.11 or newer on every node"),
     ],
 )
 def test_unsupported_os(text, message):

@@ -47,6 +47,7 @@ def _register() -> None:
     app.add_command(provision.provision)
     app.add_command(provision.inventory)
     app.add_command(provision.wheelhouse)
+    app.add_command(provision.playbooks)
     app.add_command(train.train)
     app.add_command(launch.launch)
     app.add_command(submit.submit)
@@ -58,8 +59,15 @@ def _register() -> None:
     app.add_command(execute.execute)
 
 
-def _fail(message: str, code: int, details: tuple[str, ...] = ()) -> None:
+def _fail(message: str, code: int, details: tuple[str, ...] = (), trace: bool = True) -> None:
     # One line on stderr, whatever the message held; details (a log's last lines) indented under it.
+    # With --debug, the traceback of the error being handled first: where it came from.
+    from picluster.util import verbosity
+
+    if trace and verbosity.debugging() and sys.exc_info()[0] is not None:
+        import traceback
+
+        traceback.print_exc()
     print(f"picluster: error: {' '.join(str(message).split())}", file=sys.stderr)
     for line in details:
         print(f"  {line}", file=sys.stderr)
@@ -93,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(exc.ctx.get_help())
         sys.exit(0)
     except click.ClickException as exc:
-        _fail(exc.format_message() + _usage_hint(exc), exc.exit_code)
+        _fail(exc.format_message() + _usage_hint(exc), exc.exit_code, trace=False)  # click's parsing: no code of ours to show
     except PiclusterError as exc:
         _fail(str(exc), exc.exit_code, exc.details)
     except KeyboardInterrupt:

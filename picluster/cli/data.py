@@ -35,15 +35,18 @@ def data() -> None:
 @option("--subjects/--no-subjects", default=True, show_default=True, help="Also show windows per volunteer.")
 def har(source: str, out: Path | None, inventory, force: bool, subjects: bool) -> None:
     """Prepare the HAR windows (train / validation / test by volunteer) and show their counts beside UCI's."""
+    from contextlib import nullcontext
+
     from rich.console import Console
 
     from picluster.data.har.dataset import HAPT, cache_path, ensure_cache, har_dir
+    from picluster.util import verbosity
 
     chosen = HAPT if source == HAPT else Path(source)
     console = Console()
     started = time.perf_counter()
     copied = None
-    with console.status(f"preparing HAR windows from {source}…"):
+    with nullcontext() if verbosity.quiet() else console.status(f"preparing HAR windows from {source}…"):
         if inventory is not None and out is None:
             # The share every node reads: in place where this machine has it, else copied there.
             from picluster.jobs.har import shared_data

@@ -4,7 +4,7 @@ import sys
 
 import click
 
-from picluster.cli.options import Real, Whole, node_inventory_option, option
+from picluster.cli.options import Real, Whole, complete_nodes, node_inventory_option, option
 from picluster.model.fanout import FANOUT
 
 
@@ -13,7 +13,7 @@ from picluster.model.fanout import FANOUT
 @option("--sudo", is_flag=True, help="Run it as root (sudo -n: the inventory's user needs password-less sudo).")
 @option("--timeout", type=Real(1, 86400), default=60.0, show_default=True, help="Seconds the command may run on each node.")
 @option("--fanout", type=Whole(1, 256), default=FANOUT, show_default=True, help="Nodes asked at once.")
-@click.argument("nodeset_", metavar="NODESET")
+@click.argument("nodeset_", metavar="NODESET", shell_complete=complete_nodes)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def execute(inventory, sudo, timeout, fanout, nodeset_, command) -> None:
     """Run COMMAND on every node of NODESET at once and print their outputs folded: nodes with the

@@ -51,6 +51,8 @@ def lab() -> None:
 def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: float | None, vm: bool, arch: str, share_venv: bool,
        cpu: float | None, memory: str | None, profile: str | None, link: str | None) -> None:
     """Create the hosts and wait until each answers SSH with the run's key."""
+    from contextlib import nullcontext
+
     from rich.console import Console
     from rich.table import Table
 
@@ -59,6 +61,7 @@ def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: floa
     from picluster.lab.lab import Lab
     from picluster.lab.limits import profile_link, resolve
     from picluster.lab.links import parse_rate
+    from picluster.util import verbosity
 
     console = Console()
     started = time.perf_counter()
@@ -74,9 +77,10 @@ def up(nodes: int, lab_id: str | None, inventory_out: Path | None, timeout: floa
     shared = {naming.host_name(i): HostOptions(coordinator_python=True) for i in range(1, nodes + 1)} if share_venv else None
     lab_ = Lab(nodes, lab_id=lab_id, owned=False, limits=limits, vm=vm, arch=arch, host_options=shared)
     def said(line: str) -> None:  # a VM lab takes minutes: each stage as it ends, with the time so far
-        console.print(f"{line} ({time.perf_counter() - started:.0f} s)", soft_wrap=True, highlight=False, markup=False)
+        if not verbosity.quiet():
+            console.print(f"{line} ({time.perf_counter() - started:.0f} s)", soft_wrap=True, highlight=False, markup=False)
 
-    with console.status(f"starting {nodes} test {(f'{arch} VMs' if arch != 'amd64' else 'VMs') if vm else 'hosts'}…"):
+    with nullcontext() if verbosity.quiet() else console.status(f"starting {nodes} test {(f'{arch} VMs' if arch != 'amd64' else 'VMs') if vm else 'hosts'}…"):
         lab_.up(timeout=timeout, on_progress=said)
         if link is not None:
             try:

@@ -5,7 +5,7 @@ import time
 import click
 
 from picluster.cli.group import Group
-from picluster.cli.options import Real, Whole, node_inventory_option, option
+from picluster.cli.options import Real, Whole, complete_nodes, node_inventory_option, option
 from picluster.util.errors import UsageError
 
 NODESET_HELP = "NODESET: 'all', or nodes of the inventory as node[02-04],node07."
@@ -23,7 +23,7 @@ def _common(command):
     command = option("--yes", is_flag=True, help="Also when the node set holds the machine this command runs on (it goes last).")(command)
     command = option("--dry-run", is_flag=True, help="Show the order and do nothing.")(command)
     command = node_inventory_option(command)
-    return click.argument("nodeset_", metavar="NODESET")(command)
+    return click.argument("nodeset_", metavar="NODESET", shell_complete=complete_nodes)(command)
 
 
 def _parallel(command):
@@ -70,9 +70,12 @@ def shutdown(nodeset_, inventory, dry_run, yes, requeue, timeout) -> None:
 
 def _run(verb: str, past: str, pattern: str, inventory, dry_run: bool, yes: bool, requeue: bool, parallel: int | None,
          timeout: float) -> None:
+    import sys
+
     from picluster.model import nodeset
     from picluster.model.inventory import select
     from picluster.upkeep import chores, order
+    from picluster.util import verbosity
 
     if inventory is None:
         raise UsageError(f"'picluster nodes {verb.replace(' ', '')}' needs an inventory (--inventory, PICLUSTER_INVENTORY or ./picluster.toml)")
@@ -90,5 +93,5 @@ def _run(verb: str, past: str, pattern: str, inventory, dry_run: bool, yes: bool
         return
     started = time.monotonic()
     work = {"reboot": chores.reboot, "upgrade": chores.upgrade, "shut down": chores.shutdown}[verb]
-    done = work(inventory, plan, timeout, lambda line: click.echo(f"  {line}"), requeue=requeue)
+    done = work(inventory, plan, timeout, lambda line: verbosity.say(f"  {line}", sys.stdout), requeue=requeue)  # progress: not under -q
     click.echo(f"{past} {len(done)} node(s) in {time.monotonic() - started:.0f} s")

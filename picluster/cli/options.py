@@ -55,7 +55,9 @@ def _inventory_here(ctx: click.Context, param: click.Parameter, value: Path | No
     if ctx.resilient_parsing:
         return value
     if value is None and INVENTORY_HERE.is_file():
-        click.echo(f"picluster: using the inventory ./{INVENTORY_HERE} in this folder (--inventory or PICLUSTER_INVENTORY chooses another)", err=True)
+        from picluster.util import verbosity
+
+        verbosity.say(f"picluster: using the inventory ./{INVENTORY_HERE} in this folder (--inventory or PICLUSTER_INVENTORY chooses another)")
         value = INVENTORY_HERE
     if value is None:
         return None
@@ -227,3 +229,98 @@ class JobRef(click.ParamType):
                     self.fail(f"{value} is above the maximum {INT64_MAX}", param, ctx)
                 return int(value)
         self.fail(f"{value!r} is not a job: give a record's number (picluster jobs) or slurm:ID", param, ctx)
+
+    def shell_complete(self, ctx, param, incomplete):
+        """The jobs in this machine's records, newest first, each with its name and state (zsh and
+        fish show them); Slurm's queue is not asked (an SSH round trip at every Tab)."""
+        from click.shell_completion import CompletionItem
+
+        return [CompletionItem(str(job_id), help=about) for job_id, about in recorded_jobs() if str(job_id).startswith(incomplete)]
+
+
+COMPLETED_JOBS = 50  # the newest jobs offered at a Tab
+
+
+def recorded_jobs() -> list[tuple[int, str]]:
+    """(id, "name STATE") of the newest recorded jobs, newest first; none when there are no
+    records or they cannot be read (a completion never fails, and never creates the records)."""
+    try:
+        from picluster.jobs.records import JobStore, database
+
+        if not database().is_file():
+            return []
+        return [(job.id, f"{job.name} {job.state}") for job in reversed(JobStore().list(COMPLETED_JOBS))]
+    except Exception:  # a damaged or locked store: no suggestions, as for no store
+        return []
+
+
+def complete_nodes(ctx: click.Context, param: click.Parameter, incomplete: str):
+    """A node set's next name, for shell completion: the inventory's node names and ``all``
+    (the inventory as the command would find it: --inventory typed before, PICLUSTER_INVENTORY,
+    ./picluster.toml).  After a comma, the names go on from it: ``node01,no`` -> ``node01,node02``."""
+    from click.shell_completion import CompletionItem
+
+    head, _, tail = incomplete.rpartition(",")
+    head = f"{head}," if head or incomplete.startswith(",") else ""
+    names = [*inventory_nodes(ctx), "all"] if not head else inventory_nodes(ctx)
+    return [CompletionItem(head + name) for name in names if name.startswith(tail)]
+
+
+def inventory_nodes(ctx: click.Context) -> list[str]:
+    """The node names of the inventory a command would read, [] when there is none or it is bad."""
+    import os
+
+    given = ctx.params.get("inventory") or os.environ.get("PICLUSTER_INVENTORY") or (INVENTORY_HERE if INVENTORY_HERE.is_file() else None)
+    if given is None:
+        return []
+    if hasattr(given, "nodes"):  # parsed already
+        return [node.name for node in given.nodes]
+    try:
+        from picluster.model.inventory import load_inventory
+
+        return [node.name for node in load_inventory(Path(given)).nodes]
+    except Exception:  # an inventory with a mistake: no suggestions; the command itself will say what is wrong
+        return []
+
+
+# -- how much a command says: -q, -v, --debug (picluster/util/verbosity.py) ----------------------
+
+_VERBOSITY_KEY = "picluster.verbosity"
+
+
+def _set_verbosity(ctx: click.Context, param: click.Parameter, value) -> None:
+    """Each of -q, -v, --debug sets the process's level as it is parsed (they are eager, so the
+    level holds before any other option's callback prints a note).  Typed on the group and on the
+    command (`picluster -v jobs -v`), they agree or are refused: -q with -v or --debug is."""
+    from picluster.util import verbosity
+
+    if ctx.resilient_parsing or not value:
+        return
+    if param.name == "quiet":
+        flag, level = "-q", verbosity.QUIET
+    elif param.name == "debug":
+        flag, level = "--debug", verbosity.DEBUG
+    else:
+        flag, level = ("-v", verbosity.VERBOSE) if value == 1 else ("-vv", verbosity.DEBUG)
+    before = ctx.meta.get(_VERBOSITY_KEY)  # shared by the group's context and its command's
+    if before is not None:
+        said, was = before
+        if (was == verbosity.QUIET) != (level == verbosity.QUIET):
+            raise click.UsageError(f"{said} and {flag} contradict each other: give -q (errors and the result only) or -v/--debug (more)", ctx)
+        level = max(level, was)
+        flag = said if was >= level else flag
+    ctx.meta[_VERBOSITY_KEY] = (flag, level)
+    verbosity.set_level(level)
+
+
+def verbosity_options() -> list[click.Parameter]:
+    """-v/--verbose, --debug and -q/--quiet, one set for each command and group (cli/group.py
+    gives them to every one), so they work where they are typed: `picluster -v jobs`, `picluster jobs -v`."""
+    def make(decls: list[str], help: str, **kind) -> Option:
+        return Option(decls, expose_value=False, is_eager=True, callback=_set_verbosity, help=help, **kind)
+
+    return [
+        make(["-v", "--verbose"], "Show every command run: over SSH on the nodes, Slurm's, the lab's and provisioning's tools (-vv: --debug).", count=True),
+        make(["--debug"], "As -v, with each command's exit status and time, the libraries' logging, and an error's traceback.", is_flag=True),
+        make(["-q", "--quiet"], "Only errors and the result: no progress lines or notes.", is_flag=True),
+    ]

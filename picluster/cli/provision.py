@@ -1,10 +1,11 @@
-"""`picluster provision` (Fabric over every node), `picluster inventory` (its nodes, or --ansible) and `picluster wheelhouse`."""
+"""`picluster provision` (Fabric over every node), `picluster inventory` (its nodes, or --ansible),
+and what the Ansible twin needs: `picluster wheelhouse`, `picluster playbooks`."""
 
 from pathlib import Path
 
 import click
 
-from picluster.cli.options import Real, Whole, node_inventory_option, option
+from picluster.cli.options import Real, Whole, complete_nodes, node_inventory_option, option
 from picluster.cli.output import Form, output_options, show
 from picluster.util.errors import ClusterError, StorageError, UsageError
 
@@ -37,7 +38,7 @@ def _load(inventory):
 @option("--timeout", type=Real(1, 3600), default=120.0, show_default=True,
         help="Seconds one command may take before its node counts as unreachable (installs get longer).")
 @_known_hosts_option
-@option("--replaced", default=None, metavar="NODESET",
+@option("--replaced", default=None, metavar="NODESET", shell_complete=complete_nodes,
         help="Nodes whose card was written afresh: pin the host key each presents now (the old one is shown), "
                    "provision them, and start their tasks if the rest of the cluster is up.")
 @option("--rotate-munge-key", is_flag=True,
@@ -47,6 +48,8 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
 
     Idempotent: a second run reports no changes.  Exit code 1 when any node failed; the others
     still complete."""
+    from contextlib import nullcontext
+
     from rich.console import Console
 
     from picluster.cluster import hostkeys
@@ -56,6 +59,7 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
     from picluster.provision.runner import parse_only, run_order
     from picluster.provision.runner import provision as run
     from picluster.provision.steps import Options
+    from picluster.util import verbosity
     from picluster.views.steps import StepProgress
 
     inv = _load(inventory)
@@ -77,7 +81,8 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
     )  # fmt: skip
     console = Console()
     order = list(run_order(steps, inv.slurm is not None, bool(inv.users)))
-    with StepProgress(console, order) as progress:  # live on a terminal, else a line per step
+    progress = None if verbosity.quiet() else StepProgress(console, order)  # live on a terminal, else a line per step
+    with progress or nullcontext():
         reports = run(inv, options, watch=progress)
     show(console, reports, order, dry_run)
     failed = [r for r in reports if r.failed]
@@ -89,7 +94,7 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
     if fresh and not dry_run:
         from picluster.provision.rejoin import start_tasks
 
-        with console.status(f"starting the tasks of {nodeset.fold(fresh)}…"):
+        with nullcontext() if verbosity.quiet() else console.status(f"starting the tasks of {nodeset.fold(fresh)}…"):
             started = start_tasks(inv, list(fresh))
         if started is None:
             console.print("the rest of the cluster is not up: its tasks start with 'picluster cluster up'", highlight=False)
@@ -136,6 +141,22 @@ def inventory(inventory, as_ansible, out, known_hosts, form: Form) -> None:
         click.echo(text, nl=False)
     else:
         atomic.write_text(out, text)  # whole or not at all; a failure is one StorageError line
+
+
+@click.command("playbooks")
+@option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+        help="Folder to copy them into (made if missing); its other files, such as inventory.yml, stay.")
+@option("--force", is_flag=True, help="Replace the twin's files that differ there (edited, or another version's).")
+def playbooks(out: Path, force: bool) -> None:
+    """Copy the Ansible twin of provision and of the node chores (site.yml, reboot.yml,
+    upgrade.yml, shutdown.yml, their roles and templates) into a folder, to run with ansible-playbook.
+
+    Then: picluster inventory --ansible --out DIR/inventory.yml, and in DIR: ansible-playbook site.yml."""
+    from picluster.provision import twin
+
+    written = twin.copy(out, force)
+    said = f"{len(written)} file{'s' if len(written) != 1 else ''} written" if written else "already there, the same"
+    click.echo(f"the Ansible twin ({', '.join(twin.PLAYBOOKS)}) in {out}: {said}")
 
 
 @click.command("wheelhouse")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from picluster.cli.options import Whole, node_inventory_option, option, other_spelling
+from picluster.cli.options import Whole, complete_nodes, node_inventory_option, option, other_spelling
 
 
 @click.command(context_settings={"ignore_unknown_options": False})
@@ -17,7 +17,7 @@ from picluster.cli.options import Whole, node_inventory_option, option, other_sp
         show_default="whole nodes", help="CPUs per node, leaving the rest to other jobs.")
 @option("--time", "-t", "time_limit", default=None, help="Run-time limit: minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]] (SGE's h_rt).")
 @option("--mem", default=None, show_default="the CPUs' share", help="Memory per node: 512M, 2G (SGE's mem_free).")
-@option("--nodelist", "-w", default=None, help="These nodes, e.g. node[01-04] (SGE's -l h=).")
+@option("--nodelist", "-w", default=None, shell_complete=complete_nodes, help="These nodes, e.g. node[01-04] (SGE's -l h=).")
 @option("--name", "-J", default=None, show_default="from the command", help="The job's name in the queue (SGE's -N).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @other_spelling("--workers", "submit counts the job's nodes, its ps nodes among them: give --nodes N (and --ps for how many are ps)")

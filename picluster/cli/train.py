@@ -6,6 +6,7 @@ import click
 
 from picluster.cli.group import Group
 from picluster.cli.options import Real, Whole, inventory_option, option, other_spelling
+from picluster.util import verbosity
 from picluster.util.errors import UsageError
 
 
@@ -168,7 +169,7 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
         coordinator.check_data(config)  # before a run directory or a server exists; nodes check their own copy
     run = run or coordinator.new_run_dir(run_dir)
     display = JobDisplay("train har", "epochs", live=live and not as_json)
-    printer = progress.Printer(config, run, quiet=as_json, console=display.console if display.live else None)
+    printer = progress.Printer(config, run, quiet=as_json or verbosity.quiet(), console=display.console if display.live else None)
     job = HarJob(config, run, worker_runtime, quiet=as_json, before=before)
     try:
         result = controller.run(job, inventory, display=display, where=where)  # placed once, here
@@ -193,11 +194,11 @@ def _prepare_on_first_use(folder: Path) -> None:
 
     if cache_path(folder).exists():
         return  # whatever is there, load_data checks it and says what is wrong
-    click.echo(f"picluster: no HAR data set in {folder} yet: preparing it from the offline HAPT recordings "
-               "(once, as 'picluster data har' does)...", err=True)
+    verbosity.say(f"picluster: no HAR data set in {folder} yet: preparing it from the offline HAPT recordings "
+                  "(once, as 'picluster data har' does)...")
     started = time.perf_counter()
     ensure_cache(folder, HAPT)
-    click.echo(f"picluster: prepared in {time.perf_counter() - started:.1f} s: {cache_path(folder)}", err=True)
+    verbosity.say(f"picluster: prepared in {time.perf_counter() - started:.1f} s: {cache_path(folder)}")
 
 
 def _put_on_share_on_first_use(inv) -> None:
@@ -210,12 +211,12 @@ def _put_on_share_on_first_use(inv) -> None:
 
     if shared_data.on_share(inv):
         return
-    click.echo(f"picluster: no HAR data set on the cluster's share yet: preparing it from the offline HAPT recordings for "
-               f"{where(inv, shared_data.RELATIVE)} (once, as 'picluster data har' does)...", err=True)
+    verbosity.say(f"picluster: no HAR data set on the cluster's share yet: preparing it from the offline HAPT recordings for "
+                  f"{where(inv, shared_data.RELATIVE)} (once, as 'picluster data har' does)...")
     started = time.perf_counter()
     placed = shared_data.prepare(inv, known_missing=True)  # on_share just said so: not asked again
-    click.echo(f"picluster: prepared in {time.perf_counter() - started:.1f} s: {placed.copied_to or placed.local}, "
-               f"which every node reads at {shared_data.seen_by_nodes(inv)}", err=True)
+    verbosity.say(f"picluster: prepared in {time.perf_counter() - started:.1f} s: {placed.copied_to or placed.local}, "
+                  f"which every node reads at {shared_data.seen_by_nodes(inv)}")
 
 
 def _check_inventory(inv, given: dict) -> None:

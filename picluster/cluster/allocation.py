@@ -11,6 +11,7 @@ TensorFlow's own SlurmClusterResolver is not used: it builds no cluster on nodes
 
 import ipaddress
 import json
+import logging
 import math
 import os
 import re
@@ -30,8 +31,11 @@ from picluster.cluster.server import RESERVED
 from picluster.model import nodeset
 from picluster.model.clusterspec import Layout, Task
 from picluster.model.inventory import NODES_PER_PS
+from picluster.util import verbosity
 from picluster.util.errors import ClusterError
 from picluster.util.paths import state_dir
+
+log = logging.getLogger(__name__)  # -v: the Slurm commands run inside the allocation (srun, scontrol)
 
 # The job's ps tasks listen on the first of the two ports Slurm reserves for the servers' step
 # (srun --resv-ports, slurm.conf's MpiParams=ports), its workers on the second: slurmctld gives a
@@ -103,6 +107,7 @@ class Allocation(Cluster):
         root.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=f"slurm-{self.job}-", suffix=".log", dir=root)
         self._log = Path(name)
+        verbosity.command(log, "local", cmd)
         with os.fdopen(fd, "wb") as out:
             self._step = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                           start_new_session=True)
@@ -168,10 +173,12 @@ class Allocation(Cluster):
         script = 'for p in "$@"; do [ -e "$p" ] || echo "$SLURMD_NODENAME $p"; done'
         cmd = ["srun", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1", "--overlap", "--quiet",
                f"--nodelist={','.join(nodes)}", "sh", "-c", script, "sh", *[str(p) for p in paths.values()]]
+        started = verbosity.command(log, "local", cmd)
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             raise ClusterError(f"Slurm job {self.job}: checking the nodes' files took over 120 s") from None
+        verbosity.ended(log, "local", started, done.returncode, done.stderr.strip())
         if done.returncode != 0:
             why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
             raise ClusterError(f"Slurm job {self.job}: cannot check the nodes' files: {why}")
@@ -280,12 +287,14 @@ def node_addresses(text: str) -> dict[str, str]:
 
 
 def _scontrol(*args: str) -> str:
+    started = verbosity.command(log, "local", ["scontrol", *args])
     try:
         done = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=30)
     except FileNotFoundError:
         raise ClusterError("SLURM_JOB_ID is set but scontrol is not installed on this node") from None
     except subprocess.TimeoutExpired:
         raise ClusterError(f"scontrol {' '.join(args)}: no answer from slurmctld in 30 s") from None
+    verbosity.ended(log, "local", started, done.returncode, done.stderr.strip())
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
         raise ClusterError(f"scontrol {args[0]} {args[1]}: {why}")

@@ -4,11 +4,15 @@ lists and cancels jobs there as themself, in a local shell, not over SSH as the 
 
 import errno
 import ipaddress
+import logging
 import socket
 import subprocess
 from dataclasses import dataclass
 
 from picluster.cluster.ssh import CommandFailed, Unreachable
+from picluster.util import verbosity
+
+log = logging.getLogger(__name__)
 
 
 def holds(address: str) -> bool:
@@ -41,12 +45,14 @@ class Here:
         self.timeout = timeout
 
     def run(self, command: str, *, check: bool = True, timeout: float | None = None) -> Done:
+        started = verbosity.command(log, "local", command)
         try:
             proc = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, stdin=subprocess.DEVNULL,
                                   timeout=timeout or self.timeout, errors="replace")
         except subprocess.TimeoutExpired:
             raise Unreachable(f"no answer within {timeout or self.timeout:.0f} s") from None
         done = Done(proc.stdout, proc.stderr, proc.returncode)
+        verbosity.ended(log, "local", started, done.exited, (done.stderr.strip() or done.stdout.strip()).rsplit("\n", 1)[-1])
         if check and done.exited != 0:
             lines = (done.stderr.strip() or done.stdout.strip()).splitlines()
             raise CommandFailed(f"{command[:60]}: {lines[-1] if lines else f'exit code {done.exited}'}")

@@ -21,7 +21,6 @@ A node written afresh has a new key: ``replace`` pins it in place of the old ent
 """
 
 import os
-import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -29,7 +28,7 @@ import paramiko
 
 from picluster.cluster import knownhosts
 from picluster.cluster.knownhosts import Entry, fingerprint
-from picluster.util import paths
+from picluster.util import paths, verbosity
 from picluster.util.errors import ClusterError
 
 FILE_NAME = "known_hosts"  # picluster's own, in the state directory
@@ -69,7 +68,7 @@ def user_file() -> Path:
 
 
 def announce_stderr(line: str) -> None:
-    print(f"picluster: {line}", file=sys.stderr, flush=True)
+    verbosity.say(f"picluster: {line}")  # as ssh says "Permanently added": not under -q
 
 
 class Policy(paramiko.MissingHostKeyPolicy):

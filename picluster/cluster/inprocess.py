@@ -13,6 +13,7 @@ coordinator dies, even by SIGKILL.  Its tasks live and die together: one cannot 
 alone, so ``repair`` starts the host again when it is gone.
 """
 
+import logging
 import os
 import subprocess
 import sys
@@ -22,7 +23,9 @@ from picluster.cluster import server
 from picluster.cluster.exits import Exited
 from picluster.cluster.local import AGENT, LocalCluster, threads_per_task
 from picluster.model.clusterspec import Task
+from picluster.util import verbosity
 
+log = logging.getLogger(__name__)  # -v: the one process that serves every task
 HOST_LOG = "servers.log"
 
 
@@ -38,6 +41,7 @@ class InProcessCluster(LocalCluster):
         # One process: its thread pools are shared by every task, so they get all the cores.
         cmd = server.command(sys.executable, cluster_file=str(self.run_dir / "cluster.json"), every=True,
                              threads=threads_per_task(1), ready_dir=str(self.run_dir), parent=os.getpid())
+        verbosity.command(log, "local", cmd)
         with open(self.run_dir / HOST_LOG, "ab") as out:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True, cwd=self.run_dir)

@@ -6,6 +6,7 @@ temporary ones, started by ``run``/``train``, die with their coordinator.
 """
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -26,10 +27,11 @@ from picluster.cluster.lifetime import signal_group
 from picluster.cluster.probe import answers
 from picluster.cluster.server import ready_name
 from picluster.model.clusterspec import Layout, Task, local_layout
-from picluster.util import atomic
+from picluster.util import atomic, verbosity
 from picluster.util.errors import ClusterError, UsageError
 from picluster.util.paths import state_dir
 
+_log = logging.getLogger(__name__)  # -v: each server and agent process started here
 HOST = "127.0.0.1"
 MAX_TASKS = 64
 START_TIMEOUT = 120.0
@@ -123,6 +125,7 @@ class LocalCluster(Cluster):
         ready.unlink(missing_ok=True)
         cmd = server.command(sys.executable, cluster_file=str(self.run_dir / _STATE), job=task.job, task=task.index,
                              threads=threads, ready_file=str(ready), parent=os.getpid() if self.temporary else None)
+        verbosity.command(_log, "local", cmd)
         with open(log, "ab") as out:
             proc = subprocess.Popen(
                 cmd,
@@ -145,6 +148,7 @@ class LocalCluster(Cluster):
                "--node", "localhost", "--cluster-file", str(self.run_dir / _STATE), "--ready-file", str(self.run_dir / "agent.ready")]
         if self.temporary:
             cmd += ["--parent", str(os.getpid())]
+        verbosity.command(_log, "local", cmd)
         with open(self.run_dir / "agent.log", "ab") as out:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True, cwd=self.run_dir)

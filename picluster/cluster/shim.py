@@ -7,6 +7,7 @@ worker task) re-executes itself once with the shim preloaded, then checks its li
 """
 
 import hashlib
+import logging
 import os
 import platform
 import shutil
@@ -16,8 +17,11 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+from picluster.util import verbosity
 from picluster.util.errors import ClusterError
 from picluster.util.paths import state_dir
+
+log = logging.getLogger(__name__)  # -v: the compiler's command, the once it runs
 
 
 def bind_shim() -> Path:
@@ -37,11 +41,10 @@ def bind_shim() -> Path:
         src = Path(tmp) / "bindaddr.c"
         src.write_bytes(source)
         out = Path(tmp) / target.name
-        proc = subprocess.run(
-            [compiler, "-O2", "-shared", "-fPIC", "-o", str(out), str(src), "-ldl"],
-            capture_output=True,
-            text=True,
-        )
+        args = [compiler, "-O2", "-shared", "-fPIC", "-o", str(out), str(src), "-ldl"]
+        started = verbosity.command(log, "local", args)
+        proc = subprocess.run(args, capture_output=True, text=True)
+        verbosity.ended(log, "local", started, proc.returncode, proc.stderr)
         if proc.returncode != 0:
             first = (proc.stderr.strip().splitlines() or ["unknown error"])[0]
             raise ClusterError(f"building the bind shim failed: {first}")

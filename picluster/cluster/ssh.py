@@ -19,6 +19,7 @@ import paramiko
 
 from picluster.cluster import hostkeys
 from picluster.cluster.knownhosts import SSH_PORT, host_name
+from picluster.util import verbosity
 from picluster.util.errors import ClusterError
 
 MISSING_EXIT = 3
@@ -29,6 +30,8 @@ BANNER_CLOSED = "connected, but the host closed the connection before the SSH ba
 # address) as an ERROR with its traceback, which Python prints on stderr when no handler is set.
 # Every failure reaches the caller as one exception with one line: keep paramiko's log out of it.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
+# -v: every command run on a node, as Fabric 1 echoed them ("[node01] sudo: systemctl ..."); --debug: how each ended.
+log = logging.getLogger(__name__)
 
 
 class Unreachable(ClusterError):
@@ -90,6 +93,22 @@ class Remote:
         self.timeout = timeout
         self.open_timeout = open_timeout  # connecting, and opening a channel on the connection
 
+    @property
+    def label(self) -> str:
+        """The node as the log names it: its inventory name, else its address."""
+        return self.name or self.conn.host
+
+    def said(self, verb: str, what: str) -> float:
+        """Log (-v) what is about to be done on the node; the time it starts, for ``ended``."""
+        return verbosity.command(log, self.label, what, verb)
+
+    def ended(self, started: float, exited: int, stderr: str = "") -> None:
+        """Log (--debug) how a command ended: its exit status, its time, its last line of stderr."""
+        verbosity.ended(log, self.label, started, exited, _last_line(stderr))
+
+    def _connecting(self) -> None:
+        log.info("[%s] connect: %s@%s:%s", self.label, self.user, self.conn.host, self.conn.port)
+
     # -- connection ------------------------------------------------------------------------
 
     def open(self) -> None:
@@ -98,6 +117,7 @@ class Remote:
         nodes that fail alike fold into one line."""
         if self.conn.is_connected:
             return
+        self._connecting()
         if not self.conn.gateway:
             # Our own socket, checked for a first byte of banner, then handed to paramiko: a host
             # that accepts and closes, or never speaks, is named as such, and paramiko never sees it.
@@ -145,6 +165,9 @@ class Remote:
     def run(self, command: str, *, sudo: bool = False, check: bool = True, timeout: float | None = None):
         """Run `command` with sh; with sudo as root via `sudo -n` (never a password prompt)."""
         full = f"sudo -n -- sh -c {shlex.quote(command)}" if sudo else command
+        if not self.conn.is_connected:  # Fabric connects first: said before the command, as open() says it
+            self._connecting()
+        started = self.said("sudo" if sudo else "run", command)
         try:
             result = self.conn.run(full, hide=True, warn=True, timeout=timeout or self.timeout, in_stream=False)
         except invoke.exceptions.CommandTimedOut:
@@ -155,6 +178,7 @@ class Remote:
             if "Timeout opening channel" in str(exc):
                 raise Unreachable(f"no answer within {self.open_timeout:.0f} s (opening an SSH channel)") from None
             raise Unreachable(f"connection lost: {_one_line(exc)}") from None
+        self.ended(started, result.exited, result.stderr)
         if sudo and result.exited == 1 and "password is required" in result.stderr:
             raise SudoPasswordRequired(f"sudo asks for a password; give {self.user} NOPASSWD sudo")
         if check and result.exited != 0:
@@ -235,6 +259,7 @@ class Remote:
         full = f"sudo -n -- sh -c {shlex.quote(command)}" if sudo else command
         seconds = timeout or self.timeout
         self.open()
+        started = self.said("sudo" if sudo else "run", f"{command}  (with {len(data)} bytes on its standard input)")
         try:
             channel = self.conn.transport.open_session(timeout=self.open_timeout)
         except (paramiko.SSHException, OSError, EOFError) as exc:
@@ -259,6 +284,7 @@ class Remote:
             raise Unreachable(f"connection lost: {_one_line(exc)}") from None
         finally:
             channel.close()
+        self.ended(started, exited, stderr)
         if sudo and exited == 1 and "password is required" in stderr:
             raise SudoPasswordRequired(f"sudo asks for a password; give {self.user} NOPASSWD sudo")
         return exited, stderr
@@ -266,6 +292,7 @@ class Remote:
     def upload(self, content: str, remote_path: str) -> None:
         """`content` into a file of the login user's (SFTP creates it with the server's default
         mode: never a secret, never a shared directory such as /tmp)."""
+        self.said("put", f"{remote_path}  ({len(content.encode())} bytes)")
         try:
             self.conn.put(io.BytesIO(content.encode()), remote=remote_path)
         except (paramiko.SSHException, OSError, EOFError) as exc:

@@ -9,6 +9,7 @@ SIGKILL), ``kill()`` (the whole session, at once), and their output, line by lin
 SIGKILL, the pipe or SSH channel that is the tether's stdin closes and the task stops itself.
 """
 
+import logging
 import os
 import shlex
 import signal
@@ -24,8 +25,10 @@ import paramiko
 import psutil
 
 from picluster.cluster.tether import exit_status
+from picluster.util import verbosity
 from picluster.util.errors import ClusterError
 
+log = logging.getLogger(__name__)  # -v: a task started here (a node's: cluster/ssh.py logs it)
 LOST = -255  # the task's node stopped answering over SSH
 UNKNOWN = -256  # it ended, but nobody saw its exit status (sshd sent none: its tether died by a signal)
 _SESSION = "picluster-session "
@@ -138,9 +141,10 @@ class LocalTask:
         env = dict(os.environ)
         env.pop("TF_CONFIG", None)
         env.update(spec.env)
-        self.started = time.monotonic()
+        command = [*spec.launcher, *_tether(sys.executable, grace), sys.executable, *spec.argv]
+        self.started = verbosity.command(log, "local", command)
         self.proc = subprocess.Popen(
-            [*spec.launcher, *_tether(sys.executable, grace), sys.executable, *spec.argv],
+            command,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             cwd=spec.cwd, env=env, start_new_session=True,
         )
@@ -203,7 +207,7 @@ class NodeTask:
         prelude = f"{spec.prelude}; " if spec.prelude else ""
         command = (f"echo {_SESSION}$$ && cd {spec.cwd} && {prelude}exec env {env} {' '.join(_tether(python, grace))} "
                    f"{python} {argv}")
-        self.started = time.monotonic()
+        self.started = remote.said("run", command)
         try:
             self.channel = remote.conn.transport.open_session(timeout=remote.open_timeout)
             self.channel.set_combine_stderr(True)

@@ -26,6 +26,7 @@ from picluster.jobs import records
 from picluster.model import nodeset
 from picluster.model.inventory import Inventory
 from picluster.monitor.poll import Monitor
+from picluster.util import verbosity
 from picluster.util.errors import PiclusterError
 from picluster.views.live import JobDisplay
 
@@ -54,12 +55,15 @@ class Running:
 
     def say(self, line: str) -> None:
         """A line of the job's progress (a training's epoch): above a live panel, else on stderr
-        (stdout stays the result's, --json's too)."""
-        self._print(line, sys.stderr, soft_wrap=True)
+        (stdout stays the result's, --json's too); nothing under -q."""
+        if not verbosity.quiet():
+            self._print(line, sys.stderr, soft_wrap=True)
 
     def note(self, message: str) -> None:
-        """A line about the job (a restart, the cluster it got): dim above a live panel, else on stderr."""
-        self._print(message, sys.stderr, style="dim")
+        """A line about the job (a restart, the cluster it got): dim above a live panel, else on
+        stderr; nothing under -q."""
+        if not verbosity.quiet():
+            self._print(message, sys.stderr, style="dim")
 
     def emit(self, line: str) -> None:
         """A line of the job's own output: above a live panel, else on stdout."""

@@ -1,11 +1,16 @@
 """Running the system tools the lab is built from (ip, tc, nft, nsenter, ...), and checking they exist."""
 
+import logging
 import os
 import shutil
 import subprocess
 from collections.abc import Sequence
 
+from picluster.util import verbosity
 from picluster.util.errors import ClusterError
+
+# -v: each tool run, as `[local] run: ip netns add ...` (--debug: how it ended).
+log = logging.getLogger(__name__)
 
 SSHD = "/usr/sbin/sshd"
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
@@ -47,6 +52,15 @@ def _found(tool: str) -> bool:
     return shutil.which(tool) is not None
 
 
+def said(args: Sequence[str], where: str = "local", verb: str = "run") -> float:
+    """Log (-v) a command about to run here (or, ``where``, in a VM host); the time it starts."""
+    return verbosity.command(log, where, args, verb)
+
+
+def ended(started: float, exited: int, where: str = "local", why: str = "") -> None:
+    verbosity.ended(log, where, started, exited, why)
+
+
 def run(
     args: Sequence[str],
     *,
@@ -56,6 +70,7 @@ def run(
     preexec_fn=None,
 ) -> subprocess.CompletedProcess:
     """Run a tool; on failure raise ClusterError with the tool's own last words."""
+    started = said(args)
     try:
         proc = subprocess.run(
             list(args), capture_output=True, text=True, input=input, timeout=timeout, preexec_fn=preexec_fn
@@ -64,6 +79,7 @@ def run(
         raise ClusterError(f"{args[0]} not found: run scripts/lab-deps.sh") from None
     except subprocess.TimeoutExpired:
         raise ClusterError(f"{' '.join(args)} did not finish within {timeout:g}s") from None
+    ended(started, proc.returncode, why=last_line(proc.stderr or proc.stdout))
     if check and proc.returncode != 0:
         raise ClusterError(f"{' '.join(args)} failed: {last_line(proc.stderr or proc.stdout)}")
     return proc

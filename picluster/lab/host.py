@@ -232,6 +232,7 @@ Subsystem sftp {commands.SFTP_SERVER}
             "unshare", "--uts", "--mount", "--propagation", "private", "--",
             sys.executable, "-I", str(HOSTINIT), str(self.dir / "spec.json"),
         ]  # fmt: skip
+        commands.said(args)
         with open(self.log_path, "ab") as log:
             proc = subprocess.Popen(
                 args,

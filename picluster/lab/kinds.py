@@ -26,6 +26,7 @@ from pathlib import Path
 
 from picluster.lab import cgroups, commands, netns
 from picluster.lab.host import Host, HostOptions, shared_under_tmp, untraversable_dirs
+from picluster.util import verbosity
 from picluster.util.errors import UsageError
 
 NETNS, VM = "netns", "vm"
@@ -34,7 +35,7 @@ NATIVE_ARCH = "amd64"
 
 
 def say_stderr(line: str) -> None:
-    print(f"picluster: {line}", file=sys.stderr, flush=True)
+    verbosity.say(f"picluster: {line}")  # a progress line: not under -q
 
 
 class NamespaceHosts:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from picluster.cluster import hostkeys
 from picluster.cluster.ssh import connect
+from picluster.lab import commands
 from picluster.model.fanout import fan_out
 from picluster.util.errors import ClusterError
 
@@ -17,6 +18,7 @@ def remote_hostname(
     address: str, user: str, key: Path, known_hosts: Path, timeout: float = 10.0
 ) -> str:
     """Log in for real and return what `hostname` prints there (trusting the lab's keys only)."""
+    commands.said(["hostname"], address)
     with connect(address, user, key, timeout, hostkeys.strict(known_hosts)) as conn:
         return conn.run("hostname", hide=True, timeout=timeout).stdout.strip()
 

@@ -2,6 +2,7 @@
 how its nfs-utils is configured, which network manager it has, its Python and C library, and the
 address it sees the coordinator at)."""
 
+import re
 from dataclasses import dataclass
 
 from picluster.cluster.ssh import Remote
@@ -9,6 +10,7 @@ from picluster.provision.result import Item, Status
 from picluster.util.errors import ClusterError
 
 PI_OS_RELEASES = ("bookworm", "bullseye")
+NODE_PYTHON = (3, 11)  # pyproject.toml's requires-python: picluster itself runs on every node
 
 _SCRIPT = r"""
 . /etc/os-release 2>/dev/null
@@ -152,6 +154,11 @@ def check_supported(facts: Facts) -> None:
         )
     if facts.pi_os and facts.codename not in PI_OS_RELEASES:
         raise ClusterError(f"unsupported Raspberry Pi OS release {facts.codename or '?'} (want bookworm or bullseye)")
+    version = re.fullmatch(r"(\d+)\.(\d+)(?:\.\d+)?\S*", facts.python)
+    if version and (int(version.group(1)), int(version.group(2))) < NODE_PYTHON:
+        # Said here, before anything changes: else the runtime step's pip finds no TensorFlow for it.
+        raise ClusterError(f"python3 {facts.python} on the node: picluster needs Python {'.'.join(map(str, NODE_PYTHON))} or newer "
+                           "on every node (Raspberry Pi OS bookworm and Debian 12 have 3.11; bullseye has 3.9)")
 
 
 def gather(remote: Remote) -> tuple[Facts, list[Item]]:

@@ -2,6 +2,7 @@
 the NFS master exports before any client mounts.  A node that fails to connect, stops answering,
 rejects the key or wants a sudo password stops there; every other node goes on."""
 
+import logging
 import shutil
 import socket
 import time
@@ -22,6 +23,9 @@ from picluster.provision import facts as facts_mod
 from picluster.provision.result import Item, NodeReport, Status, StepResult
 from picluster.provision.steps import Context, Options, Shared, firewall, hostname, nfs, packages, raspi, runtime, slurm, ssh, users
 from picluster.util.errors import ClusterError, UsageError
+
+# -v: each step as it starts on a node, above the commands it runs there (cluster/ssh.py logs those).
+log = logging.getLogger(__name__)
 
 STEPS: dict[str, Callable] = {
     "hostname": hostname.run,
@@ -168,6 +172,7 @@ def _run_step(n: _Node, step: str, inv: Inventory, options: Options, shared: Sha
     started = time.perf_counter()
     result = StepResult(step)
     n.report.steps.append(result)
+    log.info("[%s] step: %s%s", n.node.name, step, " (dry run: nothing is changed)" if options.dry_run else "")
     try:
         if step == "facts" and n.pinned is not None:
             if n.pinned.status is Status.FAILED:

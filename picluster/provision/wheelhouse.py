@@ -17,6 +17,7 @@ when whole), so a second run, or a new node of the same kind, needs no network a
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -29,9 +30,10 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from picluster.util import paths
+from picluster.util import paths, verbosity
 from picluster.util.errors import ClusterError, StorageError, UsageError
 
+log = logging.getLogger(__name__)  # -v: the pip commands run here
 MANIFEST = "MANIFEST.json"
 OLDEST_GLIBC = 17  # manylinux2014 = manylinux_2_17: nothing older is worth listing
 NEWEST_GLIBC = 99  # glibc is at 2.4x; a larger number is a typo, and each minor is a --platform for pip
@@ -194,10 +196,11 @@ def download(target: Platform, requirements: list[str], cache: Path | None = Non
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
     try:
-        args = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q", "--dest", str(partial)]
-        proc = subprocess.run(
-            [*args, *target.pip_args(), *requirements], capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT
-        )
+        args = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q", "--dest", str(partial),
+                *target.pip_args(), *requirements]
+        started = verbosity.command(log, "local", args)
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT)
+        verbosity.ended(log, "local", started, proc.returncode)
         if proc.returncode != 0:
             lines = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
             errors = [ln for ln in lines if ln.startswith("ERROR:")] or lines or ["no output"]
@@ -220,25 +223,88 @@ def _load(directory: Path) -> Wheelhouse:
     return Wheelhouse(directory, dict(files))
 
 
-SOURCE_DIR = Path(__file__).resolve().parents[2]  # picluster's source: the checkout holding picluster/
+SOURCE_DIR = Path(__file__).resolve().parents[2]  # picluster's source when this is a checkout: the folder holding picluster/
 
 
-def own_wheel(source_dir: Path = SOURCE_DIR) -> Path:
-    """picluster's own wheel, built from its source into a new temporary directory (the caller
-    removes it)."""
+def checkout(source_dir: Path = SOURCE_DIR) -> Path | None:
+    """The checkout this picluster runs from (an editable install), None for an installed wheel."""
+    try:
+        project = (source_dir / "pyproject.toml").read_text()
+    except OSError:
+        return None
+    return source_dir if re.search(r'^name = "picluster"$', project, re.M) and (source_dir / "picluster").is_dir() else None
+
+
+def own_wheel(source_dir: Path | None = None) -> Path:
+    """picluster's own wheel in a new temporary directory (the caller removes it): built from its
+    source in a checkout (``source_dir``, else the checkout this runs from), else packed again from
+    the files an installed wheel put here (pip, pipx: there is no source to build from)."""
     import tempfile
 
+    source = source_dir or checkout()
     out = Path(tempfile.mkdtemp(prefix="picluster-wheel-"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(source_dir)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    if source is None:
+        try:
+            return repack(out)
+        except BaseException:
+            shutil.rmtree(out, ignore_errors=True)
+            raise
+    args = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(source)]
+    started = verbosity.command(log, "local", args)
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    verbosity.ended(log, "local", started, proc.returncode, proc.stderr)
     wheels = sorted(out.glob("picluster-*.whl"))
     if proc.returncode != 0 or not wheels:
         shutil.rmtree(out, ignore_errors=True)
         last = (proc.stderr.strip().splitlines() or ["no wheel"])[-1]
         raise ClusterError(f"cannot build picluster's wheel: {last}")
     return wheels[0]
+
+
+# What an installer adds to a wheel's .dist-info, not the wheel's own (PEP 376, PEP 610).
+_INSTALLERS = {"INSTALLER", "REQUESTED", "direct_url.json", "RECORD"}
+
+
+def repack(out: Path) -> Path:
+    """The installed picluster as the wheel it was installed from, in ``out``: every file its
+    RECORD lists under site-packages (compiled caches and the installer's own files left out),
+    each checked against the hash RECORD holds, and a new RECORD (the wheel format's, PEP 427).
+    The console script and the man pages are not packed (the nodes run neither); an installer
+    writes the script anew from the entry points."""
+    import base64
+    import csv
+    import io
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("picluster")
+    except metadata.PackageNotFoundError:
+        raise ClusterError("picluster's wheel cannot be packed: picluster is not installed here (pip install it, or run from a checkout)") from None
+    site = Path(str(dist.locate_file(""))).resolve()
+    info = next((Path(str(f)).parts[0] for f in dist.files or [] if str(f).endswith(".dist-info/METADATA")), None)
+    if info is None:
+        raise ClusterError(f"picluster's wheel cannot be packed: its install in {site} has no RECORD")
+    wheel_tags = Parser().parsestr((site / info / "WHEEL").read_text()).get_all("Tag") or ["py3-none-any"]
+    name = f"picluster-{dist.version}-{wheel_tags[0]}.whl"
+    rows = []
+    with zipfile.ZipFile(out / name, "w", zipfile.ZIP_DEFLATED) as whl:
+        for file in dist.files or []:
+            relative = Path(str(file))
+            path = (site / relative).resolve()
+            if relative.parts[0] not in ("picluster", info) or "__pycache__" in relative.parts or relative.suffix == ".pyc":
+                continue  # the console script and the man pages (outside site-packages: the installer's), compiled caches
+            if relative.parts[0] == info and relative.name in _INSTALLERS:
+                continue
+            data = path.read_bytes()
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            if file.hash is not None and file.hash.value != digest:
+                raise ClusterError(f"picluster's wheel cannot be packed: {path} differs from what was installed (reinstall picluster)")
+            whl.writestr(relative.as_posix(), data)
+            rows.append((relative.as_posix(), f"sha256={digest}", str(len(data))))
+        record = io.StringIO()
+        csv.writer(record, lineterminator="\n").writerows([*rows, (f"{info}/RECORD", "", "")])
+        whl.writestr(f"{info}/RECORD", record.getvalue())
+    return out / name
 
 
 def sha256(path: Path) -> str:

@@ -7,6 +7,7 @@ import time
 from rich.console import Console
 from rich.live import Live
 
+from picluster.util import verbosity
 from picluster.views.progress import JobProgress, job_panel
 
 LOG_EVERY_S = 5.0
@@ -17,7 +18,9 @@ class JobDisplay:
 
     def __init__(self, title: str, unit: str, monitor=None, live: bool = True, console: Console | None = None) -> None:
         self.console = console or Console(highlight=False, soft_wrap=True)
-        self.live = live and self.console.is_terminal
+        # -q: no panel and no progress lines (-v's log lines go above a panel: rich's Live holds stderr).
+        self.quiet = verbosity.quiet()
+        self.live = live and self.console.is_terminal and not self.quiet
         self.monitor = monitor
         self.progress = JobProgress(title, 0, 1, 0.0, unit)
         self._start = time.perf_counter()
@@ -58,7 +61,7 @@ class JobDisplay:
         with self._lock:
             self.progress.done, self.progress.total, self.progress.detail = done, total, detail
             self.progress.elapsed_s = time.perf_counter() - self._start
-        if not self.live:
+        if not self.live and not self.quiet:
             now = time.perf_counter()
             if now - self._logged_at >= LOG_EVERY_S or done >= total:
                 self._logged_at = now

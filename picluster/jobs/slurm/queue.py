@@ -5,6 +5,7 @@ into at most the columns asked for (a job's name, last, may hold anything).
 """
 
 import base64
+import logging
 import re
 import shlex
 import time
@@ -22,6 +23,10 @@ from picluster.model import nodeset
 from picluster.model.fanout import GroupError, fan_out
 from picluster.model.inventory import Inventory, Node
 from picluster.util.errors import ClusterError, PiclusterError, UsageError
+
+# -v: the Slurm commands are logged where they run (cluster/ssh.py, cluster/here.py); here, what
+# they carry that their command line hides: a batch script travels base64-encoded (--debug shows it).
+log = logging.getLogger(__name__)
 
 CANCEL_WAIT_S = 60.0
 ACCOUNTED_DAYS = 7  # how far back `picluster jobs` lists ended jobs from the accounting records
@@ -83,7 +88,11 @@ def _slurm(inv: Inventory, remote: Remote | Here, command: str, what: str, then:
 
 def submit(inv: Inventory, req: Request) -> Submitted:
     """Queue the job; its Slurm id, and the nodes Slurm cannot run it on now."""
-    encoded = base64.b64encode(script(inv, req).encode()).decode()
+    text = script(inv, req)
+    encoded = base64.b64encode(text.encode()).decode()
+    log.info("[%s] sbatch: a batch script of %d lines, base64-encoded in the commands below (--debug shows it)",
+             controller(inv).name, len(text.splitlines()))
+    log.debug("[%s] the batch script:\n%s", controller(inv).name, text.rstrip("\n"))
     args = sbatch_args(inv, req)  # shell words, each quoted (batch.py)
     nothing = "; nothing was queued"
     remote = _open(inv, nothing)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from picluster.cluster import hostkeys
 from picluster.cluster.ssh import connect
+from picluster.lab import commands
 from picluster.lab.vm.machine import VM
 from picluster.util.errors import ClusterError
 
@@ -83,6 +84,7 @@ class VMHost(VM):
         if not self.alive():
             raise ClusterError(f"VM {self.name} is not running ({self.why_stopped()})")
         command = "sudo -n -- " + shlex.join(args)
+        started = commands.said(args, self.name, "sudo")
         try:
             with self.connect() as conn:
                 result = conn.run(
@@ -91,6 +93,7 @@ class VMHost(VM):
                 )  # fmt: skip
         except Exception as exc:  # paramiko, socket, invoke: all mean the command did not run
             raise ClusterError(f"{self.name}: {shlex.join(args)}: {type(exc).__name__}: {exc}") from None
+        commands.ended(started, result.exited, self.name)
         if check and result.exited != 0:
             last = [ln for ln in (result.stderr or result.stdout).splitlines() if ln.strip()]
             raise ClusterError(f"{self.name}: {shlex.join(args)} failed: {last[-1] if last else result.exited}")

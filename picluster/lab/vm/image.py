@@ -339,6 +339,7 @@ def _debootstrap(root: Path, source: str, log: Path, arch: str = NATIVE) -> None
         str(root),
         source,
     ]
+    commands.said(args)
     with open(log, "wb") as out:
         proc = subprocess.run(
             args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent

@@ -168,9 +168,11 @@ class VM(StateFileEntry):
         if not tap.exists(self.tap):
             tap.create(self.tap, self.bridge)
         virtiofs.start(self.dir, self.shares, owned)
+        command = self.command(image, accel)
+        commands.said(command)
         with open(self.qemu_log, "ab") as log:
             proc = subprocess.Popen(
-                self.command(image, accel),
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

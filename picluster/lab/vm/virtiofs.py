@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from picluster.cluster.lifetime import die_with_parent
+from picluster.lab import commands
 from picluster.lab.host import outermost, runtime_paths
 from picluster.util.errors import ClusterError
 
@@ -52,14 +53,14 @@ def start(vm_dir: Path, dirs: list[str], owned: bool) -> list[subprocess.Popen]:
     for index, directory in enumerate(dirs):
         path = socket(vm_dir, index)
         path.unlink(missing_ok=True)
+        # cache=always: the files do not change under a running VM, and a TCG guest re-reading
+        # TensorFlow's thousands of files through the daemon costs minutes.  sandbox=chroot: one
+        # process (namespace mode forks a second), which dies with its owner like qemu does.
+        args = [VIRTIOFSD, f"--socket-path={path}", "-o", f"source={directory}", "-o", "cache=always", "-o", "sandbox=chroot"]
+        commands.said(args)
         with open(vm_dir / f"virtiofsd{index}.log", "ab") as log:
             daemons.append(subprocess.Popen(
-                # cache=always: the files do not change under a running VM, and a TCG guest
-                # re-reading TensorFlow's thousands of files through the daemon costs minutes.
-                # sandbox=chroot: one process (namespace mode forks a second), which dies with
-                # its owner like qemu does.
-                [VIRTIOFSD, f"--socket-path={path}", "-o", f"source={directory}", "-o", "cache=always",
-                 "-o", "sandbox=chroot"],
+                args,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 preexec_fn=die_with_parent if owned else None,
             ))  # fmt: skip

@@ -44,7 +44,7 @@ class Options:
     fanout: int = 8
     timeout: float = 120.0  # one command (installs get longer)
     connect_timeout: float = 10.0
-    source_dir: Path = Path(__file__).resolve().parents[3]  # picluster's source, for the node wheel
+    source_dir: Path | None = None  # picluster's source, for the nodes' wheel; None: the checkout this runs from, else the installed files
 
 
 @dataclass
