@@ -130,3 +130,13 @@ def test_a_ps_task_left_without_variables_is_refused():
     check_shards(2, held)
     with pytest.raises(UsageError, match=r"--ps 3 leaves ps task 2 without variables .* use --ps 2 or fewer"):
         check_shards(3, held)
+
+
+def test_a_global_batch_needs_one_updates_windows_not_the_batch_times_the_workers(tiny):
+    """--global-batch splits --batch over the workers: 200 windows an update fit 240, whatever the
+    workers; a batch per worker needs workers x batch."""
+    from picluster.jobs.har.data import load_data
+
+    assert len(load_data(TrainConfig(data_dir=str(tiny), batch=200, batch_per_worker=False, workers=4)).x_train) == 240
+    with pytest.raises(UsageError, match=r"fewer than one update takes \(800"):
+        load_data(TrainConfig(data_dir=str(tiny), batch=200, workers=4))

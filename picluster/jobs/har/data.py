@@ -45,8 +45,9 @@ def load_data(config: TrainConfig) -> HarData:
             raise UsageError(f"{folder}: {split} windows have shape {x.shape}, expected (n, {WINDOW}, {len(CHANNELS)}); run `picluster data har` again")
         if len(x) and (y.min() < 0 or y.max() >= len(CLASSES)):
             raise UsageError(f"{folder}: {split} labels outside 0..{len(CLASSES) - 1}")
-    if len(data.x_train) < config.batch * max(1, config.workers):
-        raise UsageError(f"{folder}: {len(data.x_train)} training windows are fewer than --batch x workers")
+    need = config.worker_batch(config.replicas) * config.replicas  # one update's windows (--global-batch: --batch)
+    if len(data.x_train) < need:
+        raise UsageError(f"{folder}: {len(data.x_train)} training windows are fewer than one update takes ({need}: --batch, times the workers unless --global-batch)")
     return data
 
 
