@@ -27,6 +27,14 @@ def test_identical_outputs_fold_under_one_node_set_and_different_ones_stay_apart
     same = picluster("exec", "-i", exec_lab.inventory, "all", "--", "uname", "-s")
     assert same.returncode == 0 and same.stderr == "", same.stderr
     assert same.stdout == "---------------\nnode[01-03] (3)\n---------------\nLinux\n"
+    # A node set with ClusterShell's operators and the inventory's groups (ps node01, workers node[02-03]).
+    workers = picluster("exec", "-i", exec_lab.inventory, "@workers!node03", "--", "hostname")
+    assert workers.returncode == 0 and workers.stdout.splitlines() == ["----------", "node02 (1)", "----------", "node02"]
+    spared = picluster("exec", "-i", exec_lab.inventory, "all", "-x", "@workers", "--", "hostname")
+    assert spared.returncode == 0 and spared.stdout.splitlines()[-1] == "node01"
+    same = picluster("exec", "-i", exec_lab.inventory, "all", "--", "uname", "-s")
+    assert same.returncode == 0 and same.stderr == "", same.stderr
+    assert same.stdout == "---------------\nnode[01-03] (3)\n---------------\nLinux\n"
 
     # A pipe in one quoted argument, as ssh passes it; node02 differs from the other two.
     mixed = picluster("exec", "-i", exec_lab.inventory, "node[01-03]", "--", "hostname | sed 's/node0[13]/other/'")
@@ -63,7 +71,8 @@ def test_an_unreachable_node_is_named_and_the_others_still_answer(exec_lab):
 
 def test_bad_input_is_one_line_and_asks_no_node(exec_lab, tmp_path):
     for args, needle in [(("node09", "--", "true"), "names node09, not in the inventory"),
-                         (("node[3-1]", "--", "true"), "runs backwards"),
+                         (("node[3-1]", "--", "true"), "[3-1] runs backwards"),
+                         (("node[01-03]!node3", "--", "true"), "names node3, not in the inventory"),
                          (("all",), "Missing argument 'COMMAND...'")]:
         done = picluster("exec", "-i", exec_lab.inventory, *args)
         assert done.returncode == 2 and done.stdout == "", done.stdout

@@ -12,7 +12,8 @@ from test_cli_input import assert_one_line_usage_error
 
 from picluster.cluster.nodecluster import RUN_DIR, START_SCRIPT, start_script
 from picluster.model.clusterspec import from_inventory
-from picluster.model.inventory import load_inventory, select
+from picluster.model.inventory import load_inventory
+from picluster.model.nodegroups import select
 from picluster.provision import templates
 from picluster.provision.ansible_inventory import ansible_inventory
 from picluster.upkeep import chores, health, order

@@ -5,10 +5,11 @@ import time
 import click
 
 from picluster.cli.group import Group
-from picluster.cli.options import Real, Whole, node_inventory_option, option
+from picluster.cli.options import Real, Whole, exclude_option, node_inventory_option, option
 from picluster.util.errors import UsageError
 
-NODESET_HELP = "NODESET: 'all', or nodes of the inventory as node[02-04],node07."
+NODESET_HELP = ("NODESET: 'all', or nodes of the inventory in ClusterShell's notation: node[02-04],node07, "
+                "node[01-16]!node03, @workers (groups: @all @ps @workers @nfs @controller).")
 
 
 @click.group(cls=Group)
@@ -22,6 +23,7 @@ def _common(command):
                            help="With Slurm: put the batch jobs running on a node back in the queue instead of waiting for them to end.")(command)
     command = option("--yes", is_flag=True, help="Also when the node set holds the machine this command runs on (it goes last).")(command)
     command = option("--dry-run", is_flag=True, help="Show the order and do nothing.")(command)
+    command = exclude_option(command)
     command = node_inventory_option(command)
     return click.argument("nodeset_", metavar="NODESET")(command)
 
@@ -40,43 +42,43 @@ def _timeout(default: float):
 @_common
 @_parallel
 @_timeout(600.0)
-def reboot(nodeset_, inventory, dry_run, yes, requeue, parallel, timeout) -> None:
+def reboot(nodeset_, inventory, exclude, dry_run, yes, requeue, parallel, timeout) -> None:
     """Reboot nodes one at a time; after each, wait for SSH from its new boot and for its tasks,
     agent and share (what answered before) to answer again; stop at the first that does not.
     With Slurm, each node is drained and its jobs end first, and it is resumed once back."""
-    _run("reboot", "rebooted", nodeset_, inventory, dry_run, yes, requeue, parallel, timeout)
+    _run("reboot", "rebooted", nodeset_, exclude, inventory, dry_run, yes, requeue, parallel, timeout)
 
 
 @nodes.command(epilog=NODESET_HELP)
 @_common
 @_parallel
 @_timeout(600.0)
-def upgrade(nodeset_, inventory, dry_run, yes, requeue, parallel, timeout) -> None:
+def upgrade(nodeset_, inventory, exclude, dry_run, yes, requeue, parallel, timeout) -> None:
     """apt-get update and dist-upgrade, one node at a time (configuration files kept); a node
     that then asks for a reboot (/var/run/reboot-required) is rebooted and checked back.  With
     Slurm, drained first and resumed after, as for reboot."""
-    _run("upgrade", "upgraded", nodeset_, inventory, dry_run, yes, requeue, parallel, timeout)
+    _run("upgrade", "upgraded", nodeset_, exclude, inventory, dry_run, yes, requeue, parallel, timeout)
 
 
 @nodes.command(epilog=NODESET_HELP)
 @_common
 @_timeout(300.0)
-def shutdown(nodeset_, inventory, dry_run, yes, requeue, timeout) -> None:
+def shutdown(nodeset_, inventory, exclude, dry_run, yes, requeue, timeout) -> None:
     """Power nodes off: the workers together, then the ps nodes, the NFS master last, each kind
     off before the next is asked.  With Slurm, each node is drained and its jobs end first; it
     stays drained until 'picluster nodes reboot' brings it back."""
-    _run("shut down", "shut down", nodeset_, inventory, dry_run, yes, requeue, None, timeout)
+    _run("shut down", "shut down", nodeset_, exclude, inventory, dry_run, yes, requeue, None, timeout)
 
 
-def _run(verb: str, past: str, pattern: str, inventory, dry_run: bool, yes: bool, requeue: bool, parallel: int | None,
-         timeout: float) -> None:
+def _run(verb: str, past: str, pattern: str, exclude: tuple[str, ...], inventory, dry_run: bool, yes: bool, requeue: bool,
+         parallel: int | None, timeout: float) -> None:
     from picluster.model import nodeset
-    from picluster.model.inventory import select
+    from picluster.model.nodegroups import select
     from picluster.upkeep import chores, order
 
     if inventory is None:
         raise UsageError(f"'picluster nodes {verb.replace(' ', '')}' needs an inventory (--inventory, PICLUSTER_INVENTORY or ./picluster.toml)")
-    names = select(inventory, pattern)
+    names = select(inventory, pattern, exclude)
     here = order.local_nodes(inventory) & set(names)
     if here and not yes:
         raise UsageError(f"{nodeset.fold(here)} is the machine this command runs on: add --yes to take it too (it goes last), "
@@ -92,3 +94,4 @@ def _run(verb: str, past: str, pattern: str, inventory, dry_run: bool, yes: bool
     work = {"reboot": chores.reboot, "upgrade": chores.upgrade, "shut down": chores.shutdown}[verb]
     done = work(inventory, plan, timeout, lambda line: click.echo(f"  {line}"), requeue=requeue)
     click.echo(f"{past} {len(done)} node(s) in {time.monotonic() - started:.0f} s")
+

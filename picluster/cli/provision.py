@@ -37,8 +37,8 @@ def _load(inventory):
         help="Seconds one command may take before its node counts as unreachable (installs get longer).")
 @_known_hosts_option
 @option("--replaced", default=None, metavar="NODESET",
-        help="Nodes whose card was written afresh: pin the host key each presents now (the old one is shown), "
-                   "provision them, and start their tasks if the rest of the cluster is up.")
+        help="Nodes whose card was written afresh (a node set: node03, node[03-04], @workers!node02): pin the host key each "
+             "presents now (the old one is shown), provision them, and start their tasks if the rest of the cluster is up.")
 @option("--rotate-munge-key", is_flag=True,
         help="With [slurm]: make a new munge key, install it on every node and restart munge and the Slurm daemons.")
 def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, known_hosts, replaced, rotate_munge_key) -> None:
@@ -50,7 +50,8 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
 
     from picluster.cluster import hostkeys
     from picluster.model import nodeset
-    from picluster.model.inventory import select, venv_path
+    from picluster.model.inventory import venv_path
+    from picluster.model.nodegroups import select
     from picluster.provision.report import show
     from picluster.provision.runner import parse_only, run_order
     from picluster.provision.runner import provision as run
