@@ -90,6 +90,7 @@ def test_node_sets_on_the_command_line_with_x_and_groups_before_any_node_is_aske
     for args, says in [(("exec", "node[01-04]!node09", "--", "true"), "node set 'node[01-04]!node09' names node09, not in the inventory t"),
                        (("exec", "node[01-2]", "--", "true"), "[01-2] pads one end and not the other"),
                        (("exec", "@all", "-x", "@workers", "-x", "@ps", "--", "true"), "leaves no node"),
+                       (("exec", "all", "-b", "-B", "--", "true"), "give -b or -B, not both"),
                        (("nodes", "reboot", "@wokers", "--dry-run"), "no group @wokers (the groups: @all, @controller, @nfs, @ps, @workers)"),
                        (("nodes", "shutdown", "all", "-x", "node9", "--dry-run"), "-x 'node9' names node9, not in the inventory t"),
                        (("provision", "--replaced", "node[01-03]^node[02-09]", "--dry-run"), "names node[08-09], not in the inventory t"),
