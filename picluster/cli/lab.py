@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from picluster.cli.confirm import yes_option
 from picluster.cli.group import Group
 from picluster.cli.options import Real, Whole, exclude_option, option, other_spelling
 from picluster.util.errors import ClusterError, UsageError
@@ -201,9 +202,11 @@ def _one_lab(lab_id: str | None):
 
 @lab.command()
 @option("--name", "lab_id", default=None, help="The lab to tear down.")
-@option("--all", "all_labs", is_flag=True, help="Every lab found on this machine (by name prefix).")
-def down(lab_id: str | None, all_labs: bool) -> None:
+@option("--all", "all_labs", is_flag=True, help="Every lab found on this machine (by name prefix); asks first (--yes does not).")
+@yes_option
+def down(lab_id: str | None, all_labs: bool, yes: bool) -> None:
     """Tear a lab down: processes, namespaces, links, run dir.  Safe to repeat."""
+    from picluster.cli.confirm import confirm
     from picluster.lab import labs, naming, registry
 
     if lab_id is not None and all_labs:
@@ -213,6 +216,12 @@ def down(lab_id: str | None, all_labs: bool) -> None:
     if os.geteuid() != 0:
         raise ClusterError("tearing a lab down needs root")
     if all_labs:
+        ids = registry.known_ids()
+        if not ids:
+            click.echo("no labs")
+            return
+        # Every lab on this machine, other people's and other test runs' among them.
+        confirm(f"tear down every lab on this machine ({', '.join(ids)})", yes)
         done = labs.down_all()
         click.echo(f"down: {', '.join(done)}" if done else "no labs")
         return

@@ -4,12 +4,15 @@ import time
 
 import click
 
+from picluster.cli.confirm import yes_option
 from picluster.cli.group import Group
 from picluster.cli.options import Real, Whole, exclude_option, node_inventory_option, option
 from picluster.util.errors import UsageError
 
 NODESET_HELP = ("NODESET: 'all', or nodes of the inventory in ClusterShell's notation: node[02-04],node07, "
-                "node[01-16]!node03, @workers (groups: @all @ps @workers @nfs @controller).")
+                "node[01-16]!node03, @workers (groups: @all @ps @workers @nfs @controller).  "
+                "It asks before it goes on (--yes does not ask): before any shutdown, before a reboot of every node, "
+                "and when the set holds the machine this command runs on.")
 
 
 @click.group(cls=Group)
@@ -21,8 +24,8 @@ def nodes() -> None:
 def _common(command):
     command = option("--requeue", is_flag=True,
                            help="With Slurm: put the batch jobs running on a node back in the queue instead of waiting for them to end.")(command)
-    command = option("--yes", is_flag=True, help="Also when the node set holds the machine this command runs on (it goes last).")(command)
-    command = option("--dry-run", is_flag=True, help="Show the order and do nothing.")(command)
+    command = yes_option(command)
+    command = option("--dry-run", is_flag=True, help="Show the order and do nothing (and ask nothing).")(command)
     command = exclude_option(command)
     command = node_inventory_option(command)
     return click.argument("nodeset_", metavar="NODESET")(command)
@@ -80,9 +83,8 @@ def _run(verb: str, past: str, pattern: str, exclude: tuple[str, ...], inventory
         raise UsageError(f"'picluster nodes {verb.replace(' ', '')}' needs an inventory (--inventory, PICLUSTER_INVENTORY or ./picluster.toml)")
     names = select(inventory, pattern, exclude)
     here = order.local_nodes(inventory) & set(names)
-    if here and not yes:
-        raise UsageError(f"{nodeset.fold(here)} is the machine this command runs on: add --yes to take it too (it goes last), "
-                         "or leave it out of the node set")
+    if not dry_run:
+        _ask(verb, names, here, inventory, yes)
     plan = order.waves(inventory, names, parallel, here)
     how = "each kind at once, off before the next" if parallel is None else f"{parallel} at a time, each checked back before the next"
     click.echo(f"{'would ' + verb if dry_run else verb.capitalize() + ':'} {nodeset.fold(names)} in this order ({how}):")
@@ -95,3 +97,18 @@ def _run(verb: str, past: str, pattern: str, exclude: tuple[str, ...], inventory
     done = work(inventory, plan, timeout, lambda line: click.echo(f"  {line}"), requeue=requeue)
     click.echo(f"{past} {len(done)} node(s) in {time.monotonic() - started:.0f} s")
 
+
+def _ask(verb: str, names: list[str], here: set[str], inventory, yes: bool) -> None:
+    """What cannot be undone asks first: a shutdown (no command brings a node back), a reboot of
+    every node (every job and task stops at once; a reboot of some is routine and goes on), and any
+    chore that takes the machine this command runs on."""
+    from picluster.cli.confirm import confirm
+    from picluster.model import nodeset
+
+    every = len(names) == len(inventory.nodes)
+    if not (verb == "shut down" or (verb == "reboot" and every) or here):
+        return
+    what = f"{verb} {nodeset.fold(names)}" + (f", every node of {inventory.name}" if every else "")
+    if here:
+        what += f", {nodeset.fold(here)} among them: the machine this command runs on (it goes last)"
+    confirm(what, yes)
