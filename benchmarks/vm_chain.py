@@ -126,7 +126,7 @@ def main() -> None:
                     result = json.loads(runs[-1].read_text())
                     extra["result"] = {k: result.get(k) for k in ("best_epoch", "val_accuracy", "test_accuracy", "epoch_s_mean", "wall_s")}
             elif phase == "reboot":
-                _, text = cli("nodes", "reboot", "all", "-i", str(inventory), "--timeout", "1800")
+                _, text = cli("nodes", "reboot", "all", "-i", str(inventory), "--timeout", "1800", "--yes")
                 extra["output"] = text.strip().splitlines()
                 t, text = cli("cluster", "status", "-i", str(inventory))
                 extra["status"] = text.strip().splitlines()

@@ -1,5 +1,7 @@
-"""`picluster exec` against test hosts: one command on a node set over real SSH, outputs folded
-as clush -b folds them, failures named per node, exit code 1 when any node failed."""
+"""`picluster exec` against test hosts: one command on a node set over real SSH, each line after
+its node's name as clush prints it, or folded (-b) as clush -b folds them; node sets with
+ClusterShell's operators, the inventory's groups and -x; failures named per node, exit code 1
+when any node failed."""
 
 import os
 
@@ -23,13 +25,24 @@ def exec_lab(lab_support, tmp_path_factory):
         lab.down()
 
 
+def test_each_line_after_its_node_and_a_node_set_as_clush_takes_it(exec_lab):
+    # The lab's roles: ps node01, workers node[02-03].  Each node's lines come as it ends, in any order.
+    typed = picluster("exec", "-i", exec_lab.inventory, "@workers!node03", "--", "hostname; echo second line")
+    assert typed.returncode == 0 and typed.stderr == "", typed.stderr
+    assert typed.stdout == "node02: node02\nnode02: second line\n"
+    spared = picluster("exec", "-i", exec_lab.inventory, "node[01-03]", "-x", "@workers", "--", "hostname")
+    assert spared.returncode == 0 and spared.stdout == "node01: node01\n", spared.stderr
+    every = picluster("exec", "-i", exec_lab.inventory, "all", "--", "hostname")
+    assert sorted(every.stdout.splitlines()) == ["node01: node01", "node02: node02", "node03: node03"]
+
+
 def test_identical_outputs_fold_under_one_node_set_and_different_ones_stay_apart(exec_lab):
-    same = picluster("exec", "-i", exec_lab.inventory, "all", "--", "uname", "-s")
+    same = picluster("exec", "-i", exec_lab.inventory, "all", "-b", "--", "uname", "-s")
     assert same.returncode == 0 and same.stderr == "", same.stderr
     assert same.stdout == "---------------\nnode[01-03] (3)\n---------------\nLinux\n"
 
     # A pipe in one quoted argument, as ssh passes it; node02 differs from the other two.
-    mixed = picluster("exec", "-i", exec_lab.inventory, "node[01-03]", "--", "hostname | sed 's/node0[13]/other/'")
+    mixed = picluster("exec", "-i", exec_lab.inventory, "node[01-03]", "-b", "--", "hostname | sed 's/node0[13]/other/'")
     assert mixed.returncode == 0, mixed.stderr
     assert mixed.stdout.splitlines() == ["---------------", "node[01,03] (2)", "---------------", "other",
                                          "----------", "node02 (1)", "----------", "node02"]
@@ -39,20 +52,25 @@ def test_nodes_that_fail_are_named_with_their_exit_codes_and_sudo_runs_as_root(e
     script = 'case $(hostname) in node01) echo fine;; *) echo "no such thing" >&2; exit 3;; esac'
     done = picluster("exec", "-i", exec_lab.inventory, "all", "--", script)
     assert done.returncode == 1
-    assert done.stdout.splitlines() == ["----------", "node01 (1)", "----------", "fine",
-                                        "---------------", "node[02-03] (2)", "---------------", "no such thing"]
-    assert done.stderr.splitlines() == ["picluster: node[02-03]: exited with exit code 3"]
+    assert done.stdout == "node01: fine\n"  # each node's stderr goes to stderr, after its name too
+    assert sorted(done.stderr.splitlines()[:2]) == ["node02: no such thing", "node03: no such thing"]
+    assert done.stderr.splitlines()[2:] == ["picluster: node[02-03]: exited with exit code 3"]
+    gathered = picluster("exec", "-i", exec_lab.inventory, "all", "-B", "--", script)  # stderr folded too
+    assert gathered.returncode == 1
+    assert gathered.stdout.splitlines() == ["----------", "node01 (1)", "----------", "fine",
+                                            "---------------", "node[02-03] (2)", "---------------", "no such thing"]
+    assert gathered.stderr.splitlines() == ["picluster: node[02-03]: exited with exit code 3"]
 
     root = picluster("exec", "-i", exec_lab.inventory, "node02", "--sudo", "--", "id", "-un")
-    assert root.returncode == 0 and root.stdout.splitlines()[-1] == "root", root.stdout + root.stderr
+    assert root.returncode == 0 and root.stdout == "node02: root\n", root.stdout + root.stderr
     user = picluster("exec", "-i", exec_lab.inventory, "node02", "--", "id", "-un")
-    assert user.stdout.splitlines()[-1] == exec_lab.user.name
+    assert user.stdout == f"node02: {exec_lab.user.name}\n"
 
 
 def test_an_unreachable_node_is_named_and_the_others_still_answer(exec_lab):
     exec_lab.make_unreachable("node03")
     try:
-        done = picluster("exec", "-i", exec_lab.inventory, "all", "--timeout", "10", "--", "echo", "up")
+        done = picluster("exec", "-i", exec_lab.inventory, "all", "-b", "--timeout", "10", "--", "echo", "up")
     finally:
         exec_lab.restore("node03")
     assert done.returncode == 1
@@ -63,7 +81,8 @@ def test_an_unreachable_node_is_named_and_the_others_still_answer(exec_lab):
 
 def test_bad_input_is_one_line_and_asks_no_node(exec_lab, tmp_path):
     for args, needle in [(("node09", "--", "true"), "names node09, not in the inventory"),
-                         (("node[3-1]", "--", "true"), "runs backwards"),
+                         (("node[3-1]", "--", "true"), "[3-1] runs backwards"),
+                         (("node[01-03]!node3", "--", "true"), "names node3, not in the inventory"),
                          (("all",), "Missing argument 'COMMAND...'")]:
         done = picluster("exec", "-i", exec_lab.inventory, *args)
         assert done.returncode == 2 and done.stdout == "", done.stdout
@@ -86,7 +105,7 @@ def test_nodes_the_inventory_names_by_host_name_are_reached_through_this_machine
     path.write_text(text.replace(given, 'addresses = "node[01-03].picluster.test"'))
     env = dict(os.environ, LD_PRELOAD="libnss_wrapper.so", NSS_WRAPPER_HOSTS=str(hosts),
                NSS_WRAPPER_PASSWD="/etc/passwd", NSS_WRAPPER_GROUP="/etc/group")
-    done = picluster("exec", "-i", path, "all", "--", "hostname", env=env)
+    done = picluster("exec", "-i", path, "all", "-b", "--", "hostname", env=env)
     assert done.returncode == 0, done.stderr
     assert [line for line in done.stdout.splitlines() if not line.startswith("-")] == [
         "node01 (1)", "node01", "node02 (1)", "node02", "node03 (1)", "node03"]

@@ -12,7 +12,8 @@ from test_cli_input import assert_one_line_usage_error
 
 from picluster.cluster.nodecluster import RUN_DIR, START_SCRIPT, start_script
 from picluster.model.clusterspec import from_inventory
-from picluster.model.inventory import load_inventory, select
+from picluster.model.inventory import load_inventory
+from picluster.model.nodegroups import select
 from picluster.provision import templates
 from picluster.provision.ansible_inventory import ansible_inventory
 from picluster.upkeep import chores, health, order
@@ -90,17 +91,20 @@ def test_without_an_inventory_it_says_so(tmp_path):
     assert "needs an inventory" in result.stderr
 
 
-def test_the_machine_this_runs_on_is_taken_only_with_yes_and_last(tmp_path):
+def test_the_machine_this_runs_on_is_taken_only_when_confirmed_and_last(tmp_path):
     path = tmp_path / "picluster.toml"
     path.write_text(INVENTORY.format(last="127.0.0.1"))  # node07 is this machine
     for verb in ("shutdown", "reboot", "upgrade"):
-        result = picluster("nodes", verb, "node[01,07]", "-i", path, timeout=60)
+        result = picluster("nodes", verb, "node[01,07]", "-i", path, timeout=60)  # no terminal to ask on
         assert_one_line_usage_error(result)
-        assert "node07 is the machine this command runs on: add --yes" in result.stderr
-    result = picluster("nodes", "shutdown", "all", "-i", path, "--dry-run", "--yes", timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[-1].split() == ["5.", "node07", "this", "machine"]
+        assert "node07 among them: the machine this command runs on (it goes last) cannot be undone" in result.stderr
+        assert result.stderr.endswith("add --yes to go ahead\n") and result.stdout == ""
+    for yes in ((), ("--yes",)):  # a dry run asks nothing
+        result = picluster("nodes", "shutdown", "all", "-i", path, "--dry-run", *yes, timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines()[-1].split() == ["5.", "node07", "this", "machine"]
     assert picluster("nodes", "shutdown", "node[01-06]", "-i", path, "--dry-run", timeout=60).returncode == 0
+    assert picluster("nodes", "upgrade", "@all", "-x", "node07", "-i", path, "--dry-run", timeout=60).returncode == 0
 
 
 def test_dry_run_shows_the_order_and_reaches_no_node(inv_path):

@@ -125,7 +125,7 @@ def test_everything_holds_after_every_vm_is_rebooted_one_at_a_time(vm3, provisio
     inv, _ = provisioned
     path = inventory(vm3, tmp_path / "picluster.toml")
     before = {h.name: h.boot_id() for h in vm3.hosts}
-    result = picluster("nodes", "reboot", "all", "-i", path, timeout=2400)
+    result = picluster("nodes", "reboot", "all", "-i", path, "--yes", timeout=2400)
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert lines[:4] == ["Reboot: node[01-03] in this order (1 at a time, each checked back before the next):",
@@ -191,7 +191,7 @@ def test_shutdown_takes_the_workers_first_and_the_nfs_master_last(vm3, provision
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        result = picluster("nodes", "shutdown", "all", "-i", path, timeout=1200)
+        result = picluster("nodes", "shutdown", "all", "-i", path, "--yes", timeout=1200)
     finally:
         time.sleep(5)
         stop.set()

@@ -66,9 +66,9 @@ def test_a_request_is_checked_against_the_inventory_before_anything_connects():
     refusals = [
         (((), None, None, None, None, None, None), "give the command after '--'"),
         ((("x",), 5, None, None, None, None, None), "--nodes 5 is more than the 4 nodes"),
-        ((("x",), None, None, None, None, "node09", None), "node09 not in the inventory"),
+        ((("x",), None, None, None, None, "node09", None), "--nodelist: node set 'node09' names node09, not in the inventory"),
         ((("x",), 1, None, None, None, "node[01-02]", None), "names 2 nodes but --nodes is 1"),
-        ((("x",), None, None, None, None, "node01,node01", None), "names a node twice"),
+        ((("x",), None, None, None, None, "node[01-02]!node[01-02]", None), "--nodelist: node set 'node\\[01-02\\]!node\\[01-02\\]' names no node"),
         ((("x",), 2, 3, None, None, None, None), "--ps 3 is more than the job's 2"),
         ((("x",), None, None, "soon", None, None, None), "--time"),
         ((("x",), None, None, None, "lots", None, None), "--mem"),
@@ -81,6 +81,29 @@ def test_a_request_is_checked_against_the_inventory_before_anything_connects():
     without = inventory(INVENTORY.split("[slurm]")[0])
     with pytest.raises(UsageError, match=r"no \[slurm\] table"):
         batch.check(without, ("x",), None, None, None, None, None, None)
+
+
+def test_nodelist_and_x_are_node_sets_slurm_is_given_names():
+    inv = inventory()
+    req = batch.check(inv, ("hostname",), None, None, None, None, "node[01-04]!node02", None, exclude=("node04",))
+    assert (req.nodes, req.nodelist, req.exclude) == (2, ("node01", "node03"), ("node04",))
+    text = batch.script(inv, req)
+    assert "#SBATCH --nodelist=node01,node03\n#SBATCH --exclude=node04\n" in text
+    # -x alone is sbatch's: Slurm picks the job's nodes among the others.
+    spared = batch.check(inv, ("hostname",), 3, None, None, None, None, None, exclude=("node[01-02]!node01",))
+    assert (spared.nodelist, spared.exclude) == ((), ("node02",)) and "#SBATCH --exclude=node02\n" in batch.script(inv, spared)
+    for args, exclude, why in [(("hostname",), ("node[01-02]",), r"--nodes 3 is more than the 2 nodes -x leaves \(node\[03-04\]\)"),
+                               (("hostname",), ("node[01-04]",), r"-x node\[01-04\] leaves no node for the job"),
+                               (("hostname",), ("node05",), r"-x 'node05' names node05, not in the inventory pis")]:
+        with pytest.raises(UsageError, match=why):
+            batch.check(inv, args, 3 if exclude == ("node[01-02]",) else None, None, None, None, None, None, exclude=exclude)
+    # A job script's own lines are read by sbatch, whose node lists have no operators or groups.
+    for line in ("#SBATCH --nodelist=node[01-04]!node02", "#SBATCH -w @workers"):
+        with pytest.raises(UsageError, match=r"job.sh:2: --nodelist=.*: Slurm reads this line, and its node lists take no operators"):
+            script.read(inv, "job.sh", f"#!/bin/sh\n{line}\nhostname\n".encode(), "/tmp")
+    job = script.read(inv, "job.sh", b"#!/bin/sh\n#SBATCH --nodelist=node[01-02]\nhostname\n", "/tmp")
+    given = batch.sbatch_args(inv, batch.check(inv, (), None, None, None, None, None, None, job_script=job, exclude=("node03",)))
+    assert given.startswith("--exclude=node03 --job-name=job ")
 
 
 def test_the_batch_script_quotes_the_command_and_runs_the_nodes_picluster(tmp_path):

@@ -132,7 +132,7 @@ def test_an_impostor_is_refused_by_every_command_that_connects_and_nothing_reach
         ("cluster", "down", "-i", plain),
         ("nodes", "reboot", "node02", "-i", plain),
         ("nodes", "upgrade", "node02", "-i", plain),
-        ("nodes", "shutdown", "node02", "-i", plain),
+        ("nodes", "shutdown", "node02", "-i", plain, "--yes"),
         ("launch", "-i", plain, "--mode", "each-worker", "--no-live", script),
         ("train", "har", "-i", plain, "--epochs", "1", *TINY_MODEL, "--run-dir", tmp_path / "run", "--no-live"),
         ("submit", "-i", slurm, "--", "hostname"),
@@ -328,7 +328,7 @@ def test_rotating_makes_one_new_key_on_every_node_and_slurm_runs_with_it(munge_l
     lab = munge_lab
     provision_as(lab, "first")
     old = copy_of(lab, "first")
-    out = provision_as(lab, "first", "--rotate-munge-key")  # the queue step ran srun on every node with it
+    out = provision_as(lab, "first", "--rotate-munge-key", "--yes")  # the queue step ran srun on every node with it
     new = copy_of(lab, "first")
     sha = hashlib.sha256(new).hexdigest()
     assert new != old and all(held(host) == (sha, sha, "munge:munge 400") for host in lab.hosts)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import click
 
+from picluster.cli.confirm import yes_option
 from picluster.cli.group import Group
-from picluster.cli.options import Real, Whole, option, other_spelling
+from picluster.cli.options import Real, Whole, exclude_option, option, other_spelling
 from picluster.cli.output import Form, output_options, show
 from picluster.util.errors import ClusterError, UsageError
 
@@ -149,16 +150,22 @@ def _cgroup_version() -> int | None:
 @lab.command()
 @option("--name", "lab_id", default=None, show_default="the only one", help="The lab.")
 @click.argument("nodes", required=False)
+@exclude_option
 @option("--timeout", type=Real(1, 3600), default=600.0, show_default=True,
         help="Seconds each VM may take to answer SSH again.")
-def reboot(lab_id: str | None, nodes: str | None, timeout: float) -> None:
-    """Reboot VM hosts (all, or NODES such as node[02-03]) and wait until each answers SSH again."""
+def reboot(lab_id: str | None, nodes: str | None, exclude: tuple[str, ...], timeout: float) -> None:
+    """Reboot VM hosts (all, or NODES such as node[02-03] or node[01-04]!node02) and wait until
+    each answers SSH again."""
     from picluster.model import nodeset
 
     if os.geteuid() != 0:
         raise ClusterError("rebooting lab hosts needs root (they belong to root's lab)")
     lab_ = _one_lab(lab_id)
     names = nodeset.expand(nodes) if nodes else [h.name for h in lab_.hosts]
+    spared = {name for other in exclude for name in nodeset.expand(other)}
+    names = [name for name in names if name not in spared]
+    if not names:
+        raise UsageError("-x leaves no host to reboot")
     for name, seconds in lab_.reboot(*names, timeout=timeout).items():
         click.echo(f"{name}: back after {seconds:.1f} s")
 
@@ -177,9 +184,11 @@ def _one_lab(lab_id: str | None):
 
 @lab.command()
 @option("--name", "lab_id", default=None, help="The lab to tear down.")
-@option("--all", "all_labs", is_flag=True, help="Every lab found on this machine (by name prefix).")
-def down(lab_id: str | None, all_labs: bool) -> None:
+@option("--all", "all_labs", is_flag=True, help="Every lab found on this machine (by name prefix); asks first (--yes does not).")
+@yes_option
+def down(lab_id: str | None, all_labs: bool, yes: bool) -> None:
     """Tear a lab down: processes, namespaces, links, run dir.  Safe to repeat."""
+    from picluster.cli.confirm import confirm
     from picluster.lab import labs, naming, registry
 
     if lab_id is not None and all_labs:
@@ -189,6 +198,12 @@ def down(lab_id: str | None, all_labs: bool) -> None:
     if os.geteuid() != 0:
         raise ClusterError("tearing a lab down needs root")
     if all_labs:
+        ids = registry.known_ids()
+        if not ids:
+            click.echo("no labs")
+            return
+        # Every lab on this machine, other people's and other test runs' among them.
+        confirm(f"tear down every lab on this machine ({', '.join(ids)})", yes)
         done = labs.down_all()
         click.echo(f"down: {', '.join(done)}" if done else "no labs")
         return

@@ -89,6 +89,10 @@ jobs_inventory_option = _inventory(f"{_WHERE}  With a [slurm] table, its queue's
 # Commands that act on real nodes only: they say so in one line when it is missing.
 node_inventory_option = _inventory(f"{_WHERE}  Required.")
 
+# Beside every NODESET argument, as clush -x: the nodes it leaves out (picluster.model.nodegroups.select).
+exclude_option = option("--exclude", "-x", "exclude", multiple=True, metavar="NODESET",
+                        help="Leave these nodes out (a node set or @group, as clush -x); may be given more than once.")
+
 # What a number on the command line may look like: digits, a decimal point, an exponent; no
 # spaces, no "inf" or "nan", nothing after it ("1e8 " is refused, not trimmed).
 _COUNT = re.compile(r"[+-]?\d+(_\d+)*(\.\d+)?([eE][+-]?\d+)?", re.ASCII)

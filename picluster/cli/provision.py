@@ -5,6 +5,7 @@ from pathlib import Path
 
 import click
 
+from picluster.cli.confirm import yes_option
 from picluster.cli.options import Real, Whole, complete_nodes, node_inventory_option, option
 from picluster.cli.output import Form, output_options, show
 from picluster.util.errors import ClusterError, StorageError, UsageError
@@ -39,11 +40,13 @@ def _load(inventory):
         help="Seconds one command may take before its node counts as unreachable (installs get longer).")
 @_known_hosts_option
 @option("--replaced", default=None, metavar="NODESET", shell_complete=complete_nodes,
-        help="Nodes whose card was written afresh: pin the host key each presents now (the old one is shown), "
-                   "provision them, and start their tasks if the rest of the cluster is up.")
+        help="Nodes whose card was written afresh (a node set: node03, node[03-04], @workers!node02): pin the host key each "
+             "presents now (the old one is shown), provision them, and start their tasks if the rest of the cluster is up.")
 @option("--rotate-munge-key", is_flag=True,
-        help="With [slurm]: make a new munge key, install it on every node and restart munge and the Slurm daemons.")
-def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, known_hosts, replaced, rotate_munge_key) -> None:
+        help="With [slurm]: make a new munge key, install it on every node and restart munge and the Slurm daemons "
+             "(asks first; --yes does not).")
+@yes_option
+def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, known_hosts, replaced, rotate_munge_key, yes) -> None:
     """Bring every node to the cluster's state: hostname, Pi settings, packages, NFS, SSH, Python, firewall.
 
     Idempotent: a second run reports no changes.  Exit code 1 when any node failed; the others
@@ -54,7 +57,8 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
 
     from picluster.cluster import hostkeys
     from picluster.model import nodeset
-    from picluster.model.inventory import select, venv_path
+    from picluster.model.inventory import venv_path
+    from picluster.model.nodegroups import select
     from picluster.provision.report import show
     from picluster.provision.runner import parse_only, run_order
     from picluster.provision.runner import provision as run
@@ -71,6 +75,11 @@ def provision(inventory, only, dry_run, venv, nfsd_threads, fanout, timeout, kno
         raise UsageError("--rotate-munge-key: the slurm step installs the key; add it to --only")
     if venv is not None and inv.users and not venv.startswith("/"):
         raise UsageError(f"--venv {venv}: with [users], the runtime must be where every account can run it: give an absolute path")
+    if rotate_munge_key and not dry_run:
+        from picluster.cli.confirm import confirm
+
+        # The old key is gone once replaced: a node it did not reach cannot talk to the others until provisioned again.
+        confirm(f"replace the munge key of {inv.name} on {nodeset.fold(n.name for n in inv.nodes)} and restart munge and the Slurm daemons", yes)
     # Every connection of this command, the tasks a replaced node rejoins with included.
     hostkeys.use(hostkeys.strict(known_hosts) if known_hosts is not None else hostkeys.accept_new())
     hostkeys.current().check_files()  # a malformed known_hosts is refused before any connection

@@ -1,4 +1,4 @@
-"""``picluster submit [--nodes N] [--ps P] [--cpus C] [--time T] [--mem M] [--nodelist NODES] [--name NAME] -- COMMAND...``
+"""``picluster submit [--nodes N] [--ps P] [--cpus C] [--time T] [--mem M] [--nodelist NODES] [-x NODES] [--name NAME] -- COMMAND...``
 or ``picluster submit [options] SCRIPT``: a job script with #SBATCH or SGE #$ lines."""
 
 import os
@@ -17,11 +17,14 @@ from picluster.cli.options import Whole, complete_nodes, node_inventory_option, 
         show_default="whole nodes", help="CPUs per node, leaving the rest to other jobs.")
 @option("--time", "-t", "time_limit", default=None, help="Run-time limit: minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]] (SGE's h_rt).")
 @option("--mem", default=None, show_default="the CPUs' share", help="Memory per node: 512M, 2G (SGE's mem_free).")
-@option("--nodelist", "-w", default=None, shell_complete=complete_nodes, help="These nodes, e.g. node[01-04] (SGE's -l h=).")
+@option("--nodelist", "-w", default=None, metavar="NODESET", shell_complete=complete_nodes,
+        help="These nodes, a node set: node[01-04], @workers!node03 (SGE's -l h=).")
+@option("--exclude", "-x", "exclude", multiple=True, metavar="NODESET", shell_complete=complete_nodes,
+        help="Never these nodes, a node set (as sbatch -x and clush -x); may be given more than once.")
 @option("--name", "-J", default=None, show_default="from the command", help="The job's name in the queue (SGE's -N).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @other_spelling("--workers", "submit counts the job's nodes, its ps nodes among them: give --nodes N (and --ps for how many are ps)")
-def submit(inventory, nodes, ps, cpus, time_limit, mem, nodelist, name, command) -> None:
+def submit(inventory, nodes, ps, cpus, time_limit, mem, nodelist, exclude, name, command) -> None:
     """Queue COMMAND, or a job SCRIPT, with Slurm on the inventory's cluster and print its job id (slurm:ID).
 
     Inside the job, `picluster run`, `train` and `launch` use the nodes Slurm gave it.  A SCRIPT
@@ -41,7 +44,8 @@ def submit(inventory, nodes, ps, cpus, time_limit, mem, nodelist, name, command)
             raise UsageError(f"{command[0]}: {exc.strerror}") from None
         if inventory.slurm is not None:
             job_script = script.read(inventory, command[0], data, os.getcwd())
-    req = batch.check(inventory, () if job_script else tuple(command), nodes, ps, time_limit, mem, nodelist, name, cpus, job_script)
+    req = batch.check(inventory, () if job_script else tuple(command), nodes, ps, time_limit, mem, nodelist, name, cpus, job_script,
+                      exclude)
     queued = queue.submit(inventory, req)
     job = queued.id
     click.echo(f"slurm:{job}")

@@ -2,9 +2,9 @@
 
 import json
 
-from picluster.lab import naming
 from picluster.lab.host import DATA_DIR, SHARE_DIR, Host
 from picluster.lab.plan import Plan
+from picluster.model import nodeset
 
 TF_PORT = 2222
 
@@ -18,7 +18,7 @@ def inventory_text(plan: Plan, hosts: list[Host], key_path: str) -> str:
 [cluster]
 name = {_toml(f"lab-{plan.id}")}
 user = {_toml(plan.user.name)}
-nodes = {_toml(_name_range(names))}
+nodes = {_toml(nodeset.fold(names))}
 addresses = {_toml(f"{base}.[{octets[0]}-{octets[-1]}]" if len(octets) > 1 else hosts[0].address)}
 subnet = {_toml(str(plan.subnet))}
 ssh_key = {_toml(key_path)}
@@ -28,16 +28,9 @@ data_dir = {_toml(DATA_DIR)}
 
 [roles]
 ps = {_toml(names[0])}
-worker = {_toml(_name_range(workers))}
+worker = {_toml(nodeset.fold(workers))}
 nfs_master = {_toml(names[0])}
 """
-
-
-def _name_range(names: list[str]) -> str:
-    if len(names) == 1:
-        return names[0]
-    prefix = naming.HOST_PREFIX
-    return f"{prefix}[{names[0][len(prefix):]}-{names[-1][len(prefix):]}]"
 
 
 def _toml(value: str) -> str:

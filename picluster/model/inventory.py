@@ -237,15 +237,13 @@ def parse_inventory(data: dict, where: str = "inventory", source: Path | None = 
         if not isinstance(value, str):
             raise fail(f"roles.{key} must be a node set string like \"node[02-16]\"")
         try:
-            members = nodeset.expand(value)
+            members = set(nodeset.expand(value))
         except UsageError as exc:
             raise fail(f"roles.{key}: {exc}") from None
-        unknown = [m for m in members if m not in names]
+        unknown = members - set(names)
         if unknown:
             raise fail(f"roles.{key}: {nodeset.fold(unknown)} not in the node list")
-        if len(set(members)) != len(members):
-            raise fail(f"roles.{key}: a node is listed twice")
-        return members
+        return [n for n in names if n in members]  # a node set has no order of its own: the inventory's
 
     ps = role_set("ps", default_ps(names))
     default_workers = [n for n in names if n not in ps] or names[:]
@@ -367,13 +365,13 @@ def _nodes(data, cluster, fail) -> list[Node]:
         if "nodes" not in cluster:
             raise fail("no nodes: set cluster.nodes = \"node[01-16]\" and cluster.addresses, or add [[node]] tables")
         try:
-            names = nodeset.expand(_string(cluster, "nodes", fail, "cluster"))
+            names = nodeset.in_order(_string(cluster, "nodes", fail, "cluster"))
         except UsageError as exc:
             raise fail(f"cluster.nodes: {exc}") from None
         if "addresses" not in cluster:
             raise fail("cluster.addresses is missing (e.g. \"192.168.1.[16-31]\", one per node)")
         try:
-            addresses = nodeset.expand(_string(cluster, "addresses", fail, "cluster"))
+            addresses = nodeset.in_order(_string(cluster, "addresses", fail, "cluster"))
         except UsageError as exc:
             raise fail(f"cluster.addresses: {exc}") from None
         if len(addresses) != len(names):
@@ -456,19 +454,3 @@ def _port(table: dict, key: str, default: int, fail) -> int:
         raise fail(f"cluster.{key} must be a port number 1-65534, got {value!r}")
     return value
 
-
-EVERY = ("all", "@all")
-
-
-def select(inv: Inventory, pattern: str) -> list[str]:
-    """The inventory's nodes that ``pattern`` names (``all``, or a node set such as
-    ``node[02-04],node07``), in inventory order; a name the inventory lacks is refused."""
-    known = [n.name for n in inv.nodes]
-    if pattern.strip() in EVERY:
-        return known
-    wanted = set(nodeset.expand(pattern))  # a malformed one is refused there, in one line
-    unknown = sorted(wanted - set(known))
-    if unknown:
-        raise UsageError(f"node set {pattern!r} names {nodeset.fold(unknown)}, not in the inventory "
-                         f"{inv.name} (its nodes: {nodeset.fold(known)}; 'all' takes every one)")
-    return [name for name in known if name in wanted]

@@ -1,6 +1,6 @@
 """Which nodes a chore takes, and in what order: the nodes others depend on go last.
 
-    names = select(inv, "node[02-03]")        # (inventory.py) UsageError naming what it lacks
+    names = select(inv, "node[02-03]")        # (nodegroups.py) UsageError naming what it lacks
     for wave in waves(inv, names, parallel=1, here=local_nodes(inv)):
         ...                                   # wave.nodes, all of one rank; wave.rank says which
 

@@ -1,11 +1,18 @@
-"""Nodes' outputs folded as ClusterShell's ``clubak -b`` prints them: the nodes with the same
-output under one header (their node set and how many), once.
+"""Nodes' outputs as ClusterShell prints them: each line after its node's name (clush's default,
+for grep), or folded as ``clubak -b`` folds them: the nodes with the same output under one header
+(their node set and how many), once.
 
 Plain lines, not rich markup: node sets and the nodes' own output hold brackets."""
 
 from collections.abc import Iterator, Mapping
 
 from picluster.model import nodeset
+
+
+def prefixed(node: str, text: str) -> list[str]:
+    """``node03: line`` for each line of ``text``; nothing for no output (as clush)."""
+    text = text.rstrip("\n")
+    return [f"{node}: {line}" for line in text.split("\n")] if text else []
 
 
 def folded(outputs: Mapping[str, str]) -> Iterator[str]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from picluster.cluster.allocation import PS_ENV, SHARE_ENV
 from picluster.jobs.slurm.script import JobScript
-from picluster.model import nodeset, tokens
+from picluster.model import nodegroups, nodeset, tokens
 from picluster.model.inventory import Inventory
 from picluster.util.errors import UsageError
 
@@ -39,6 +39,7 @@ class Request:
     cpus: int | None = None  # CPUs per node; None: whole nodes (--exclusive)
     job_script: JobScript | None = None  # a job script, instead of a command
     given_nodes: bool = False  # --nodes was given (a script's own count stands otherwise)
+    exclude: tuple[str, ...] = ()  # nodes Slurm must not give the job (sbatch -x)
 
 
 def seconds(value: str) -> int:
@@ -51,8 +52,10 @@ def megabytes(value: str) -> int:
 
 def check(inv: Inventory, command: tuple[str, ...], nodes: int | None, ps: int | None, time: str | None,
           mem: str | None, nodelist: str | None, name: str | None, cpus: int | None = None,
-          job_script: JobScript | None = None) -> Request:
-    """The request, or UsageError for the first thing Slurm (or the inventory) would refuse."""
+          job_script: JobScript | None = None, exclude: tuple[str, ...] = ()) -> Request:
+    """The request, or UsageError for the first thing Slurm (or the inventory) would refuse.
+    ``nodelist`` and each of ``exclude`` are node sets (ClusterShell's, with the inventory's
+    groups); Slurm is given the names."""
     if inv.slurm is None:
         raise UsageError(f"inventory {inv.source or inv.name} has no [slurm] table: add one and run 'picluster provision' (see docs/slurm.md)")
     if not command and job_script is None:
@@ -62,15 +65,19 @@ def check(inv: Inventory, command: tuple[str, ...], nodes: int | None, ps: int |
     names = [n.name for n in inv.nodes]
     chosen: tuple[str, ...] = ()
     if nodelist is not None:
-        chosen = tuple(nodeset.expand(nodelist))
-        unknown = [n for n in chosen if n not in names]
-        if unknown:
-            raise UsageError(f"--nodelist: {nodeset.fold(unknown)} not in the inventory (it has {nodeset.fold(names)})")
-        if len(set(chosen)) != len(chosen):
-            raise UsageError(f"--nodelist {nodelist} names a node twice")
+        try:
+            chosen = tuple(nodegroups.select(inv, nodelist, exclude))
+        except UsageError as exc:
+            raise UsageError(f"--nodelist: {exc}") from None
+    left_out = nodegroups.excluded(inv, exclude)
+    left = [n for n in names if n not in left_out]  # what -x leaves Slurm
+    if not left:
+        raise UsageError(f"-x {','.join(exclude)} leaves no node for the job")
     count = nodes if nodes is not None else (len(chosen) or 1)
     if count > len(names):
         raise UsageError(f"--nodes {count} is more than the {len(names)} nodes of the inventory")
+    if count > len(left):
+        raise UsageError(f"--nodes {count} is more than the {len(left)} nodes -x leaves ({nodeset.fold(left)})")
     if chosen and len(chosen) > count:
         raise UsageError(f"--nodelist names {len(chosen)} nodes but --nodes is {count}")
     if ps is not None and ps > count:
@@ -89,7 +96,7 @@ def check(inv: Inventory, command: tuple[str, ...], nodes: int | None, ps: int |
     else:
         job_name = _default_name(command)
     return Request(tuple(command), count, ps if ps is not None else -1, job_name, time, mem, chosen, cpus, job_script,
-                   nodes is not None)
+                   nodes is not None, tuple(n for n in names if n in left_out))
 
 
 def _script_name(job: JobScript) -> str:
@@ -130,6 +137,8 @@ def script(inv: Inventory, req: Request) -> str:
         lines.append(f"#SBATCH --mem={req.mem}")
     if req.nodelist:
         lines.append(f"#SBATCH --nodelist={','.join(req.nodelist)}")
+    if req.exclude:
+        lines.append(f"#SBATCH --exclude={','.join(req.exclude)}")
     # The nodes' picluster first on PATH, so `picluster ...` is the one provisioning installed.
     venv = inv.venv if inv.venv.startswith("/") else f"$HOME/{inv.venv.removeprefix('~/')}"
     venv_bin = f'"{venv}/bin"'  # inventory.venv holds no shell metacharacters (tokens.node_path)
@@ -161,6 +170,8 @@ def sbatch_args(inv: Inventory, req: Request) -> str:
         given.append(f"--nodes={req.nodes}")
     if req.nodelist:
         given.append(f"--nodelist={','.join(req.nodelist)}")
+    if req.exclude:
+        given.append(f"--exclude={','.join(req.exclude)}")
     if req.time is not None:
         given.append(f"--time={req.time}")
     if req.mem is not None:

@@ -160,6 +160,10 @@ def _check_value(inv: Inventory, where: str, long: str, value: str) -> None:
         if not value.isdigit() or not 1 <= int(value) <= len(inv.nodes):
             raise UsageError(f"{where}: --nodes={value}: the cluster has {len(inv.nodes)} nodes")
     elif long == "nodelist":
+        if any(c in value for c in "!&^@*?"):
+            # sbatch reads the script's own lines: Slurm's node lists have brackets and commas only.
+            raise UsageError(f"{where}: --nodelist={value}: Slurm reads this line, and its node lists take no operators or groups: "
+                             "list the nodes (node[01-04],node07), or give them to picluster submit (--nodelist, -x)")
         _nodes(inv, where, value, f"--nodelist={value}")
     elif long == "partition" and value != inv.slurm.partition:
         raise UsageError(f"{where}: --partition={value}: the cluster's partition is {inv.slurm.partition}")
