@@ -59,6 +59,7 @@ def test_groups_are_the_ones_given_and_no_other():
     (["a1b1", "a1b2", "a2b1", "a2b2"], "a[1-2]b[1-2]"),  # both dimensions folded, as ClusterShell
     (["node2", "node1", "node2"], "node[1-2]"),
     (["ps:0", "worker:0", "worker:1"], "ps:0,worker:[0-1]"),
+    (["worker:0 client", "worker:1 client"], "worker:[0-1] client"),  # a process named in words folds too
     (["pi"], "pi"),
     (["node01"], "node01"),
     (["a,b", "x[1]", "node1"], "node1,a,b,x[1]"),  # names ClusterShell would read as sets stay as they are

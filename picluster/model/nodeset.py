@@ -36,8 +36,9 @@ _BRACKET = re.compile(r"\[([^\[\]]*)\]")
 _ITEM = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*(?:/\s*(\d+)\s*)?)?")
 _LONG_NUMBER = re.compile(r"\d{31,}")
 _NEGATIVE = re.compile(r"[\d\s/-]*")  # -5, -0-3, -8--4: ClusterShell's negative indexes
-# A name with one of these is not folded: ClusterShell would read it as a node set of its own.
-_NOT_FOLDED = re.compile(r"[,!&^\[\]@*?%\s]")
+# A name with one of these is not folded: ClusterShell would read it as a node set of its own,
+# or strip its leading or trailing blank.  A blank inside ("worker:0 client") folds as any letter.
+_NOT_FOLDED = re.compile(r"[,!&^\[\]@*?%\t\n\r\f\v]|^\s|\s$")
 _CLUSTERSHELL_ERRORS = (NodeSetException, RangeSetException, GroupResolverError, GroupSourceError, ValueError, IndexError)
 
 
