@@ -140,3 +140,14 @@ def test_a_global_batch_needs_one_updates_windows_not_the_batch_times_the_worker
     assert len(load_data(TrainConfig(data_dir=str(tiny), batch=200, batch_per_worker=False, workers=4)).x_train) == 240
     with pytest.raises(UsageError, match=r"fewer than one update takes \(800"):
         load_data(TrainConfig(data_dir=str(tiny), batch=200, workers=4))
+
+
+def test_a_sync_update_of_eight_workers_or_more_takes_the_recipes_adam_beta2_unless_given():
+    """Few, large updates: Adam's second moment averages ~20 updates from 8 workers on, as chosen on
+    validation with the emulator; fewer workers, async, one Pi and an option given keep their value."""
+    assert TrainConfig.for_model(workers=8).adam_beta2 == TrainConfig.for_model(workers=16).adam_beta2 == 0.95
+    assert TrainConfig.for_model(workers=8, emulate=True, standalone=True).adam_beta2 == 0.95  # the emulator makes the same updates
+    assert TrainConfig.for_model(workers=4).adam_beta2 == 0.999
+    assert TrainConfig.for_model(workers=8, mode="async").adam_beta2 == 0.999
+    assert TrainConfig.for_model(workers=8, standalone=True).adam_beta2 == 0.999
+    assert TrainConfig.for_model(workers=16, adam_beta2=0.999).adam_beta2 == 0.999

@@ -192,6 +192,9 @@ class TrainConfig:
         foreign = [name for name in OTHER_MODEL_ONLY[config.model] if name in given]  # even at its default value
         if foreign:
             raise UsageError(_not_for(foreign[0], config.model))
+        if config.model == "convlstm" and config.mode == "sync":  # the recipe studied: its large-update choices
+            chosen = {name: value for name, value in for_workers(config.replicas).items() if name not in given}
+            config = replace(config, **chosen) if chosen else config
         return config
 
     @property
@@ -274,6 +277,25 @@ MODEL_DEFAULTS: dict[str, dict] = {
     "convlstm": {},
     "resbidir": {"standardise": False, "l2": 0.005, "augment": "", "epochs": 40},
 }
+
+
+# The recipe's choices for a sync update that averages many workers, chosen on validation with the
+# statistics emulator (docs/training.md "Few, large updates"; 9-12 seeds a variant so far):
+# (from this many workers, {field: value}), the last that applies taken, each where its option
+# is not given.  Fewer workers, async and standalone runs keep the defaults above.
+FOR_WORKERS: tuple[tuple[int, dict[str, Any]], ...] = (
+    # Adam's squared-gradient average over the last ~20 updates, not ~1,000: an epoch holds 4-7.
+    (8, {"adam_beta2": 0.95}),
+)
+
+
+def for_workers(workers: int) -> dict[str, Any]:
+    """The recipe's values for a sync update of ``workers`` workers (FOR_WORKERS)."""
+    chosen: dict[str, Any] = {}
+    for least, values in FOR_WORKERS:
+        if workers >= least:
+            chosen = values
+    return chosen
 
 
 def _not_for(name: str, model: str) -> str:
