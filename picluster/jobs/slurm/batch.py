@@ -11,7 +11,8 @@ import shlex
 from dataclasses import dataclass
 
 from picluster.cluster.allocation import PS_ENV, SHARE_ENV
-from picluster.jobs.slurm.script import JobScript
+from picluster.jobs.slurm import origin as origins
+from picluster.jobs.slurm.options import JobScript
 from picluster.model import nodeset, tokens
 from picluster.model.inventory import Inventory
 from picluster.util.errors import UsageError
@@ -39,6 +40,8 @@ class Request:
     cpus: int | None = None  # CPUs per node; None: whole nodes (--exclusive)
     job_script: JobScript | None = None  # a job script, instead of a command
     given_nodes: bool = False  # --nodes was given (a script's own count stands otherwise)
+    chdir: str | None = None  # the folder a command runs in, when not where sbatch starts (origin.py)
+    said: tuple[str, ...] = ()  # what submit says of the request once it is queued: each translation, the folder
 
 
 def seconds(value: str) -> int:
@@ -51,7 +54,7 @@ def megabytes(value: str) -> int:
 
 def check(inv: Inventory, command: tuple[str, ...], nodes: int | None, ps: int | None, time: str | None,
           mem: str | None, nodelist: str | None, name: str | None, cpus: int | None = None,
-          job_script: JobScript | None = None) -> Request:
+          job_script: JobScript | None = None, origin: origins.Origin | None = None) -> Request:
     """The request, or UsageError for the first thing Slurm (or the inventory) would refuse."""
     if inv.slurm is None:
         raise UsageError(f"inventory {inv.source or inv.name} has no [slurm] table: add one and run 'picluster provision' (see docs/slurm.md)")
@@ -88,8 +91,13 @@ def check(inv: Inventory, command: tuple[str, ...], nodes: int | None, ps: int |
         job_name = job_script.sbatch.get("job-name") or _script_name(job_script)
     else:
         job_name = _default_name(command)
+    chdir, said = None, list(job_script.said) if job_script is not None else []
+    folder = origins.default(inv, origin, sge=False) if origin is not None and job_script is None else None
+    if folder is not None and folder.path is not None:
+        chdir = folder.path
+        said.append(f"the job runs in {folder.path} ({folder.why})")
     return Request(tuple(command), count, ps if ps is not None else -1, job_name, time, mem, chosen, cpus, job_script,
-                   nodes is not None)
+                   nodes is not None, chdir, tuple(said))
 
 
 def _script_name(job: JobScript) -> str:
@@ -124,6 +132,8 @@ def script(inv: Inventory, req: Request) -> str:
              f"#SBATCH --nodes={req.nodes}",
              *_cpus_lines(req),
              f"#SBATCH --output={output_file(inv)}"]
+    if req.chdir is not None:
+        lines.append(f"#SBATCH --chdir={req.chdir}")
     if req.time is not None:
         lines.append(f"#SBATCH --time={req.time}")
     if req.mem is not None:
