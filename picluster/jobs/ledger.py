@@ -101,9 +101,14 @@ class Queue:
         self.partition = partition
 
     def detail(self, number: str) -> Shown:
+        from rich.console import Group
+        from rich.text import Text
+
         from picluster.jobs.slurm import queue
 
-        return queue_table([queue.find(self.inv, number)], f"Slurm job {number} ({self.partition} on {self.inv.name})")
+        table = queue_table([queue.find(self.inv, number)], f"Slurm job {number} ({self.partition} on {self.inv.name})")
+        said = queue.why(self.inv, number)  # a job that never ran, or waits for a node: why, and what to do
+        return Group(table, Text(said)) if said else table
 
     def listing(self, limit: int, everyone: bool) -> list[Shown]:
         """Your jobs (everyone's with --all): pending, running, and recently ended."""
@@ -114,6 +119,8 @@ class Queue:
         shown: list[Shown] = [queue_table(queued, title) if queued else f"{title}: empty"]
         if down:
             shown.append(f"not available: {queue.describe(down)}: Slurm starts no job there")
+        shown += [f"{j.ref} failed before its script ran ({j.reason}): 'picluster logs {j.ref}' says why and what to do"
+                  for j in queued if j.reason == "JobLaunchFailure"]
         return shown
 
     def output(self, number: str, label: str | None, out: TextIO, say: Say) -> None:

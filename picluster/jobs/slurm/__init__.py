@@ -1,7 +1,11 @@
 """Jobs through Slurm: ``picluster submit``'s batch script, and the queue as ``jobs``, ``logs`` and
 ``cancel`` see it.
 
-batch.py   the request (nodes, ps, CPUs, time, memory, node list, name, command) checked, and its batch script
-script.py  a user's job script: its #SBATCH lines checked, its SGE #$ lines translated into sbatch's options
-queue.py   the controller asked over SSH: sbatch, squeue, scontrol, scancel, and a job's output
+batch.py    the request (nodes, ps, CPUs, time, memory, node list, name, command) checked, and its batch script
+script.py   a user's job script read: its directives, interpreter, folder, mail and what is said of each
+options.py  sbatch's options: #SBATCH lines checked, and what this cluster would refuse of any option
+sge.py      SGE's #$ lines translated into sbatch's options, or said as not honoured, or refused
+origin.py   where submit was typed, and so the folder a job runs in on its nodes
+queue.py    the controller asked over SSH: sbatch, squeue, scontrol, scancel, and a job's output
+failure.py  why a job ended before its script ran (or waits for a node), from Slurm's records and the node's log
 """
