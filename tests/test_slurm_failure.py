@@ -160,11 +160,19 @@ def test_logs_of_a_job_that_never_ran_says_why_instead_of_no_output(monkeypatch)
     with pytest.raises(ClusterError, match=r"most likely has no folder /home/alice/proj \(node02's log says why"):
         queue.output(inv, "7")
     assert opened == []
-    # Waiting for a node: no output yet, and why (exit 2: nothing is wrong with the job).
+    # Waiting for a node: no output yet, and why (exit 2: nothing is wrong with the job); a node
+    # that is down is not asked for its log.
     monkeypatch.setattr(queue, "_open", lambda inv, then="": Controller(PENDING))
     with pytest.raises(UsageError, match=r"^no output yet: slurm:7 is PENDING \(ReqNodeNotAvail"):
         queue.output(inv, "7")
     assert queue.why(inv, "7").startswith("slurm:7 is PENDING")
+    # Waiting its turn: no output yet, and no node asked for one.
+    waiting = Controller(PENDING.replace("Reason=ReqNodeNotAvail,_UnavailableNodes:node03", "Reason=Resources"))
+    monkeypatch.setattr(queue, "_open", lambda inv, then="": waiting)
+    with pytest.raises(UsageError) as said:
+        queue.output(inv, "7")
+    assert str(said.value) == "no output yet: slurm:7 is PENDING (Resources): 'picluster jobs slurm:7' shows it"
+    assert opened == [] and queue.why(inv, "7") is None
     # A job that ran has its output looked for as before (here: nowhere), and nothing to explain.
     monkeypatch.setattr(queue, "_open", lambda inv, then="": HereController(COMPLETED))
     monkeypatch.setattr(queue, "open_node", lambda inv, node: SimpleNamespace(

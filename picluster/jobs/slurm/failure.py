@@ -110,7 +110,7 @@ def why(inv: Inventory, remote: Remote | Here, record: Record) -> str:
     """What happened to a job whose record is ``explained``, and what to do: the node's log when
     the inventory's user can read it (not here, as a person on the controller), the nodes' states,
     and what the controller sees of the job's folders on the share."""
-    logged = node_log(inv, record) if not isinstance(remote, Here) else []
+    logged = node_log(inv, record) if record.unstarted and not isinstance(remote, Here) else []
     down = not_serving(sinfo_states(remote.run(SINFO_NODES, check=False).stdout))
     checked = {}
     if isinstance(remote, Here):  # as the job's owner, usually: they read their own job's output

@@ -274,6 +274,8 @@ def output(inv: Inventory, job: str) -> str:
             if record is not None and record.explained:  # no output to find: why, and what to do
                 what = failure.why(inv, remote, record)
                 raise (UsageError(f"no output yet: {what}") if record.state == "PENDING" else ClusterError(what))
+            if record is not None and record.state == "PENDING":  # nothing to look for on the nodes
+                raise UsageError(f"no output yet: slurm:{job} is PENDING ({record.reason}): 'picluster jobs slurm:{job}' shows it")
             said = re.search(r"(?:^|\s)StdOut=(/\S+)", shown)  # a path with spaces is not looked for here
             places = [shlex.quote(said.group(1))] if said else []
             where = places + where  # a file on the batch node's own disk (the home) is read there
