@@ -308,3 +308,20 @@ def test_submit_with_a_script_refuses_in_one_line_and_queues_nothing(tmp_path):
     done = picluster("submit", "-i", path, "job.sh", cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.startswith("picluster: error: Slurm's controller node01 cannot be reached (")
     assert len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_the_servers_start_wait_of_the_submitting_session_goes_with_the_job(monkeypatch):
+    """PICLUSTER_START_TIMEOUT reaches the job whether sbatch runs here or over SSH (where the
+    session's environment does not travel): in picluster's batch script, or a script's --export."""
+    inv = inventory()
+    monkeypatch.setenv("PICLUSTER_START_TIMEOUT", "900")
+    req = batch.check(inv, ("picluster", "run", "montecarlo"), 2, None, None, None, None, None)
+    assert "\nexport PICLUSTER_START_TIMEOUT=900\n" in batch.script(inv, req)
+    job = script.read(inv, "s.sh", b"#!/bin/bash\nhostname\n", ON_LAPTOP)
+    args = batch.sbatch_args(inv, batch.check(inv, (), None, None, None, None, None, None, job_script=job))
+    assert "PICLUSTER_SHARE=/mnt/picluster,PICLUSTER_START_TIMEOUT=900," in args
+    monkeypatch.setenv("PICLUSTER_START_TIMEOUT", "soon")
+    with pytest.raises(UsageError, match=r"PICLUSTER_START_TIMEOUT='soon': give the seconds the job's servers may take"):
+        batch.check(inv, ("hostname",), None, None, None, None, None, None)
+    monkeypatch.delenv("PICLUSTER_START_TIMEOUT")
+    assert "START_TIMEOUT" not in batch.script(inv, batch.check(inv, ("hostname",), None, None, None, None, None, None))

@@ -243,3 +243,25 @@ def test_a_controller_that_does_not_answer_is_one_line_asked_once(monkeypatch):
     assert str(refused.value) == ("Slurm's controller daemon on node01 does not answer (slurmctld stopped?): "
                                   "'picluster provision -i INVENTORY --only slurm,queue' starts it; nothing was queued")
     assert len(silent.asked) == 1 and "sbatch --test-only" in silent.asked[0]
+
+
+def test_the_allocations_servers_wait_as_long_as_the_job_environment_says(tmp_path, monkeypatch):
+    """Inside a Slurm job the servers have 180 s to answer, or PICLUSTER_START_TIMEOUT's seconds
+    (exported by sbatch from the session that submits): a node loading TensorFlow under emulation
+    takes longer.  The step here says its ports and never answers."""
+    from picluster.cluster import allocation
+
+    monkeypatch.setenv("PICLUSTER_STATE_DIR", str(tmp_path))
+    real = subprocess.Popen
+    said = "echo '0: picluster.cluster.server: reserved ports 1 2'; exec sleep 30"
+    monkeypatch.setattr(allocation.subprocess, "Popen", lambda cmd, **kw: real(["sh", "-c", said], **kw))
+    job = allocation.Allocation("41", layout_of(["node01"], {"node01": "127.0.0.1"}, 1, 2224))
+    monkeypatch.setenv("PICLUSTER_START_TIMEOUT", "1")
+    with pytest.raises(ClusterError) as late:
+        job.start()
+    assert str(late.value) == ("Slurm job 41: node01 not answering after 1 s (ps:0, worker:0); nodes that load TensorFlow "
+                               "slower than that need longer: submit with PICLUSTER_START_TIMEOUT=SECONDS in your environment")
+    assert job._step is None  # the step stopped
+    monkeypatch.setenv("PICLUSTER_START_TIMEOUT", "soon")
+    with pytest.raises(ClusterError, match=r"PICLUSTER_START_TIMEOUT='soon' must be a whole number from 1 to 86400"):
+        job.start()
