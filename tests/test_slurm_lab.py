@@ -478,6 +478,7 @@ def test_jobs_share_a_node_on_ports_slurm_reserves_and_an_sge_script_runs_as_wri
 
 
 @pytest.mark.long  # the card's sixty epochs on the full data set: minutes (docs/test-hosts.md)
+@pytest.mark.timeout(3600)
 def test_the_cards_training_runs_through_the_queue_as_typed(slurm_lab, tmp_path):
     """`picluster train har --layers 3`, the card's command as written, queued on the three hosts:
     the data set prepared into the share as docs/slurm.md says, then the training on 1 ps and 2
