@@ -25,6 +25,8 @@ packages=(
     python3-packaging  # Ansible's pip module on the test hosts (the runtime role)
     munge slurmd slurmctld slurm-client  # the queue of an inventory with [slurm] (service starts blocked)
     slurmdbd mariadb-server  # its accounting ([slurm] accounting = true), on the controller
+    libpam-slurm-adopt  # [users] with [slurm]: logins held to jobs on the workers (only its PAM module: no
+                        # maintainer script, nothing in this machine's /etc/pam.d uses it)
     # Not for the lab: only its promtool, which lints the node agent's metrics page in the
     # tests (`promtool check metrics`).  Its service is never started (policy below).
     prometheus
@@ -103,6 +105,7 @@ fi
 for tool in /usr/sbin/sshd /usr/lib/openssh/sftp-server; do
     [[ -x $tool ]] || { echo "lab-deps: $tool missing after install" >&2; exit 1; }
 done
+[[ -f /lib/security/pam_slurm_adopt.so ]] || { echo "lab-deps: /lib/security/pam_slurm_adopt.so missing after install" >&2; exit 1; }
 for tool in ip tc unshare nsenter mount umount findmnt sudo nft promtool qemu-system-x86_64 qemu-system-aarch64 qemu-img \
             debootstrap mkfs.ext4 munged slurmd slurmctld sinfo slurmdbd mariadbd; do
     command -v "$tool" >/dev/null || { echo "lab-deps: $tool missing after install" >&2; exit 1; }

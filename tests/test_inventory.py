@@ -91,12 +91,14 @@ addresses = "10.0.0.[1-{nodes}]"
     (("nfs_master = \"node11\"", "nfs_master = \"node[11-12]\""), "exactly one node"),
     (("user = \"pi\"", "user = \"pi; rm -rf /\""), "not a valid user name"),
     (("tf_port = 2222", "tf_port = 2222\n[slurm]\ncontroler = \"node01\""),
-     "unknown key 'controler' in [slurm] (known: accounting, controller, default_time, max_time, partition, scheduler)"),
+     "unknown key 'controler' in [slurm] (known: accounting, controller, default_time, mail_prog, max_time, partition, scheduler)"),
         (("tf_port = 2222", "tf_port = 2222\n[slurm]\nmax_time = \"1 day\""), "slurm.max_time '1 day': use minutes, MM:SS, HH:MM:SS"),
         (("tf_port = 2222", "tf_port = 2222\n[slurm]\ndefault_time = 30"), "slurm.default_time 30: use minutes"),
         (("tf_port = 2222", "tf_port = 2222\n[slurm]\ndefault_time = \"2-00\""), "slurm.default_time 2-00 is longer than slurm.max_time 1-00:00:00"),
     (("tf_port = 2222", "tf_port = 2222\n[slurm]\naccounting = \"yes\""), "slurm.accounting 'yes' must be true or false"),
     (("tf_port = 2222", "tf_port = 2222\n[slurm]\nscheduler = \"fifo\""), 'slurm.scheduler \'fifo\' must be "backfill" or "builtin" (first in, first out)'),
+    (("tf_port = 2222", "tf_port = 2222\n[slurm]\nmail_prog = \"mail\""), "slurm.mail_prog 'mail' must be an absolute path"),
+    (("tf_port = 2222", "tf_port = 2222\n[slurm]\nmail_prog = \"/usr/bin/mail -s\""), "slurm.mail_prog '/usr/bin/mail -s' contains ' '"),
     (("tf_port = 2222", "tf_port = 2222\n[slurm]\ncontroller = \"node99\""), "slurm.controller 'node99' is not a node of the inventory"),
     (("tf_port = 2222", "tf_port = 2222\n[slurm]\ncontroller = 3"), "slurm.controller 3 is not a node"),
     (("tf_port = 2222", "tf_port = 2222\n[slurm]\npartition = \"pis Nodes=ALL\""), "slurm.partition 'pis Nodes=ALL' must be letters"),
@@ -115,9 +117,11 @@ def test_slurm_table_is_optional_and_its_controller_defaults_to_the_nfs_master(t
     assert load_inventory(write(tmp_path, GOOD)).slurm is None
     inv = load_inventory(write(tmp_path, GOOD + "\n[slurm]\n"))
     assert inv.slurm is not None and (inv.slurm.controller, inv.slurm.partition) == ("node11", "picluster")
-    assert inv.slurm.scheduler == "backfill"
+    assert inv.slurm.scheduler == "backfill" and inv.slurm.mail_prog == ""  # no mail
     inv = load_inventory(write(tmp_path, GOOD + '\n[slurm]\ncontroller = "node02"\npartition = "pis"\nscheduler = "builtin"\n'))
     assert inv.slurm is not None and (inv.slurm.controller, inv.slurm.partition, inv.slurm.scheduler) == ("node02", "pis", "builtin")
+    inv = load_inventory(write(tmp_path, GOOD + '\n[slurm]\nmail_prog = "/usr/bin/mail"\n'))
+    assert inv.slurm is not None and inv.slurm.mail_prog == "/usr/bin/mail"
 
 
 def test_unreadable_and_invalid_toml(tmp_path):

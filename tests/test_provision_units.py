@@ -56,7 +56,7 @@ TEMPLATE_VARS = {
         "cluster_name": "pi4", "slurm_controller": "node01", "slurm_controller_address": "192.168.1.16",
         "slurmctld_port": 6817, "slurmd_port": 6818, "srun_ports": "60001-60100", "slurm_scheduler": "backfill",
         "job_ports": "2224-2287", "def_mem_per_cpu": 420, "proctrack": "proctrack/cgroup", "task_plugin": "task/cgroup",
-        "jobacct_gather": "jobacct_gather/cgroup",
+        "jobacct_gather": "jobacct_gather/cgroup", "slurm_mail_prog": "/bin/true",
     },
     "slurm-contain.conf.j2": {},
     "slurm-node.conf.j2": {"node": "node02", "address": "192.168.1.17", "cpus": 4, "memory": 3792},
@@ -359,9 +359,13 @@ def test_slurm_conf_lists_every_node_with_its_size_then_one_partition():
                  # The smallest share: node04's 841 MiB over 2 CPUs.
                  "DefMemPerCPU=420",
                  # These facts name no controllers and no systemd: not confined.
-                 "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/linux"):
+                 "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/linux",
+                 # No [slurm] mail_prog: mail asked of Slurm goes nowhere (Slurm's default, /bin/mail, is not on a Pi).
+                 "MailProg=/bin/true"):
         assert line in lines, line
     assert not any(line.startswith("PrologFlags") for line in lines)  # Contain needs proctrack/cgroup
+    mailing = SimpleNamespace(inv=parse_inventory({**INV, "slurm": {"mail_prog": "/usr/bin/mail"}}), shared=ctx.shared)
+    assert "MailProg=/usr/bin/mail" in slurm.conf_text(mailing).splitlines()
     assert slurm.cgroup_plugin(ctx) == "cgroup/v2"
     assert slurm.cgroup_plugin(_slurm_ctx({"node01": (1, 1, "v1"), "node02": (1, 1, "v1")})) == "cgroup/v1"
     assert slurm.cgroup_plugin(_slurm_ctx({"node01": (1, 1, "v1"), "node02": (1, 1, "v2")})) == "autodetect"

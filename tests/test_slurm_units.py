@@ -11,11 +11,14 @@ import pytest
 from picluster.cluster.allocation import default_ps, job_id, layout_of, node_addresses, not_serving, shared_dir, sinfo_states, sizes
 from picluster.cluster.server import step_ports
 from picluster.jobs.slurm import batch, script
+from picluster.jobs.slurm.origin import Origin
 from picluster.jobs.slurm.queue import describe, parse
 from picluster.model.inventory import parse_inventory
 from picluster.util.errors import ClusterError, UsageError
 
 from conftest import picluster
+
+TYPED = Origin("/home/pi", here=False, on_node=False, account="pi")  # submit typed on a laptop, over SSH
 
 # Loopback addresses only: the refusals below happen before anything connects.
 INVENTORY = """
@@ -100,8 +103,8 @@ def test_nodelist_and_x_are_node_sets_slurm_is_given_names():
     # A job script's own lines are read by sbatch, whose node lists have no operators or groups.
     for line in ("#SBATCH --nodelist=node[01-04]!node02", "#SBATCH -w @workers"):
         with pytest.raises(UsageError, match=r"job.sh:2: --nodelist=.*: Slurm reads this line, and its node lists take no operators"):
-            script.read(inv, "job.sh", f"#!/bin/sh\n{line}\nhostname\n".encode(), "/tmp")
-    job = script.read(inv, "job.sh", b"#!/bin/sh\n#SBATCH --nodelist=node[01-02]\nhostname\n", "/tmp")
+            script.read(inv, "job.sh", f"#!/bin/sh\n{line}\nhostname\n".encode(), TYPED)
+    job = script.read(inv, "job.sh", b"#!/bin/sh\n#SBATCH --nodelist=node[01-02]\nhostname\n", TYPED)
     given = batch.sbatch_args(inv, batch.check(inv, (), None, None, None, None, None, None, job_script=job, exclude=("node03",)))
     assert given.startswith("--exclude=node03 --job-name=job ")
 
@@ -208,111 +211,6 @@ def test_submit_and_the_slurm_job_commands_refuse_bad_input_in_one_line(tmp_path
         "picluster: error: Slurm's controller node01 cannot be reached (nothing listens on port 22)\n"), done.stderr
 
 
-# -- job scripts: #SBATCH and SGE's #$ -------------------------------------------------------------
-
-SGE_SCRIPT = """#!/bin/bash
-# a thesis-era job script, as SGE took it
-#$ -N tf
-#$ -l h=node02,mem_free=5G
-#$ -l h_rt=3600
-#$ -o tf.out -j y
-#$ -cwd -V
-#$ -pe smp 2
-#$ -t 1-4:2
-#SBATCH --comment=kept
-
-python3 train.py
-"""
-
-
-def test_an_sge_script_becomes_sbatch_options_each_said():
-    inv = inventory()
-    job = script.read(inv, "tf.sh", SGE_SCRIPT.encode(), "/mnt/picluster/alice")
-    assert job.text == SGE_SCRIPT  # travels as it is: Slurm reads its #SBATCH lines, the #$ lines stay comments
-    assert job.options == ["--job-name=tf", "--nodelist=node02", "--mem=5120M", "--time=01:00:00", "--output=tf.out",
-                           "--chdir=/mnt/picluster/alice", "--ntasks=1", "--cpus-per-task=2", "--array=1-4:2"]
-    assert job.said == [
-        "tf.sh:3: #$ -N tf -> --job-name=tf",
-        "tf.sh:4: #$ -l h=node02,mem_free=5G -> --nodelist=node02 --mem=5120M",
-        "tf.sh:5: #$ -l h_rt=3600 -> --time=01:00:00",
-        "tf.sh:6: #$ -o tf.out -> --output=tf.out",
-        "tf.sh:6: #$ -j y -> stdout and stderr in one file (sbatch's default without --error)",
-        "tf.sh:7: #$ -cwd -> --chdir=/mnt/picluster/alice",
-        "tf.sh:7: #$ -V -> --export=ALL (sbatch's default: the environment of the session that submits, on the controller)",
-        "tf.sh:8: #$ -pe smp 2 -> --ntasks=1 --cpus-per-task=2",
-        "tf.sh:9: #$ -t 1-4:2 -> --array=1-4:2",
-    ]
-    assert job.sbatch == {"comment": "kept"}
-    req = batch.check(inv, (), None, None, "30", None, None, None, job_script=job)
-    assert req.name == "tf"
-    # Given on the command line, picluster's options win over the script's, as sbatch's do.
-    args = batch.sbatch_args(inv, req)
-    assert args == ("--nodelist=node02 --mem=5120M --time=01:00:00 --output=tf.out --chdir=/mnt/picluster/alice --ntasks=1 "
-                    "--cpus-per-task=2 --array=1-4:2 --time=30 --job-name=tf --partition=lab "
-                    "--export=ALL,PICLUSTER_SHARE=/mnt/picluster,\"PATH=/opt/pcvenv/bin:$PATH\"")
-    # The words, as the controller's shell splits them: $PATH expanded there, nothing else.
-    words = subprocess.run(["sh", "-c", f'PATH=/usr/bin; for a in {args}; do echo "[$a]"; done'], capture_output=True,
-                           text=True, check=True).stdout.splitlines()
-    assert words[-1] == "[--export=ALL,PICLUSTER_SHARE=/mnt/picluster,PATH=/opt/pcvenv/bin:/usr/bin]"
-    # A script without a name of its own is named after its file; one without #! takes SGE's -S.
-    plain = script.read(inv, "jobs/my job.sh", b"#$ -S /bin/bash\n#$ -l h_rt=4000\nhostname\n", "/tmp")
-    assert plain.text == "#!/bin/bash\n#$ -S /bin/bash\n#$ -l h_rt=4000\nhostname\n"
-    assert plain.options == ["--time=01:07:00"]  # SGE counts seconds, Slurm whole minutes: rounded up
-    assert batch.check(inv, (), None, None, None, None, None, None, job_script=plain).name == "my-job"
-
-
-SCRIPT_REFUSALS = [
-    ("#!/bin/sh\n#$ -l gpus=1\n", "s.sh:2: #$ -l gpus=1: the cluster has no GPUs"),
-    ("#!/bin/sh\n#$ -l h=node09\n", "s.sh:2: -l h=node09: node09 not a node of the cluster (node[01-04])"),
-    ("#!/bin/sh\n#$ -l h_rt=780000\n", "s.sh:2: -l h_rt=780000 (9-00:40:00) is over the cluster's longest, 1-00:00:00"),
-    ("#!/bin/sh\n#$ -l mem_free=lots\n", "s.sh:2: #$ -l mem_free=lots: give a size such as 512M or 5G"),
-    ("#!/bin/sh\n#$ -l arch=lx-amd64\n", "s.sh:2: #$ -l arch: not a resource picluster translates"),
-    ("#!/bin/sh\n#$ -m be\n", "s.sh:2: #$ -m be: the cluster sends no mail"),
-    ("#!/bin/sh\n#$ -M a@b.c\n", "s.sh:2: #$ -M 'a@b.c': the cluster sends no mail"),
-    ("#!/bin/sh\n#$ -pe mpi 4-8\n", "give a number of slots"),
-    ("#!/bin/sh\n#$ -pe make 4\n", "s.sh:2: #$ -pe make: not a parallel environment picluster knows"),
-    ("#!/bin/sh\n#$ -q all.q\n", "s.sh:2: #$ -q all.q: the cluster's one queue is the partition lab"),
-    ("#!/bin/sh\n#$ -frobnicate\n", "s.sh:2: #$ '-frobnicate': not an SGE option picluster translates"),
-    ("#!/bin/sh\n#$ -N\n", "s.sh:2: #$ -N needs a value"),
-    ("#!/bin/sh\n#$ -o $HOME/x.out\n", "s.sh:2: #$ -o '$HOME/x.out': give a file name"),
-    ("#!/bin/sh\n#$ -N 'a b'\n", "s.sh:2: #$ -N 'a b': a job name"),
-    ("#!/bin/sh\n#$ -N \"unclosed\n", "s.sh:2: No closing quotation"),
-    ("#!/bin/sh\n#$-N x\n", "s.sh:2: '#$-N x': a directive is #$ then a space then options"),
-    ("#!/bin/sh\n#SBATCH --frobnicate=1\n", "s.sh:2: #SBATCH --frobnicate: not an option of sbatch"),
-    ("#!/bin/sh\n#SBATCH --time=2-00\n", "s.sh:2: --time=2-00 is over the cluster's longest"),
-    ("#!/bin/sh\n#SBATCH --gres=gpu:1\n", "s.sh:2: --gres=gpu:1: the cluster has no GPUs"),
-    ("#!/bin/sh\n#SBATCH -N 9\n", "s.sh:2: --nodes=9: the cluster has 4 nodes"),
-    ("#!/bin/sh\n#SBATCH --partition=debug\n", "s.sh:2: --partition=debug: the cluster's partition is lab"),
-    ("#!/bin/sh\n#SBATCH --mem\n", "s.sh:2: #SBATCH --mem needs a value"),
-    ("#!/bin/sh\nhostname\n#$ -N late\n", "s.sh:3: #$ after the first command"),
-    ("hostname\n", "s.sh:1: no #! line"),
-    ("#!/bin/sh\n\0", "holds a NUL character"),
-]
-
-
-@pytest.mark.parametrize("text,message", SCRIPT_REFUSALS)
-def test_a_script_slurm_could_not_honour_is_refused_naming_its_line(text, message):
-    with pytest.raises(UsageError) as refused:
-        script.read(inventory(), "s.sh", text.encode(), "/tmp")
-    assert message in str(refused.value), str(refused.value)
-    assert "\n" not in str(refused.value)
-
-
-def test_submit_with_a_script_refuses_in_one_line_and_queues_nothing(tmp_path):
-    path = tmp_path / "pis.toml"
-    path.write_text(INVENTORY)
-    bad = tmp_path / "job.sh"
-    bad.write_text("#!/bin/bash\n#$ -N tf\n#$ -l gpus=1\npython3 train.py\n")
-    done = picluster("submit", "-i", path, "job.sh", cwd=tmp_path)
-    assert done.returncode == 2 and done.stdout == "" and done.stderr == (
-        "picluster: error: job.sh:3: #$ -l gpus=1: the cluster has no GPUs; remove the request\n"), done.stderr
-    # A good one gets as far as the controller, which this machine does not run: one line, nothing queued.
-    bad.write_text(SGE_SCRIPT)
-    done = picluster("submit", "-i", path, "job.sh", cwd=tmp_path)
-    assert done.returncode == 2 and done.stderr.startswith("picluster: error: Slurm's controller node01 cannot be reached (")
-    assert len(done.stderr.splitlines()) == 1, done.stderr
-
-
 class Answers:
     """Stands in for the controller's connection: each Slurm command gets its canned output."""
 
@@ -374,3 +272,25 @@ def test_a_controller_that_does_not_answer_is_one_line_asked_once(monkeypatch):
     assert str(refused.value) == ("Slurm's controller daemon on node01 does not answer (slurmctld stopped?): "
                                   "'picluster provision -i INVENTORY --only slurm,queue' starts it; nothing was queued")
     assert len(silent.asked) == 1 and "sbatch --test-only" in silent.asked[0]
+
+
+def test_the_allocations_servers_wait_as_long_as_the_job_environment_says(tmp_path, monkeypatch):
+    """Inside a Slurm job the servers have 180 s to answer, or PICLUSTER_START_TIMEOUT's seconds
+    (exported by sbatch from the session that submits): a node loading TensorFlow under emulation
+    takes longer.  The step here says its ports and never answers."""
+    from picluster.cluster import allocation
+
+    monkeypatch.setenv("PICLUSTER_STATE_DIR", str(tmp_path))
+    real = subprocess.Popen
+    said = "echo '0: picluster.cluster.server: reserved ports 1 2'; exec sleep 30"
+    monkeypatch.setattr(allocation.subprocess, "Popen", lambda cmd, **kw: real(["sh", "-c", said], **kw))
+    job = allocation.Allocation("41", layout_of(["node01"], {"node01": "127.0.0.1"}, 1, 2224))
+    monkeypatch.setenv("PICLUSTER_START_TIMEOUT", "1")
+    with pytest.raises(ClusterError) as late:
+        job.start()
+    assert str(late.value) == ("Slurm job 41: node01 not answering after 1 s (ps:0, worker:0); nodes that load TensorFlow "
+                               "slower than that need longer: submit with PICLUSTER_START_TIMEOUT=SECONDS in your environment")
+    assert job._step is None  # the step stopped
+    monkeypatch.setenv("PICLUSTER_START_TIMEOUT", "soon")
+    with pytest.raises(ClusterError, match=r"PICLUSTER_START_TIMEOUT='soon' must be a whole number from 1 to 86400"):
+        job.start()

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from picluster.lab import Lab, keys, mockpi, naming, netns, procs, reap_orphans, teardown
-from picluster.lab.host import User
+from picluster.lab.host import HostOptions, User
 from picluster.lab.registry import known_ids, state_root
 from picluster.lab.vm import VM, VMHost, accel, aptsource, guest, image, seed, support, tap, virtiofs
 from picluster.provision.steps import packages as provision_packages
@@ -232,6 +232,21 @@ def test_a_lab_refuses_more_vms_than_memory_holds_before_making_anything(tmp_pat
     with pytest.raises(UsageError, match=r"2 VMs need .* start at most 0"):
         lab.up()
     assert lab.id is None and not (tmp_path / "labs").exists()
+
+
+def test_a_lab_of_larger_vms_counts_their_size_against_memory(tmp_path, monkeypatch):
+    """HostOptions(vm_cpus=, vm_memory_mib=): VMs a job of TensorFlow and another fit on; the
+    memory check counts them at that size, before anything is made."""
+    monkeypatch.setattr(support, "missing_support", lambda arch="amd64": None)
+    monkeypatch.setattr(support.psutil, "virtual_memory", lambda: type("M", (), {"available": 8 << 30})())
+    big = HostOptions(vm_cpus=2, vm_memory_mib=4096)
+    lab = Lab(2, vm=True, root=tmp_path / "labs", host_options={"node01": big, "node02": big})
+    with pytest.raises(UsageError, match=r"2 VMs need 9\.8 GiB of memory \(4096 MiB each, .* start at most 1"):
+        lab.up()
+    assert lab.id is None and not (tmp_path / "labs").exists()
+    vm = VM("node01", 1, "10.9.9.11", 24, "pcl-zq1-01", "pcl-zq1", tmp_path, cpus=big.vm_cpus, memory_mib=big.vm_memory_mib)
+    args = vm.command(image.Image(tmp_path, {"recipe_hash": "x"}), accel.Accel("tcg", "max", "test"))
+    assert args[args.index("-m") + 1] == "4096" and args[args.index("-smp") + 1] == "2"
 
 
 def test_tap_names_map_back_to_their_lab_and_macs_are_stable():

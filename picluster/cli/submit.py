@@ -1,7 +1,6 @@
 """``picluster submit [--nodes N] [--ps P] [--cpus C] [--time T] [--mem M] [--nodelist NODES] [-x NODES] [--name NAME] -- COMMAND...``
 or ``picluster submit [options] SCRIPT``: a job script with #SBATCH or SGE #$ lines."""
 
-import os
 from pathlib import Path
 
 import click
@@ -31,25 +30,26 @@ def submit(inventory, nodes, ps, cpus, time_limit, mem, nodelist, exclude, name,
     (one file, no arguments) keeps its #SBATCH lines; its SGE #$ lines are translated, each said.
     Example: picluster submit --nodes 8 --time 30 -- picluster run montecarlo --samples 1e8 --nodes 8
     """
-    from picluster.jobs.slurm import batch, queue, script
+    from picluster.jobs.slurm import batch, origin, queue, script
     from picluster.util.errors import UsageError
 
     if inventory is None:
         raise UsageError("submit needs an inventory with a [slurm] table: give --inventory (or PICLUSTER_INVENTORY)")
     job_script = None
+    typed = origin.of(inventory) if inventory.slurm is not None else None
     if len(command) == 1 and Path(command[0]).is_file():
         try:
             data = Path(command[0]).read_bytes()
         except OSError as exc:
             raise UsageError(f"{command[0]}: {exc.strerror}") from None
-        if inventory.slurm is not None:
-            job_script = script.read(inventory, command[0], data, os.getcwd())
+        if typed is not None:
+            job_script = script.read(inventory, command[0], data, typed)
     req = batch.check(inventory, () if job_script else tuple(command), nodes, ps, time_limit, mem, nodelist, name, cpus, job_script,
-                      exclude)
+                      exclude, typed)
     queued = queue.submit(inventory, req)
     job = queued.id
     click.echo(f"slurm:{job}")
-    for line in job_script.said if job_script else ():  # once queued: a refusal stays one line
+    for line in req.said:  # once queued: a refusal stays one line
         click.echo(line, err=True)
     size = "" if job_script else f", {req.nodes} node{'s' if req.nodes != 1 else ''}"
     click.echo(f"queued as Slurm job {job} ({req.name}{size}); "

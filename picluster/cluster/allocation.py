@@ -45,7 +45,8 @@ PLACEHOLDER_PORT = 2224
 PORTS_LINE = re.compile(r"^\d+: picluster\.cluster\.server: reserved ports (\d+) (\d+)$", re.M)
 PS_ENV = "PICLUSTER_PS"  # ps tasks of the job (submit --ps); default: one per 12 nodes
 SHARE_ENV = "PICLUSTER_SHARE"  # the inventory's data_dir: data and runs that every node reads
-START_TIMEOUT = 180.0
+START_TIMEOUT = 180.0  # TensorFlow loads in seconds on a Pi 4; nodes slower than that set START_ENV
+START_ENV = "PICLUSTER_START_TIMEOUT"  # seconds the job's servers may take to answer, from the submitting session
 STOP_GRACE_S = 10.0
 _JOB_ID = re.compile(r"\d{1,12}")
 
@@ -95,8 +96,11 @@ class Allocation(Cluster):
         return cls(job, layout_of(names, addresses, ps, PLACEHOLDER_PORT))
 
     # -- the servers, one job step ------------------------------------------------------------
-    def start(self, timeout: float = START_TIMEOUT) -> None:
-        """Start the job's servers as one step and return once every task answers."""
+    def start(self, timeout: float | None = None) -> None:
+        """Start the job's servers as one step and return once every task answers (within
+        START_TIMEOUT, or the job environment's START_ENV)."""
+        if timeout is None:
+            timeout = float(_whole(os.environ, START_ENV, int(START_TIMEOUT), 1, 86400))
         nodes = sorted({t.node for t in self.layout.tasks})
         cmd = ["srun", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
                f"--nodelist={','.join(nodes)}",
@@ -143,7 +147,8 @@ class Allocation(Cluster):
                     raise ClusterError(f"Slurm job {self.job}: the servers' step said no reserved ports after {timeout:.0f} s")
                 labels = ", ".join(t.label for t in pending)
                 raise ClusterError(f"Slurm job {self.job}: {nodeset.fold(t.node for t in pending)} not answering "
-                                   f"after {timeout:.0f} s ({labels})")
+                                   f"after {timeout:.0f} s ({labels}); nodes that load TensorFlow slower than that need "
+                                   f"longer: submit with {START_ENV}=SECONDS in your environment")
             if pending:
                 time.sleep(0.3)
 

@@ -180,7 +180,12 @@ class Queue:
     def detail(self, number: str) -> Listing:
         from picluster.jobs.slurm import queue
 
-        return slurm_detail(queue.find(self.inv, number), f"Slurm job {number} ({self.partition} on {self.inv.name})")
+        shown = slurm_detail(queue.find(self.inv, number), f"Slurm job {number} ({self.partition} on {self.inv.name})")
+        said = queue.why(self.inv, number)  # a job that never ran, or waits for a node: why, and what to do
+        shown.meta["why"] = said or None
+        if said:
+            shown.human.append(said)
+        return shown
 
     def listing(self, limit: int, everyone: bool, chosen: Filter) -> Listing:
         """Your jobs (everyone's with --all; with --user, theirs): pending, running, and recently ended."""
@@ -192,6 +197,8 @@ class Queue:
         whose = f", jobs of {','.join(sorted(chosen.users))}" if chosen.users else "" if everyone else ", your jobs (--all: everyone's)"
         title = f"Slurm queue, partition {self.partition} on {self.inv.name}{whose}"
         notes = [f"not available: {queue.describe(down)}: Slurm starts no job there"] if down else []
+        notes += [f"{j.ref} failed before its script ran ({j.reason}): 'picluster logs {j.ref}' says why and what to do"
+                  for j in shown if j.reason == "JobLaunchFailure"]
         facts = {"cluster": self.inv.name, "partition": self.partition, "everyone": everyone, "unavailable": down}
         return queue_listing(shown, title, facts, notes)
 

@@ -59,6 +59,11 @@ class HostOptions:
     # inventory can name sys.prefix as its venv.  A namespace host always can (it shares the
     # files); a VM mounts them read-only through virtiofs (lab/vm/virtiofs.py).
     coordinator_python: bool = False
+    # A VM host's size (qemu -smp, -m): a Raspberry Pi 3B+'s memory by default, and one CPU so that
+    # TCG's VMs share this machine's cores fairly.  Two CPUs let jobs share a node in Slurm; a job
+    # that imports TensorFlow beside another needs more than 1 GiB.  Namespace hosts: limits.
+    vm_cpus: int = 1
+    vm_memory_mib: int = 1024  # lab/vm/support.py's GUEST_MIB (lab/vm imports this module)
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "HostOptions":

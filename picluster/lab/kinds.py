@@ -44,7 +44,7 @@ class NamespaceHosts:
     name = NETNS
     default_timeout = 60.0
 
-    def check(self, nodes: int) -> None:
+    def check(self, nodes: int, host_options: dict[str, HostOptions] | None = None) -> None:
         commands.require_support()
 
     def new_host(self, lab, index: int) -> Host:

@@ -246,7 +246,7 @@ class Lab:
         ``on_progress(line)`` as each stage ends ("node[01-03]: answers SSH")."""
         if self.phase != "new":
             raise ClusterError(f"lab {self.id} was already brought up once; make a new Lab")
-        self.kind.check(self.nodes)  # refusals come before anything exists
+        self.kind.check(self.nodes, self.host_options)  # refusals come before anything exists
         timeout = self.kind.default_timeout if timeout is None else timeout
         try:
             say = on_progress or (lambda line: None)

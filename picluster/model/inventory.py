@@ -26,6 +26,7 @@ Example::
     default_time = "1:00:00"            # a job's limit when it gives none (sbatch's forms)
     max_time = "1-00:00:00"             # the longest limit a job may ask for
     accounting = false                  # slurmdbd and MariaDB on the controller: sacct, fair share
+    mail_prog = ""                      # the program slurmctld mails jobs' events with (SGE's -m); "": no mail
 
     [users]                             # optional: the people who log in and queue jobs (a class)
     alice = "ssh-ed25519 AAAA... alice@laptop"          # name = their SSH public key
@@ -55,7 +56,7 @@ _CLUSTER_KEYS = {
 }
 _ROLE_KEYS = {"ps", "worker", "nfs_master"}
 _NODE_KEYS = {"name", "address"}
-_SLURM_KEYS = {"controller", "partition", "scheduler", "default_time", "max_time", "accounting"}
+_SLURM_KEYS = {"controller", "partition", "scheduler", "default_time", "max_time", "accounting", "mail_prog"}
 # Slurm's scheduler plugins: backfill starts a later job early when that delays no earlier one;
 # builtin is first in, first out (docs/slurm.md measures the two).
 SCHEDULERS = ("backfill", "builtin")
@@ -111,6 +112,10 @@ class Slurm:
     # slurmdbd with Debian's MariaDB on the controller: every job recorded (sacct), and priorities
     # from each user's past use (fair share).  Off by default: it costs the controller memory.
     accounting: bool = False
+    # The program slurmctld mails jobs' events with (MailProg), on the controller; "" when the
+    # cluster sends no mail (a Pi cluster has no mail server by default): jobs asking for mail run
+    # all the same, and `picluster submit` says that none will come.
+    mail_prog: str = ""
 
 
 @dataclass(frozen=True)
@@ -290,7 +295,7 @@ def _slurm(data: dict, names: list[str], nfs_master: str, fail) -> Slurm | None:
         return None
     table = data["slurm"]
     if not isinstance(table, dict):
-        raise fail("[slurm] must be a table (controller, partition, scheduler, default_time, max_time, accounting)")
+        raise fail("[slurm] must be a table (controller, partition, scheduler, default_time, max_time, accounting, mail_prog)")
     _check_keys(table, _SLURM_KEYS, "[slurm]", fail)
     controller = table.get("controller", nfs_master)
     if not isinstance(controller, str) or controller not in names:
@@ -308,8 +313,10 @@ def _slurm(data: dict, names: list[str], nfs_master: str, fail) -> Slurm | None:
     accounting = table.get("accounting", False)
     if not isinstance(accounting, bool):
         raise fail(f"slurm.accounting {tokens.show(accounting)} must be true or false")
+    mail_prog = table.get("mail_prog", "")  # "": no mail
+    mail_prog = _checked(tokens.node_path, mail_prog, "slurm.mail_prog", fail) if mail_prog != "" else ""
     return Slurm(controller=controller, partition=partition, scheduler=scheduler, default_time=default_time, max_time=max_time,
-                 accounting=accounting)
+                 accounting=accounting, mail_prog=mail_prog)
 
 
 def _users(data: dict, admin: str, fail) -> tuple[User, ...]:

@@ -6,12 +6,14 @@ one line and exit 2 with nothing queued; the command is quoted word by word, and
 travels to the controller base64-encoded, so no value of the request ever reaches a shell as code.
 """
 
+import os
 import re
 import shlex
 from dataclasses import dataclass
 
-from picluster.cluster.allocation import PS_ENV, SHARE_ENV
-from picluster.jobs.slurm.script import JobScript
+from picluster.cluster.allocation import PS_ENV, SHARE_ENV, START_ENV
+from picluster.jobs.slurm import origin as origins
+from picluster.jobs.slurm.options import JobScript
 from picluster.model import nodegroups, nodeset, tokens
 from picluster.model.inventory import Inventory
 from picluster.util.errors import UsageError
@@ -40,6 +42,9 @@ class Request:
     job_script: JobScript | None = None  # a job script, instead of a command
     given_nodes: bool = False  # --nodes was given (a script's own count stands otherwise)
     exclude: tuple[str, ...] = ()  # nodes Slurm must not give the job (sbatch -x)
+    chdir: str | None = None  # the folder a command runs in, when not where sbatch starts (origin.py)
+    start_timeout: str | None = None  # START_ENV from the submitting session, carried to the job over SSH too
+    said: tuple[str, ...] = ()  # what submit says of the request once it is queued: each translation, the folder
 
 
 def seconds(value: str) -> int:
@@ -52,7 +57,8 @@ def megabytes(value: str) -> int:
 
 def check(inv: Inventory, command: tuple[str, ...], nodes: int | None, ps: int | None, time: str | None,
           mem: str | None, nodelist: str | None, name: str | None, cpus: int | None = None,
-          job_script: JobScript | None = None, exclude: tuple[str, ...] = ()) -> Request:
+          job_script: JobScript | None = None, exclude: tuple[str, ...] = (),
+          origin: origins.Origin | None = None) -> Request:
     """The request, or UsageError for the first thing Slurm (or the inventory) would refuse.
     ``nodelist`` and each of ``exclude`` are node sets (ClusterShell's, with the inventory's
     groups); Slurm is given the names."""
@@ -95,8 +101,16 @@ def check(inv: Inventory, command: tuple[str, ...], nodes: int | None, ps: int |
         job_name = job_script.sbatch.get("job-name") or _script_name(job_script)
     else:
         job_name = _default_name(command)
+    wait = os.environ.get(START_ENV) or None
+    if wait is not None and (not wait.isdigit() or not 1 <= int(wait) <= 86400):
+        raise UsageError(f"{START_ENV}={tokens.show(wait)}: give the seconds the job's servers may take to start (1 to 86400)")
+    chdir, said = None, list(job_script.said) if job_script is not None else []
+    folder = origins.default(inv, origin, sge=False) if origin is not None and job_script is None else None
+    if folder is not None and folder.path is not None:
+        chdir = folder.path
+        said.append(f"the job runs in {folder.path} ({folder.why})")
     return Request(tuple(command), count, ps if ps is not None else -1, job_name, time, mem, chosen, cpus, job_script,
-                   nodes is not None, tuple(n for n in names if n in left_out))
+                   nodes is not None, tuple(n for n in names if n in left_out), chdir=chdir, start_timeout=wait, said=tuple(said))
 
 
 def _script_name(job: JobScript) -> str:
@@ -131,6 +145,8 @@ def script(inv: Inventory, req: Request) -> str:
              f"#SBATCH --nodes={req.nodes}",
              *_cpus_lines(req),
              f"#SBATCH --output={output_file(inv)}"]
+    if req.chdir is not None:
+        lines.append(f"#SBATCH --chdir={req.chdir}")
     if req.time is not None:
         lines.append(f"#SBATCH --time={req.time}")
     if req.mem is not None:
@@ -145,6 +161,8 @@ def script(inv: Inventory, req: Request) -> str:
     lines += [f"export {SHARE_ENV}={shlex.quote(str(inv.data_dir))}"]
     if req.ps >= 0:
         lines.append(f"export {PS_ENV}={req.ps}")
+    if req.start_timeout is not None:
+        lines.append(f"export {START_ENV}={req.start_timeout}")
     lines += [f"PATH={venv_bin}:$PATH; export PATH",
               f"exec {shlex.join(req.command)}", ""]
     return "\n".join(lines)
@@ -191,6 +209,8 @@ def sbatch_args(inv: Inventory, req: Request) -> str:
         pairs = [*(own.split(",")[1:] if own else []), *job.exports, f"{SHARE_ENV}={inv.data_dir}"]
         if req.ps >= 0:
             pairs.append(f"{PS_ENV}={req.ps}")
+        if req.start_timeout is not None:
+            pairs.append(f"{START_ENV}={req.start_timeout}")
         venv = inv.venv if inv.venv.startswith("/") else f"$HOME/{inv.venv.removeprefix('~/')}"
         words.append(shlex.quote("--export=ALL," + ",".join(pairs) + ",") + f'"PATH={venv}/bin:$PATH"')
     return " ".join(words)

@@ -16,6 +16,7 @@ from picluster.cluster.here import Here, holds
 from picluster.cluster.hostkeys import HostKeyRefused
 from picluster.cluster.nodecluster import open_node
 from picluster.cluster.ssh import CommandFailed, Remote
+from picluster.jobs.slurm import failure
 from picluster.jobs.slurm.batch import OUTPUT, Request, sbatch_args, script
 from picluster.jobs.slurm.rows import ENDED as ENDED  # re-exported: the states a job ends in
 from picluster.jobs.slurm.rows import EPOCH, FORMAT, ID, SACCT, SlurmJob, parse, parse_sacct
@@ -250,13 +251,26 @@ def cancel_many(inv: Inventory, jobs: dict[str, str | None], wait_s: float = CAN
     return ended, refused
 
 
+def why(inv: Inventory, job: str) -> str | None:
+    """Why the job ended before its script ran, or waits for nodes that cannot run it, and what
+    to do (failure.py); None when its state says it all."""
+    remote = _open(inv)
+    try:
+        record = failure.ask(inv, remote, job)
+        return failure.why(inv, remote, record) if record is not None and record.explained else None
+    finally:
+        remote.close()
+
+
 def output(inv: Inventory, job: str) -> str:
     """The job's output file, read on the controller (as the caller there): where Slurm says it
     writes it while it remembers the job (a script's own --output on the share), else, with
-    [users], in the caller's work folder on the share; else (or not there) in the user's home on
-    the node that ran its batch script, looked for on every node at once (one SSH command each),
-    so it is found after Slurm has forgotten which node that was."""
+    [users], in the caller's work folder on the share; else (or not there) on the node that ran
+    its batch script (that file, or picluster's in the user's home), looked for on every node at
+    once (one SSH connection each), so it is found after Slurm has forgotten which node that was.
+    A job that never ran has no output: why it did not, and what to do, instead (failure.py)."""
     name = OUTPUT.replace("%j", job)
+    where = [f'"$HOME"/{name}']  # looked for on the nodes
     try:
         remote = _open(inv)
     except UsageError:  # the controller unreachable: the nodes may still hold the file
@@ -264,8 +278,15 @@ def output(inv: Inventory, job: str) -> str:
     else:
         try:
             shown = remote.run(f"scontrol -o show job {job}", check=False).stdout
+            record = failure.ask(inv, remote, job, shown)
+            if record is not None and record.explained:  # no output to find: why, and what to do
+                what = failure.why(inv, remote, record)
+                raise (UsageError(f"no output yet: {what}") if record.state == "PENDING" else ClusterError(what))
+            if record is not None and record.state == "PENDING":  # nothing to look for on the nodes
+                raise UsageError(f"no output yet: slurm:{job} is PENDING ({record.reason}): 'picluster jobs slurm:{job}' shows it")
             said = re.search(r"(?:^|\s)StdOut=(/\S+)", shown)  # a path with spaces is not looked for here
             places = [shlex.quote(said.group(1))] if said else []
+            where = places + where  # a file on the batch node's own disk (the home) is read there
             if inv.users:
                 places.append(f'"{inv.data_dir}/users/$(id -un)/{name}"')
             for place in places:
@@ -278,10 +299,13 @@ def output(inv: Inventory, job: str) -> str:
     def read(node: Node) -> str | None:
         remote = open_node(inv, node)
         try:
-            done = remote.run(f"cat \"$HOME\"/{name}", check=False)
+            for place in where:
+                done = remote.run(f"cat -- {place}", check=False)
+                if done.exited == 0:
+                    return done.stdout
         finally:
             remote.close()
-        return done.stdout if done.exited == 0 else None
+        return None
 
     found = fan_out(read, inv.nodes)
     refused: dict[str, BaseException] = {node: exc for node, exc in found.failed.items() if isinstance(exc, HostKeyRefused)}
@@ -291,5 +315,5 @@ def output(inv: Inventory, job: str) -> str:
     if texts:
         return texts[0]
     unreached = sorted(found.failed)
-    where = f" (not reached: {nodeset.fold(unreached)})" if unreached else ""
-    raise UsageError(f"no output of Slurm job {job} on any node{where}: it has not started yet, or it was not submitted by picluster")
+    missed = f" (not reached: {nodeset.fold(unreached)})" if unreached else ""
+    raise UsageError(f"no output of Slurm job {job} on any node{missed}: it has not started yet, or it was not submitted by picluster")

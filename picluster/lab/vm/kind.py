@@ -40,9 +40,10 @@ class VMHosts:
         self.image: image_mod.Image | None = None
         self.accel: accel_mod.Accel | None = None
 
-    def check(self, nodes: int) -> None:
+    def check(self, nodes: int, host_options: dict[str, HostOptions] | None = None) -> None:
         support.require_support(self.arch)
-        support.check_memory(nodes)
+        sizes = [o.vm_memory_mib for o in (host_options or {}).values()]
+        support.check_memory(nodes, guest_mib=max(sizes, default=support.GUEST_MIB))
         _, accel = self._image_and_accel()
         self.say(f"{self.arch} VMs use {accel.describe()}")
 
@@ -65,6 +66,7 @@ class VMHosts:
             options=lab.host_options.get(name, HostOptions()),
             arch=self.arch,
         )
+        host.cpus, host.memory_mib = host.options.vm_cpus, host.options.vm_memory_mib
         if host.options.coordinator_python:
             host.shares = virtiofs.coordinator_dirs()
         host.login = login_of(lab)

@@ -53,6 +53,7 @@ REGISTER_WAIT = 60.0  # seconds for every slurmd to register as idle
 PING_WAIT = 30.0  # seconds for slurmctld to answer scontrol ping
 ACCOUNTED_WAIT = 30.0  # seconds for a job's record to reach slurmdbd
 TESTED = "22.05"  # Debian 12's Slurm, and Raspberry Pi OS bookworm's: what slurm.conf is written for
+NO_MAIL = "/bin/true"  # MailProg without [slurm] mail_prog: mail asked of Slurm goes nowhere, the job runs
 VERSION = re.compile(r"\b\d{2}\.\d{2}\.\d+\b")  # slurmd -V: "slurm-wlm 22.05.8"
 
 
@@ -153,6 +154,7 @@ def template_vars(inv) -> dict[str, object]:
         "default_time": tokens.slurm_duration(tokens.slurm_seconds(inv.slurm.default_time, "slurm.default_time")),
         "max_time": tokens.slurm_duration(tokens.slurm_seconds(inv.slurm.max_time, "slurm.max_time")),
         "slurm_accounting": "yes" if inv.slurm.accounting else "no",  # a word: Ansible reads it with | bool
+        "slurm_mail_prog": inv.slurm.mail_prog or NO_MAIL,
         "slurmdbd_port": accounting.SLURMDBD_PORT,
     }
 
@@ -225,6 +227,9 @@ def run(ctx: Context):
     elif ctx.node.name == inv.slurm.controller:
         yield from accounting.retired(ctx)
     if ctx.node.name == inv.slurm.controller:
+        if inv.slurm.mail_prog and not ctx.dry_run and not ctx.remote.ok(f"test -x {q(inv.slurm.mail_prog)}"):
+            yield Item("mail", Status.FAILED, f"slurm.mail_prog {inv.slurm.mail_prog} is not a program on {ctx.node.name}: "
+                       "install a mail program there (e.g. bsd-mailx with a mail server), or remove mail_prog")
         yield from keep_up(ctx, SLURMCTLD, slurm_changed or key_changed)
     yield from keep_up(ctx, SLURMD, slurm_changed or key_changed)
 
