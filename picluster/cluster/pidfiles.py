@@ -38,6 +38,7 @@ MODULES = ("picluster.cluster.server", "picluster.monitor.agent")  # what a node
 NAME = re.compile(r"[A-Za-z0-9_-]+\Z")  # "ps-0", "worker-1", "agent": never a path
 EXIT_WAIT_S = 0.3  # for a watcher shell to write the exit status of what just died
 STOP_WAIT_S = 5.0  # between SIGTERM and SIGKILL
+EXIT_WAIT_S = 2.0  # for the waiting shell to write NAME.exit once its process is gone
 
 
 def start_of(pid: int) -> str | None:
@@ -112,6 +113,11 @@ def stop(folder: Path, names: list[str], wait: float = STOP_WAIT_S) -> list[str]
         _signal(pids[name], signal.SIGKILL)
     if still := _wait_gone({n: pids[n] for n in alive}, starts, wait):
         raise SystemExit(f"{', '.join(still)}: still running after SIGKILL")
+    # The shell that waited for each writes its NAME.exit just after it ends: wait for those
+    # (briefly: a process started otherwise has no such shell), so none is left behind.
+    deadline = time.monotonic() + EXIT_WAIT_S
+    while any(not (folder / f"{name}.exit").exists() for name in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
     for name in names:
         for suffix in ("pid", "start", "ready", "exit"):
             (folder / f"{name}.{suffix}").unlink(missing_ok=True)
