@@ -33,8 +33,11 @@ from har_recipes import first_reach
 from picluster.jobs.har.metrics import read_rows
 
 
-def per_run(run_dir: Path) -> dict | None:
-    """c, x and f of one lab run (medians over its epochs after the first), and its shape."""
+def per_run(run_dir: Path, wall: dict) -> dict | None:
+    """c and x of one lab run (medians over its epochs after the first), f and the epoch's wall
+    time from its har_wall row (to the target: what is not start-up nor steps, over its epochs;
+    metrics.csv's times are when a row was recorded, which the checkpoint thread and the evaluator
+    beside the coordinator shift), and its shape."""
     rows = read_rows(run_dir / "metrics.csv")
     config = json.loads((run_dir / "config.json").read_text())
     if len(rows) < 3:
@@ -44,11 +47,12 @@ def per_run(run_dir: Path) -> dict | None:
     steps = int(float(rows[1]["global_step"])) - int(float(rows[0]["global_step"]))  # updates an epoch (sync, or one worker)
     windows_each = steps * batch  # windows one worker trains in an epoch
     later = rows[1:]
-    gaps = [float(b["time"]) - float(a["time"]) - float(b["epoch_s"]) for a, b in zip(rows, later)]
+    epochs = int(wall["epochs"])
+    after_startup = float(wall["to_target_s"] or wall["wall_s"]) - float(wall["startup_s"])
     return {"workers": workers, "updates": steps, "windows": windows_each * workers,
             "c": statistics.median(float(r["compute_s"]) / windows_each for r in later),
             "x": statistics.median(float(r["exchange_s"]) / steps for r in later),
-            "f": statistics.median(gaps), "epoch": statistics.median(float(b["time"]) - float(a["time"]) for a, b in zip(rows, later))}
+            "f": (after_startup - float(wall["steps_s"])) / epochs, "epoch": after_startup / epochs}
 
 
 def main() -> None:
@@ -78,7 +82,7 @@ def main() -> None:
           + " | ".join(f"E for {s}x | seeds within it (emulator)" for s in args.speedups.split(",")) + " |")
     print("|---|---|---|---|---|---|---|" + "---|---|" * len(args.speedups.split(",")))
     for workers in sorted({int(r["workers"]) for r in wall if r["config"] == args.config}):
-        runs = [per_run(args.runs / f"{args.config}-{workers}-{r['seed']}") for r in wall
+        runs = [per_run(args.runs / f"{args.config}-{workers}-{r['seed']}", r) for r in wall
                 if r["config"] == args.config and int(r["workers"]) == workers and (args.runs / f"{args.config}-{workers}-{r['seed']}").is_dir()]
         runs = [r for r in runs if r]
         if not runs:

@@ -93,11 +93,14 @@ def prepared_har() -> Path:
     return har
 
 
-def stage_har(hosts, inv) -> Path:
-    """The cache copied to each host's data folder, where its runs read it; returns this machine's copy."""
+def stage_har(hosts, inv, nfs_master) -> Path:
+    """The cache copied to each worker host's data folder, where its runs read it, and into the NFS
+    master's export, as `picluster data har -i` leaves it on a real cluster (there the folders are
+    one, over NFS; the namespace hosts have none): the coordinator's `--evaluator auto` fetches
+    its copy from there.  Returns this machine's copy."""
     har = prepared_har()
-    for host in hosts:
-        target = host.path(f"{inv.data_dir}/har")
+    for host, folder in [*((h, inv.data_dir) for h in hosts), (nfs_master, inv.share_dir)]:
+        target = host.path(f"{folder}/har")
         target.mkdir(parents=True, exist_ok=True)
         shutil.copy2(har, target / CACHE_NAME)
     return har
@@ -274,7 +277,7 @@ def main() -> None:
     compare = {int(s) for s in args.compare_seeds.split(",")} if args.compare_seeds else None
     common = ["--target-val-accuracy", str(args.target), "--epochs", str(args.epochs), "--no-live", "--json"]
     with lab_cluster(hosts, limits, rate=args.link) as (lab, inventory, inv):
-        har = stage_har(lab.hosts[1:], inv)
+        har = stage_har(lab.hosts[1:], inv, lab.host(inv.nfs_master))
         pi_host = lab.hosts[1]
 
         def on_pi(command: list[str]) -> tuple[int, str]:
