@@ -308,7 +308,7 @@ def train_epoch(session, g: Graph, data, feeds: list[Feed], steps: int, batch: i
     done = 0
     after = 0
     values = None
-    waited = 0.0  # the traced step's exchange: its wall time less this worker's own ops
+    busy = None  # the traced step's own ops, seconds (None: no step traced)
     begin = live_at = time.perf_counter()
     for s in range(steps):
         if job is not None and job.cancelled.is_set():
@@ -335,7 +335,7 @@ def train_epoch(session, g: Graph, data, feeds: list[Feed], steps: int, batch: i
             _, loss, ok, before, after, *rest = session.run(fetches + (g.snapshot if saving else []), feed, **trace)
             stamps, values = rest[:len(fetches) - 5], (rest[len(fetches) - 5:] if saving else values)
             if traced and task is not None:
-                waited = max(0.0, time.perf_counter() - t1 - steptrace.busy_seconds(metadata, task))
+                busy = steptrace.busy_seconds(metadata, task)
         t2 = time.perf_counter()
         t_input += t1 - t0
         t_step += t2 - t1
@@ -354,11 +354,11 @@ def train_epoch(session, g: Graph, data, feeds: list[Feed], steps: int, batch: i
                                      "global_step": int(after), "train_acc": correct / max(seen, 1), "time": time.time()})
     epoch_s = time.perf_counter() - begin
     held = arrivals.straggler(epoch_s / max(steps, 1)) if arrivals is not None else None
-    exchange = min(t_step, steps * waited)
+    compute, exchange = steptrace.split(t_step, steps, busy)
     return {
         "epoch_s": epoch_s,
         "input_s": t_input,
-        "compute_s": t_step - exchange,
+        "compute_s": compute,
         "exchange_s": exchange,
         "train_loss": loss_sum / max(seen, 1),
         "train_acc": correct / max(seen, 1),

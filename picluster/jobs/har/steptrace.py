@@ -4,8 +4,11 @@ An exchange probe (pull every weight, push a same-sized update, between epochs) 
 worker up while it ran.  Instead, one step amid each epoch's runs with TensorFlow's full trace,
 whose step stats time every op of the partitions the step ran: the time this worker's own device
 was busy with ops of its own (the union of their intervals, so parallel ops count once) is its
-compute; the rest of the step's wall time is the exchange (receiving the weights, sending the
-gradients, and in sync mode waiting for the others and the update), as the step itself saw it.
+compute, for every step of the epoch; the rest of the steps' wall time is the exchange
+(receiving the weights, sending the gradients, and in sync mode waiting for the others and the
+update).  Not the traced step's own wall time less its compute: gathering the trace from every
+task lengthens that step, and with small steps (25 windows a worker) its excess alone exceeded
+the epoch's exchange and left no compute.
 """
 
 import tensorflow as tf
@@ -36,3 +39,12 @@ def busy_seconds(metadata, task: int) -> float:
             busy += stop - end
             end = stop
     return busy / 1e6
+
+
+def split(step_seconds: float, steps: int, busy: float | None) -> tuple[float, float]:
+    """(compute, exchange) of an epoch's ``step_seconds`` over ``steps`` steps, from the traced
+    step's own ops (``busy``; None when none was traced: all of it compute)."""
+    if busy is None:
+        return step_seconds, 0.0
+    compute = min(step_seconds, steps * busy)
+    return compute, step_seconds - compute
