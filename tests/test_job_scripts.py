@@ -7,25 +7,14 @@ whole class's day on VMs.)"""
 import subprocess
 
 import pytest
+from slurm_fixtures import INVENTORY, inventory
 
 from picluster.jobs.slurm import batch, script
 from picluster.jobs.slurm.origin import Origin
-from picluster.model.inventory import parse_inventory
 from picluster.util.errors import UsageError
 
 from conftest import picluster
 
-INVENTORY = """
-[cluster]
-name = "pis"
-user = "pi"
-nodes = "node[01-04]"
-addresses = "127.0.0.[11-14]"
-venv = "/opt/pcvenv"
-
-[slurm]
-partition = "lab"
-"""
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ4vXGk5mm2cKR3AzVg1ZzJ8RyPUm8mCzTWc2qR6Z4a5 alice@laptop"
 USERS = f'\n[users]\nalice = "{KEY}"\n'  # work folders on the share: /mnt/picluster/users/<name>
 
@@ -39,10 +28,6 @@ IN_HOME = Origin("/home/alice", here=True, on_node=True, account="alice", home="
 ON_LAPTOP = Origin("/home/teacher/course", here=False, on_node=False, account="pi")
 
 
-def inventory(text: str = INVENTORY):
-    import tomllib
-
-    return parse_inventory(tomllib.loads(text))
 
 
 def read(text: str, origin: Origin = ON_SHARE, inv=None, name: str = "job.sh"):

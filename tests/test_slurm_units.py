@@ -7,37 +7,21 @@ import subprocess
 from types import SimpleNamespace
 
 import pytest
+from slurm_fixtures import INVENTORY, inventory
 
 from picluster.cluster.allocation import default_ps, job_id, layout_of, node_addresses, not_serving, shared_dir, sinfo_states, sizes
 from picluster.cluster.server import step_ports
 from picluster.jobs.slurm import batch, script
 from picluster.jobs.slurm.origin import Origin
 from picluster.jobs.slurm.queue import describe, parse
-from picluster.model.inventory import parse_inventory
 from picluster.util.errors import ClusterError, UsageError
 
 from conftest import picluster
 
 TYPED = Origin("/home/pi", here=False, on_node=False, account="pi")  # submit typed on a laptop, over SSH
 
-# Loopback addresses only: the refusals below happen before anything connects.
-INVENTORY = """
-[cluster]
-name = "pis"
-user = "pi"
-nodes = "node[01-04]"
-addresses = "127.0.0.[11-14]"
-venv = "/opt/pcvenv"
-
-[slurm]
-partition = "lab"
-"""
 
 
-def inventory(text: str = INVENTORY):
-    import tomllib
-
-    return parse_inventory(tomllib.loads(text))
 
 
 def test_times_and_memory_as_sbatch_takes_them():
