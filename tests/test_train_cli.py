@@ -159,7 +159,8 @@ def _no_clients_left(run_dir):
 @pytest.mark.e2e
 def test_sync_training_learns_and_a_killed_worker_run_resumes(state, tiny, tmp_path):
     run_dir = tmp_path / "run"
-    proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "40", "--mode", "sync")
+    # --max-restarts 0: the run stops at the loss, as it did before it went on by itself (test_elastic.py).
+    proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "40", "--mode", "sync", "--max-restarts", "0")
     _out, err = _kill_after(run_dir, proc, epochs=3, timeout=60)
     assert proc.returncode == 1, err
     assert "worker 1 died" in err and "--resume" in err
@@ -299,7 +300,7 @@ def test_an_evaluator_that_falls_behind_still_records_every_epoch(state, tiny, t
 def test_a_killed_chief_stops_the_run_and_resume_continues(state, tiny, tmp_path):
     run_dir = tmp_path / "run"
     # Sync: no update can land between the chief's last save and its death, so the step is exact.
-    proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "40", "--mode", "sync")
+    proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "40", "--mode", "sync", "--max-restarts", "0")
     _out, err = _kill_after(run_dir, proc, epochs=2, timeout=60, victim=lambda run_dir: _client(run_dir, 0))
     assert proc.returncode == 1, err
     line = _error_line(err)

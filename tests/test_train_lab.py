@@ -27,6 +27,8 @@ from train_fixtures import error_line as _error_line
 pytestmark = pytest.mark.lab
 
 HAR = "/mnt/picluster/har"
+# Enough tiny epochs to outlast a 30 s cut and the restarts around it on these hosts.
+EPOCHS_THROUGH_A_CUT = "600"
 
 
 CLIENTS = ("picluster.jobs.har.process", "picluster.cluster.door")  # a client process, or a knocker at the server's door
@@ -160,7 +162,7 @@ def test_a_node_without_the_data_set_is_named_in_one_line(lab_inventory, tmp_pat
 def test_sync_run_stops_when_a_node_client_dies_and_resumes_on_the_nodes(lab_inventory, tmp_path, state):
     lab, inventory = lab_inventory
     run = tmp_path / "run"
-    coordinator = _start_training(inventory, run)
+    coordinator = _start_training(inventory, run, "--max-restarts", "0")  # the run stops at the loss (else it goes on: test_elastic_lab.py)
     try:
         _wait_for_rows(run, coordinator, 2)
         os.kill(_client_pid(lab.host("node04")), signal.SIGKILL)
@@ -329,3 +331,60 @@ def test_auto_validates_beside_the_coordinator_on_a_copy_of_the_shares_data_set(
             remote.close()
     finally:
         shutil.rmtree(share, ignore_errors=True)
+
+
+def _relaunched(run, proc, seen: set, timeout: float = 240) -> dict:
+    """Wait for a new launch that restored a checkpoint and trained an epoch past it (the chief's
+    resume note, mirrored back); its note."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            note = json.loads((run / "resume.json").read_text())
+        except (FileNotFoundError, ValueError):
+            note = None
+        rows = len((run / "metrics.csv").read_text().splitlines()) - 1 if (run / "metrics.csv").exists() else 0
+        if note and note["launch"] not in seen and rows > note["epoch"]:
+            seen.add(note["launch"])
+            return note
+        assert proc.poll() is None, proc.communicate()[1]
+        time.sleep(0.5)
+    raise AssertionError(f"no new launch within {timeout} s")
+
+
+def test_a_sync_run_goes_on_without_a_cut_node_and_a_killed_client_and_takes_the_node_back(lab_inventory, tmp_path, state):
+    """A worker host's link down for 30 s, and meanwhile another worker's client killed: the run
+    goes on with the workers that answer, the cut node rejoins once its link is back, and the run
+    finishes with every epoch, saying what it lost; nothing is left running on any node."""
+    lab, inventory = lab_inventory
+    run = tmp_path / "run"
+    coordinator = _start_training(inventory, run, "--epochs", EPOCHS_THROUGH_A_CUT)
+    seen: set[str] = set()
+    try:
+        _wait_for_rows(run, coordinator, 2)
+        lab.make_unreachable("node04")  # its cable pulled
+        cut = time.monotonic()
+        _relaunched(run, coordinator, seen)  # on node02 and node03
+        os.kill(_client_pid(lab.host("node03")), signal.SIGKILL)  # a second worker lost, one after the other
+        _relaunched(run, coordinator, seen)
+        time.sleep(max(0.0, 30 - (time.monotonic() - cut)))
+        lab.restore("node04")
+        err = coordinator.communicate(timeout=600)[1]
+    finally:
+        lab.restore("node04")
+        coordinator.kill()
+    assert coordinator.returncode == 0, err
+    assert re.search(r"^worker:2 on node04 lost during epoch \d+ \(stopped answering\): restart 1 of 3$", err, re.M), err
+    assert "going on with 2 workers from the last checkpoint; worker:2 on node04 rejoins when it answers again" in err, err
+    assert re.search(r"^worker:1 on node03 lost during epoch \d+ \(.*\): restart 2 of 3$", err, re.M), err
+    assert re.search(r"^worker:2 on node04 answers again: it rejoins from the checkpoint of epoch \d+ \(3 workers\)$", err, re.M), err
+    result = json.loads((run / "result.json").read_text())
+    lost = result["elastic"]
+    assert [f["task"] for f in lost["failures"]] == ["worker:2", "worker:1"] and lost["restarts"] == 2
+    per_epoch = [lost["workers_per_epoch"][str(e)] for e in range(1, result["epochs_run"] + 1)]
+    assert per_epoch[0] == 3 and 2 in per_epoch and per_epoch[-1] == 3, per_epoch  # without node04, then with it again
+    epochs = [int(line.split(",")[0]) for line in (run / "metrics.csv").read_text().splitlines()[1:]]
+    assert epochs == list(range(1, result["epochs_run"] + 1))
+    # node04's worker trained again: a start-up after the cut in its log, and its last epoch among the last.
+    assert (run / "worker-2.log").read_text().count("replica 2: start-up") >= 2
+    for host in lab.hosts:
+        assert _clients(host) == []

@@ -95,8 +95,12 @@ def train() -> None:
 @option("--worker-runtime", type=click.Choice(["auto", "resident", "shared", "separate"]), default="auto", show_default=True,
         help="resident: each worker node's client runs inside the node's running server (no TensorFlow import, one runtime per node, fits a 1 GB Pi); "
                    "shared: a client process serves the task in place of the node's server; separate: a client process beside it; auto: resident on inventory nodes.")
+@option("--max-restarts", type=Whole(), default=3, show_default=True,
+        help="sync: times a run that loses a worker, the ps or the chief starts again from its last checkpoint with the workers that answer; 0 = stop.")
+@option("--worker-deadline", type=Real(), default=0.0, show_default="0: 3 of the slowest epochs, at least 30 s", metavar="SECONDS",
+        help="sync: seconds without a step after which the run counts as stalled and starts again.")
 @other_spelling("--nodes", "train har counts worker tasks: give --workers {value} (with an inventory, one per worker node; --ps for the ps tasks)")
-def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **options) -> None:
+def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, max_restarts, worker_deadline, **options) -> None:
     """Train a HAR classifier on UCI HAR windows, between-graph replicated.
 
     \b
@@ -170,7 +174,9 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **o
     run = run or coordinator.new_run_dir(run_dir)
     display = JobDisplay("train har", "epochs", live=live and not as_json)
     printer = progress.Printer(config, run, quiet=as_json or verbosity.quiet(), console=display.console if display.live else None)
-    job = HarJob(config, run, worker_runtime, quiet=as_json, before=before)
+    if worker_deadline < 0:
+        raise UsageError(f"--worker-deadline {worker_deadline:g} must be 0 (adaptive) or more seconds")
+    job = HarJob(config, run, worker_runtime, quiet=as_json, before=before, max_restarts=max_restarts, deadline_s=worker_deadline)
     try:
         result = controller.run(job, inventory, display=display, where=where)  # placed once, here
     except BaseException:

@@ -11,6 +11,7 @@ A run that has records (metrics.csv rows) but no intact checkpoint is refused: s
 would silently overwrite the finished epochs' rows.
 """
 
+import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -93,6 +94,35 @@ def _set_aside(prefix: Path) -> None:
     aside.mkdir(exist_ok=True)
     for path in prefix.parent.glob(prefix.name + ".*"):
         path.replace(aside / path.name)
+
+
+EPOCHS = "epochs.json"  # beside the checkpoints: the epoch each one ends
+
+
+def record_epoch(directory: Path, name: str, epoch: int) -> None:
+    """Note that checkpoint ``name`` in ``directory`` ends epoch ``epoch``: a run that went on with
+    fewer or more workers made a different number of updates an epoch, so its global step alone no
+    longer says which epoch a checkpoint ends.  Entries of checkpoints no longer kept are dropped."""
+    path = directory / EPOCHS
+    known = _epochs(path)
+    known = {n: e for n, e in known.items() if (directory / f"{n}.index").exists()} | {name: int(epoch)}
+    atomic.write_json(path, known)
+
+
+def epoch_of(directory: Path, name: str | None) -> int | None:
+    """The epoch checkpoint ``name`` ends, as recorded (None: not recorded, as in a run made before
+    the record was kept: its step then says it, its workers never having changed)."""
+    return _epochs(directory / EPOCHS).get(name) if name else None
+
+
+def _epochs(path: Path) -> dict[str, int]:
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    if not isinstance(found, dict):
+        return {}
+    return {str(n): e for n, e in found.items() if isinstance(e, int) and not isinstance(e, bool) and e >= 0}
 
 
 def write_note(path: Path, restore: Restore, launch: str, epoch: int, step: int) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from picluster.jobs.har import metrics
-from picluster.jobs.har.checkpoints import Restore
+from picluster.jobs.har.checkpoints import Restore, record_epoch
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.graph import Graph
 from picluster.jobs.har.rundir import RunDir
@@ -101,7 +101,7 @@ class Chief:
             save(self.with_raw, self.g.best_saver, self.run.best / "model", step)
         # Beside the coordinator, the chief saved this epoch's checkpoint (it saves every epoch's, for us).
         if not self.beside and (epoch % self.cfg.checkpoint_epochs == 0 or epoch == self.cfg.epochs):
-            save(self.with_raw, self.g.saver, self.run.checkpoints / "model.ckpt", step)
+            save(self.with_raw, self.g.saver, self.run.checkpoints / "model.ckpt", step, epoch)
         self.last_epoch = epoch
         atomic.write_json(self.state_path, self.state)
         atomic.write_json(self.run.progress, {k: v for k, v in row.items()} | {"best_epoch": self.state["best"]["epoch"]})
@@ -203,11 +203,15 @@ def per_ps(g: Graph) -> dict[str, int]:
     return dict(sorted(placed.items()))
 
 
-def save(with_raw, saver, path: Path, step: int) -> None:
-    """``saver``'s checkpoint of step ``step`` at ``path``; a refusal of the storage in one line."""
+def save(with_raw, saver, path: Path, step: int, epoch: int | None = None) -> None:
+    """``saver``'s checkpoint of step ``step`` at ``path``; a refusal of the storage in one line.
+    ``epoch``: the epoch it ends, recorded beside it (checkpoints.record_epoch), since the steps of
+    an epoch change with the workers when a run goes on with fewer or more of them."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with_raw(lambda s: saver.save(s, str(path), global_step=step, write_meta_graph=False))
+        if epoch is not None:
+            record_epoch(path.parent, f"{path.name}-{step}", epoch)
     except tf.errors.OpError as exc:  # a full disk is ResourceExhaustedError "...; No space left on device"
         cause = next((c for c in STORAGE_CAUSES if c in str(exc)), None)
         if cause is None:

@@ -12,6 +12,7 @@ pipe or SSH channel closes (or its heartbeat stops) and the tether stops the cli
 """
 
 import hashlib
+import json
 import re
 import threading
 import time
@@ -79,15 +80,18 @@ class Client(Supervised):
     """A worker task's training client; its output lines go to the run's ``worker-N.log``."""
 
     def __init__(self, run: RunDir, task: int, tf_config: str | None, launch: str, cluster: "Cluster | None" = None,
-                 node: str = "localhost", runtime: str = "separate", resume: bool = False, beside: bool = False) -> None:
+                 node: str = "localhost", runtime: str = "separate", resume: bool = False, beside: bool = False,
+                 chief: bool | None = None) -> None:
         """cluster (None: a standalone run, here) starts the client on ``node``: in a folder of the
         job's own there (Cluster.job_folder) whose chief's files are mirrored back, else in the run
         directory here (a launcher's node reads it on a shared file system).  runtime (a cluster
         that offers it, Cluster.worker_runtimes): "resident", inside the node's server through its
         door (a node whose server has none falls back to "shared"); "shared", a process that
         serves the task in place of the node's server; "separate", a process beside it.  beside:
-        the run's evaluator runs beside the coordinator (what a node's chief's mirror copies back)."""
+        the run's evaluator runs beside the coordinator (what a node's chief's mirror copies back);
+        chief: this client is the launch's chief (default: task 0; another when task 0 is lost)."""
         self.task = task
+        self.chief = task == 0 if chief is None else chief
         self.runtime = runtime
         self.beside = beside
         self.node = node
@@ -122,7 +126,7 @@ class Client(Supervised):
             if self.runtime == "resident" and found is None:
                 self.runtime = "shared"  # a server started by an older picluster, without a door
             self.mirror = mirror = Mirror(folder, run.path, self.beside)
-            mirror.push_for_start(chief=task == 0, resume=resume)
+            mirror.push_for_start(chief=self.chief, resume=resume)
             prelude = ""
             if self.runtime == "resident" and found is not None:
                 # Inside the node's server: no TensorFlow import, nothing to stop or start again.
@@ -140,7 +144,7 @@ class Client(Supervised):
 
     def sync(self, final: bool = False) -> None:
         """Mirror a node's chief's files into the local run directory (records only when they moved on)."""
-        if self.task != 0 or self.mirror is None:
+        if not self.chief or self.mirror is None:
             return
         try:
             self.mirror.follow(final)
@@ -154,7 +158,7 @@ class Client(Supervised):
         A run that stops mid-epoch may have checkpointed after the epoch's mirror; the
         resume hint must point at the checkpoint the node will actually resume from.
         """
-        if self.task != 0 or self.mirror is None or self.mirror.complete:  # a finished run's final sync copied everything
+        if not self.chief or self.mirror is None or self.mirror.complete:  # a finished run's final sync copied everything
             return
         try:
             self.mirror.records()
@@ -174,22 +178,33 @@ def node_run_name(run_dir: Path) -> str:
 
 
 def start(run: RunDir, layout: Layout | None, cluster: "Cluster | None" = None, resume: bool = False, launch: str = "",
-          runtime: str = "separate", beside: bool = False) -> list:
+          runtime: str = "separate", beside: bool = False, members: list[int] | None = None) -> list:
     """One client per worker task of ``layout`` on ``cluster`` (None for both: one client, alone,
-    here), all at once.  ``layout`` holds only the tasks this run uses.  runtime, beside: see Client."""
+    here), all at once.  ``layout`` holds only the tasks this run uses; ``members`` (default: every
+    worker) the worker tasks of this launch, the first of them its chief.  runtime, beside: see Client."""
     if layout is None or cluster is None:
         return [Client(run, 0, None, launch)]
-    workers = layout.workers
+    workers = [t for t in layout.workers if members is None or t.index in members]
+    chief = workers[0].index
     nodes = [t.node for t in workers]
     # A failure is named by its node where each node has one worker task, else by the task.
     name = (lambda t: t.node) if len(set(nodes)) == len(nodes) else (lambda t: t.label)
-    started = fan_out(lambda t: Client(run, t.index, layout.tf_config("worker", t.index), launch, cluster, t.node, runtime,
-                                       resume, beside), workers, name=name)
+    started = fan_out(lambda t: Client(run, t.index, tf_config(layout, t.index, members), launch, cluster, t.node, runtime,
+                                       resume, beside, chief=t.index == chief), workers, name=name)
     clients = [started.succeeded[name(t)] for t in workers if name(t) in started.succeeded]  # in task order: the chief first
     if started.failed:
         stop(clients)
         started.raise_failures("starting the training clients")
     return clients
+
+
+def tf_config(layout: Layout, index: int, members: list[int] | None) -> str:
+    """Worker ``index``'s TF_CONFIG: the layout's cluster (the servers as they were started) and,
+    when some of its workers sit this launch out, the "members" that train (replica.cluster_and_task)."""
+    text = layout.tf_config("worker", index)
+    if members is None or list(members) == [t.index for t in layout.workers]:
+        return text
+    return json.dumps(json.loads(text) | {"members": sorted(members)})
 
 
 class Evaluator(Supervised):
@@ -226,8 +241,9 @@ class Evaluator(Supervised):
             self._out.close()
 
 
-def stop(clients: list, grace: float = GRACE_S + 2.0) -> None:
-    """Stop every client still running (its tether: SIGTERM, then SIGKILL), kill what is left after ``grace`` seconds."""
+def stop_only(clients: list, grace: float = GRACE_S + 2.0) -> None:
+    """Stop every client still running (SIGTERM through its tether, SIGKILL after ``grace``
+    seconds), leaving their logs and connections to ``stop``."""
     running = [c for c in clients if c.poll() is None]
     for c in running:
         c.terminate()
@@ -236,6 +252,11 @@ def stop(clients: list, grace: float = GRACE_S + 2.0) -> None:
         if not c.wait(deadline - time.monotonic()):
             c.kill()
             c.wait(5.0)
+
+
+def stop(clients: list, grace: float = GRACE_S + 2.0) -> None:
+    """Stop every client still running (its tether: SIGTERM, then SIGKILL), kill what is left after ``grace`` seconds."""
+    stop_only(clients, grace)
     for c in clients:
         c.fetch_log()
         c.keep_last()

@@ -7,7 +7,9 @@ failed client, Ctrl-C or SIGTERM stops every client (and the job controller any 
 servers); no client outlives the coordinator (PDEATHSIG locally, a closed stdin on nodes).
 """
 
+import json
 import secrets
+import time
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -18,11 +20,11 @@ from picluster.cluster.containers import Unreachable, container
 from picluster.data.har import har_dir
 from picluster.data.har.dataset import cache_path
 from picluster.jobs.controller import Running
-from picluster.jobs.har import clients, trained
+from picluster.jobs.har import clients, elastic, metrics, trained
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import load_data
 from picluster.jobs.har.follow import follow
-from picluster.jobs.har.rundir import RunDir
+from picluster.jobs.har.rundir import RunDir, read_json
 from picluster.jobs.har.shared_data import RELATIVE
 from picluster.model.clusterspec import Layout
 from picluster.util import atomic
@@ -85,7 +87,8 @@ def worker_runtime(choice: str, offered: tuple[str, ...]) -> str:
     return choice
 
 
-def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", job: Running, runtime: str = "auto", quiet: bool = False) -> dict:
+def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", job: Running, runtime: str = "auto", quiet: bool = False,
+          max_restarts: int = elastic.DEFAULT_RESTARTS, deadline_s: float = 0.0) -> dict:
     """Run (or continue) the training in ``run`` on ``cluster`` (None: standalone); return the
     result (result.json's contents, and the workers lost on the way).  It reports through ``job``,
     the controller's Running (``quiet``: no epoch lines, for --json).
@@ -97,6 +100,10 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", job: Runn
     "resident" runs each client inside its node's server; "shared" stops each used worker's
     server on its node, lets the node's client serve that task itself, and starts the node's
     servers again at the end.
+
+    A sync run that loses a task goes on (elastic.py): up to ``max_restarts`` times it starts again
+    from the last checkpoint with the workers that answer; ``deadline_s``: seconds without a step
+    before it counts as stalled (0: adaptive).
     """
     runtime = worker_runtime(runtime, cluster.worker_runtimes if cluster is not None else ALONE)
     data_here = evaluator_data(config, cluster, job) if cluster is not None else None
@@ -120,17 +127,73 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", job: Runn
 
     # Only the tasks we use go in the replicas' ClusterSpec: spare ones must not be waited for.
     used = Layout(tuple(t for t in cluster.layout.tasks if t.index < (config.ps if t.job == "ps" else config.workers)))
-    launch = secrets.token_hex(4)
-    atomic.write_json(run.layout, {"layout": used.to_json(), "cluster": cluster.kind, "launch": launch,
-                                   "inventory": cluster.inventory_file,
-                                   "worker_runtime": runtime})
     job.note(f"cluster: {cluster.kind}, {config.ps} ps + {config.workers} workers"
              + (f" (started in {cluster.start_s:.1f} s)" if cluster.start_s else "")
              + _RUNTIME_NOTE.get(runtime, ""))
-    running = []
-    beside: list[clients.Evaluator] = []
+    record = elastic.Record(max_restarts if config.mode == "sync" and config.workers > 1 else 0)
+    members = [t.index for t in used.workers]
     try:
-        with Recorder(Monitor.of(cluster), run.nodes), clients.Heartbeat(lambda: running + beside):  # Recorder: each node's CPU and memory, for `picluster plot RUN_DIR`
+        with Recorder(Monitor.of(cluster), run.nodes):  # each node's CPU and memory, for `picluster plot RUN_DIR`
+            while True:
+                record.launched(members)
+                try:
+                    result = _launch(config, run, cluster, job, quiet, runtime, used, members, resume, data_here, record, deadline_s)
+                    break
+                except elastic.Lost as lost:
+                    # A sync run lost a task: every client has stopped; start again from the last
+                    # checkpoint with the workers that answer, within the budget.
+                    members = _after_loss(lost, record, cluster, used, job)
+                except elastic.Rejoin as back:
+                    members = sorted({*members, *(t.index for t in back.tasks)})
+                    job.note(f"{_named(back.tasks)} answers again: it rejoins from the checkpoint of epoch {back.epoch} "
+                             f"({len(members)} workers)")
+                resume = True
+    finally:
+        cluster.release()  # the connections the clients' job folders were reached over
+    if len(record.launches) > 1:
+        result["elastic"] = record.summary(result.get("epochs_run"))
+        if run.result.exists():
+            atomic.write_json(run.result, {**json.loads(run.result.read_text()), "elastic": result["elastic"]})
+    return result
+
+
+def _after_loss(lost: "elastic.Lost", record: "elastic.Record", cluster: "Cluster", used: Layout, job: Running) -> list[int]:
+    """The workers to go on with after ``lost``, said in a line; the run's last line when the
+    budget is spent or a ps does not come back."""
+    if not record.lost(lost, lost.epochs_done, lost.row_times):
+        if record.max_restarts:
+            raise ClusterError(f"{lost.message}, after {record.restarts} restart{'s' if record.restarts != 1 else ''} "
+                               f"(--max-restarts {record.max_restarts}){lost.hint}") from None
+        raise ClusterError(f"{lost.message}{lost.hint}") from None
+    who = f"{lost.task.label} on {lost.task.node}" if lost.task else "the training"
+    job.note(f"{who} lost during epoch {lost.epochs_done + 1} ({lost.cause}): restart {record.restarts} of {record.max_restarts}")
+    try:
+        members = elastic.members_after(cluster, used, lost, job.note)
+    except ClusterError as exc:
+        raise ClusterError(f"{exc}; the run stopped{lost.hint}") from None
+    left = [t for t in used.workers if t.index not in members]
+    job.note(f"going on with {len(members)} worker{'s' if len(members) != 1 else ''} from the last checkpoint"
+             + (f"; {_named(left)} rejoins when it answers again" if left else ""))
+    return members
+
+
+def _named(tasks) -> str:
+    return ", ".join(f"{t.label} on {t.node}" for t in tasks)
+
+
+def _launch(config: TrainConfig, run: RunDir, cluster: "Cluster", job: Running, quiet: bool, runtime: str, used: Layout,
+            members: list[int], resume: bool, data_here: Path | None, record: "elastic.Record", deadline_s: float) -> dict:
+    """One launch of the run's clients (the workers ``members``, the first their chief), followed
+    until the run ends or a task is lost (elastic.Lost) or a left-out worker answers again
+    (elastic.Rejoin); every client stopped and the launch's variables freed on the way out."""
+    launch = secrets.token_hex(4)
+    atomic.write_json(run.layout, {"layout": used.to_json(), "cluster": cluster.kind, "launch": launch,
+                                   "inventory": cluster.inventory_file, "worker_runtime": runtime, "members": members})
+    running: list[clients.Client] = []
+    beside: list[clients.Evaluator] = []
+    began = time.time()
+    try:
+        with clients.Heartbeat(lambda: running + beside):
             # Clients the cluster runs here read the run and the data set here: from other nodes (a
             # Slurm job's), on a file system they all mount.  Those in job folders get their own copies.
             cluster.check_shared({"the run directory": run.path.resolve(), "the data set": Path(config.data_dir).resolve()})
@@ -138,16 +201,42 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", job: Runn
                 assert data_here is not None
                 trained.clear_handed_over(run.to_evaluate)  # an earlier launch's leftovers (a node's chief clears its own)
                 beside.append(clients.Evaluator(run, launch, str(data_here)))
-            running = clients.start(run, used, cluster, resume, launch, runtime=runtime, beside=bool(beside))
+            running = clients.start(run, used, cluster, resume, launch, runtime=runtime, beside=bool(beside), members=members)
             # A shared worker's server lives and dies with its client, whose exit is watched anyway.
             standing_in = {c.task for c in running if c.runtime == "shared"}
-            servers = tuple(t for t in used.tasks if t.job == "ps" or t.index not in standing_in)
-            return follow(run, config, running, job, quiet, servers, launch, beside[0] if beside else None)
+            servers = tuple(t for t in used.tasks if t.job == "ps" or (t.index in members and t.index not in standing_in))
+            workers = [t for t in used.workers if t.index in members]
+            missing = [t for t in used.workers if t.index not in members]
+            try:
+                return follow(run, config, running, job, quiet, servers, launch, beside[0] if beside else None,
+                              workers, missing, deadline_s)
+            except (elastic.Lost, elastic.Rejoin) as exc:
+                _what_it_did(exc, run)
+                raise
+            finally:
+                _restored(run, record, launch, began)
     finally:
-        try:
-            _clean_up(cluster, running, beside, job, launch, runtime)
-        finally:
-            cluster.release()  # the connections the clients' job folders were reached over
+        _clean_up(cluster, running, beside, job, launch, runtime)
+
+
+def _restored(run: RunDir, record: "elastic.Record", launch: str, began: float) -> None:
+    """Which checkpoint the launch restored, and when it began training (the chief's resume note):
+    what a failure before it cost."""
+    note = read_json(run.resume_note)
+    if isinstance(note, dict) and note.get("launch") == launch and isinstance(note.get("epoch"), int):
+        record.resumed(int(note["epoch"]), float(note.get("time") or began))
+
+
+def _what_it_did(exc: "elastic.Lost | elastic.Rejoin", run: RunDir) -> None:
+    """The epochs the launch that ends recorded: a Lost's last one and their times (what a restart
+    trains again), a Rejoin's checkpoint."""
+    rows = metrics.read_rows(run.metrics)
+    last = max((int(r["epoch"]) for r in rows), default=0)
+    if isinstance(exc, elastic.Lost):
+        exc.epochs_done = last
+        exc.row_times = {int(r["epoch"]): float(r["time"]) for r in rows if r.get("time") not in (None, "")}
+    else:
+        exc.epoch = last
 
 
 def _clean_up(cluster: "Cluster", running: list, beside: list, job: Running, launch: str, runtime: str) -> None:

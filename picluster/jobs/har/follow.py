@@ -6,13 +6,14 @@ client's own usage or storage error)."""
 
 import json
 import os
+import time
 from pathlib import Path
 
 from picluster.cluster.exits import Exit, Exited, file_tail
 from picluster.cluster.lifetime import last_line
 from picluster.cluster.probe import unanswered
 from picluster.jobs.controller import Running
-from picluster.jobs.har import clients, metrics
+from picluster.jobs.har import clients, elastic, metrics, trained
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.progress import Follower
 from picluster.jobs.har.rundir import RunDir, read_json
@@ -22,15 +23,27 @@ from picluster.util.errors import STORAGE_EXIT, ClusterError, PiclusterError, St
 POLL_S = 0.2
 REMOTE_POLL_S = 1.0  # each poll of a node's chief is an SSH round trip
 CHECK_S = 5.0  # seconds between checks that the cluster's servers still answer
+SETTLE_S = 60.0  # the most a restart waits for the evaluator to catch up with the chief
 
 
 def follow(run: RunDir, config: TrainConfig, running: list, job: Running, quiet: bool = False, tasks=(), launch: str = "",
-            evaluator: "clients.Evaluator | None" = None) -> dict:
+            evaluator: "clients.Evaluator | None" = None, workers=(), missing=(), deadline_s: float = 0.0) -> dict:
     """Follow the chief's records until the run ends (the watch loop, jobs/watch.py): the chief's
     exit, or with an evaluator beside us, the evaluator's (it writes result.json once the target is
-    reached or the last epoch is in); the result, and the workers lost on the way."""
-    training = _Training(run, config, running, job, quiet, tasks, launch, evaluator)
-    failure = watch(training)
+    reached or the last epoch is in); the result, and the workers lost on the way.
+
+    A sync run that loses a task once training has begun raises elastic.Lost (the coordinator may
+    start it again), as it does when no step is made within the deadline (``deadline_s``, 0: the
+    adaptive one); ``workers``: the launch's worker tasks, to name a lost one; ``missing``: worker
+    tasks left out of this launch, whose return at an epoch's end raises elastic.Rejoin."""
+    training = _Training(run, config, running, job, quiet, tasks, launch, evaluator, workers, missing, deadline_s)
+    try:
+        failure = watch(training)
+    except elastic.Rejoin:
+        training.settle()
+        raise
+    if isinstance(failure, elastic.Lost):
+        training.settle()
     if failure is not None:
         raise failure
     # result.json is the chief's alone; the workers lost on the way are the coordinator's to tell.
@@ -46,7 +59,7 @@ class _Training:
     probe_patience = (3, 2.0, 0.5)  # a Pi's server under a training's load may be slow to accept
 
     def __init__(self, run: RunDir, config: TrainConfig, running: list, job: Running, quiet: bool, tasks, launch: str,
-                 evaluator: "clients.Evaluator | None") -> None:
+                 evaluator: "clients.Evaluator | None", workers=(), missing=(), deadline_s: float = 0.0) -> None:
         self.run, self.config, self.running, self.job, self.tasks, self.launch = run, config, running, job, tuple(tasks), launch
         self.shown_progress = Follower(config, job, quiet)
         self.chief, self.evaluator = running[0], evaluator
@@ -59,6 +72,14 @@ class _Training:
         self.stamps: dict[Path, tuple] = {}
         self.started = False  # the chief is training (live.json, or an epoch's row): deaths from now on are mid-run
         self.chief_done = False  # the chief finished its epochs and its files are here: the evaluator finishes the rest
+        self.workers = {t.index: t for t in workers}
+        self.missing = list(missing)
+        self.deadline_s = deadline_s
+        self.moved = time.monotonic()  # the last sign of a step: a new live.json or epoch row
+        self.epoch_s: list[float] = []
+        self.epochs_done = 0
+        self.row_times: dict[int, float] = {}  # each epoch's row: when the work after its checkpoint began
+        self.sync = config.mode == "sync" and not config.standalone and len(running) > 1
 
     def handles(self) -> dict:
         return self.clients
@@ -67,6 +88,10 @@ class _Training:
         if not self.chief_done:
             self._sync_chief(self.chief.poll() == 0)
         self._records()
+        if self.sync and self.started and not self.run.result.exists():
+            limit = elastic.deadline(self.deadline_s, self.epoch_s)
+            if time.monotonic() - self.moved > limit:
+                raise self._lost(None, f"no step for {limit:.0f} s", f"no step was made for {limit:.0f} s")
         return False
 
     def _sync_chief(self, final: bool) -> None:
@@ -81,7 +106,13 @@ class _Training:
                 if row.get("time") not in self.shown:
                     self.shown.add(row.get("time"))
                     self.started = True  # an epoch is done (a short one may end before any live.json)
+                    self.moved = time.monotonic()
                     self.shown_progress.epoch(row)
+                    self.epochs_done = int(row["epoch"])
+                    self.row_times[self.epochs_done] = float(row.get("time") or time.time())
+                    if row.get("epoch_s") not in (None, ""):
+                        self.epoch_s.append(float(row["epoch_s"]))
+                    self._back()
         if _changed(run.resume_note, stamps):
             note = read_json(run.resume_note)  # checkpoints.write_note
             if isinstance(note, dict) and note.get("launch") == self.launch:  # this launch's chief restored a checkpoint
@@ -90,7 +121,36 @@ class _Training:
             live = read_json(run.live)
             if live:
                 self.started = True
+                self.moved = time.monotonic()
                 self.shown_progress.live(live)
+
+    def settle(self) -> None:
+        """Before a restart: the clients stopped, and the epochs the chief finished evaluated by the
+        evaluator beside us (it lags the chief by an evaluation), so that the run's records hold
+        every epoch of the checkpoint the next launch restores."""
+        if self.evaluator is None:
+            return
+        clients.stop_only(self.running)
+        self.chief.sync()  # the last checkpoints handed over, and the record naming them
+        finished = [int(r["epoch"]) for r in trained.read(self.run.trained, self.launch) if "epoch" in r]
+        until = time.monotonic() + SETTLE_S
+        while self.evaluator.poll() is None and time.monotonic() < until:
+            self._records()
+            if self.epochs_done >= max(finished, default=0):
+                break
+            time.sleep(POLL_S)
+
+    def _back(self) -> None:
+        """At an epoch's end (its checkpoint written): a worker left out that answers again rejoins."""
+        if self.missing and not self.run.result.exists():
+            back = elastic.answering(self.missing)
+            if back:
+                raise elastic.Rejoin(back)
+
+    def _lost(self, task, cause: str, message: str) -> "elastic.Lost":
+        """A loss once training has begun: elastic.Lost (the coordinator may go on), its message
+        the one line the run ends with when it cannot."""
+        return elastic.Lost(message, task, cause, _resume_hint(self.run))
 
     def judge(self, label: str, code: int):
         client = self.clients[label]
@@ -103,19 +163,26 @@ class _Training:
                 if not self.chief_done:
                     self._sync_chief(True)
                 return DONE
-            return self._server_gone(self.tasks) or self._client_failure(client, code) or ClusterError(
-                f"the chief ({client.label}) failed: {_message(client.log)} (log: {client.log})" + _resume_hint(self.run))
+            failure = self._server_gone(self.tasks) or self._client_failure(client, code)
+            if failure is not None:
+                return failure
+            message = f"the chief ({client.label}) failed: {_message(client.log)} (log: {client.log})"
+            if self.sync and self.started:
+                return self._lost(self.workers.get(client.task), clients.describe(code), message)
+            return ClusterError(message + _resume_hint(self.run))
         # Once the chief has finished, others may fail as it closes the queues: not a loss.
         if code == 0 or self.run.result.exists():
             return DONE
-        needed = [t for t in self.tasks if t.job == "ps" or t.index in (0, client.task)]
+        needed = [t for t in self.tasks if t.job == "ps" or t.index in (self.chief.task, client.task)]
         failure = self._server_gone(needed) or self._client_failure(client, code)
         if failure is not None:
             return failure
         why = clients.describe(code)
         if self.config.mode == "sync":
-            return ClusterError(f"{client.label} died ({why}: {last_line(client.log)}); sync training cannot go on without it"
-                                + _resume_hint(self.run))
+            message = f"{client.label} died ({why}: {last_line(client.log)}); sync training cannot go on without it"
+            if self.started:
+                return self._lost(self.workers.get(client.task), why, message)
+            return ClusterError(message + _resume_hint(self.run))
         self.lost.add(client.task)
         self.job.note(f"{client.label} died ({why}); async training goes on with {self.config.workers - len(self.lost)} worker(s)")
         return GOES_ON
@@ -154,11 +221,14 @@ class _Training:
         every worker's still training."""
         if self.run.result.exists():
             return []
-        needed = [t for t in self.tasks if t.job == "ps" or t.index == 0 or self.config.mode == "sync"]
+        needed = [t for t in self.tasks if t.job == "ps" or t.index == self.chief.task or self.config.mode == "sync"]
         return [t for t in needed if t.job == "ps" or t.index not in self.lost]
 
     def silent(self, tasks) -> ClusterError:
-        return ClusterError(f"{tasks[0].label} on {tasks[0].node} stopped answering; the run stopped" + _resume_hint(self.run))
+        message = f"{tasks[0].label} on {tasks[0].node} stopped answering; the run stopped"
+        if self.sync and self.started:
+            return self._lost(tasks[0], "stopped answering", message)
+        return ClusterError(message + _resume_hint(self.run))
 
     def progress(self, done: set[str]) -> None:
         pass  # the chief's records are the progress (follow)

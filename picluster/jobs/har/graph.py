@@ -47,10 +47,15 @@ def network(config: TrainConfig):
 
 
 class Graph:
-    def __init__(self, config: TrainConfig, task: int, data, cluster: dict | None = None, launch: str = "") -> None:
+    def __init__(self, config: TrainConfig, task: int, data, cluster: dict | None = None, launch: str = "",
+                 rank: int | None = None, workers: int | None = None) -> None:
+        """task: this worker's task in ``cluster`` (where its ops run); rank: its place among the
+        ``workers`` of this launch (the chief is 0), which differs from ``task`` when a run goes on
+        without a lost worker's task (elastic.py); by default the task and config.replicas."""
         self.graph = tf.Graph()
         self.shape, self.forward = network(config)
-        workers = self.workers = config.replicas
+        workers = self.workers = workers or config.replicas
+        rank = task if rank is None else rank
         # A container per launch: a persistent cluster's ps keeps variables between sessions, and
         # a new run must not start from the last one's weights (a resumed one restores its checkpoint).
         # The coordinator drops the container when the launch's clients have stopped (containers.py).
@@ -85,6 +90,16 @@ class Graph:
                                                            initializer=tf.compat.v1.constant_initializer(True))
                     self.ready_now = tf.compat.v1.is_variable_initialized(self.ready)
                     self.ready_now.mark_used()  # the chief never asks: no "never used" warning from its graph
+                    # The epoch this launch starts after, as the chief's restored checkpoint says it
+                    # (its step alone does not once the workers changed): the others read it once
+                    # ready, so every worker runs the same epochs.  Not in checkpoints either.
+                    self.start_epoch = tf.compat.v1.get_variable("start_epoch", [], tf.int64, trainable=False, collections=["picluster_ready"],
+                                                                 initializer=tf.compat.v1.zeros_initializer())
+                    self.start_epoch_in = tf.compat.v1.placeholder(tf.int64, [], name="start_epoch_in")
+                    self.set_start_epoch = self.start_epoch.assign(self.start_epoch_in, read_value=False)
+                    # The barrier counts this launch's workers from 0 whatever a checkpoint restored
+                    # (an earlier launch may have had more or fewer workers).
+                    self.join_afresh = self.joined.assign(0, read_value=False)
                 self.x = tf.compat.v1.placeholder(tf.float32, [None, STEPS, self.shape.inputs], name="x")
                 self.y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
                 self.keep = tf.compat.v1.placeholder_with_default(1.0, [], name="keep_prob")
@@ -161,7 +176,7 @@ class Graph:
                         every = [grads] + [tuple(tf.gradients(loss, [value(v) for v in variables])) for _, loss in others]
                         self.train = emulated_step(every, variables, ps_groups(config.ps), config.exchange == "fused", adam, wire)
                     else:
-                        self.train, self.arrivals = sync_step(grads, variables, self.global_step, task, workers, launch, adam,
+                        self.train, self.arrivals = sync_step(grads, variables, self.global_step, rank, workers, launch, adam,
                                                                fused_on, wire=wire)
                 else:
                     clipped, _ = tf.clip_by_global_norm(grads, config.clip_norm)  # where the gradients are
@@ -180,7 +195,7 @@ class Graph:
                     # Shadow weights beside the weights (on the ps); only a step that applies an
                     # update moves them: every worker's in async mode, the chief's in sync mode.
                     ema = tf.compat.v1.train.ExponentialMovingAverage(config.ema, num_updates=self.global_step)
-                    if self.sync and task != 0:
+                    if self.sync and rank != 0:
                         ema.apply(variables)
                     else:
                         with tf.control_dependencies([self.train]):
@@ -193,7 +208,7 @@ class Graph:
                     self.step_after = self.global_step.read_value()
                 self.local: LocalSteps | None = None  # post-local SGD's ops (localsgd.py), with --local-steps above 1
                 if self.sync and fused_on and config.local_steps > 1:
-                    self._local_steps(made, opt, fused_on, config, per_epoch, workers, task, launch, data, on_ps)
+                    self._local_steps(made, opt, fused_on, config, per_epoch, workers, rank, launch, data, on_ps)
             self.variables = tf.compat.v1.trainable_variables()
             if cluster is not None:
                 check_shards(tf.train.ClusterSpec(cluster).num_tasks("ps"), tf.compat.v1.global_variables())
@@ -235,7 +250,7 @@ class Graph:
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(out, 1), y), tf.int64))
         return loss, mean, correct, xent
 
-    def _local_steps(self, made, opt, here, config, per_epoch, workers, task, launch, data, on_ps) -> None:
+    def _local_steps(self, made, opt, here, config, per_epoch, workers, rank, launch, data, on_ps) -> None:
         """The local phase's steps and its model-averaging sync (localsgd.py)."""
         variables = tuple(tf.compat.v1.trainable_variables())
         x = self.x
@@ -253,7 +268,7 @@ class Graph:
                                                               collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
                                                               initializer=tf.compat.v1.zeros_initializer())
             rate = learning_rate(config, self.global_step_seen + self.local_done, per_epoch, workers)
-        if task != 0:
+        if rank != 0:
             # Only the chief's graph applies Adam (sync.sync_step), so only it holds the names of
             # Adam's moments on the ps; a launch's first local step reads them on every worker.
             # Built, never run: it names the same variables on the ps, which the chief initialises.
@@ -272,7 +287,7 @@ class Graph:
                 counted = self.global_step.assign_add(self.local_done, read_value=False)  # the steps it covers
             return tf.group(*adds, counted)
 
-        synced, _ = sync_step(local.trainable_changes(variables), variables, self.global_step, task, workers, launch,
+        synced, _ = sync_step(local.trainable_changes(variables), variables, self.global_step, rank, workers, launch,
                                average, here, tag="avg_")
         with tf.control_dependencies([synced]):  # then every worker reads the averaged weights
             self.local_sync = tf.group(local.pull(), self.global_step_seen.assign(self.global_step.read_value()))

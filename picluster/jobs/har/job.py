@@ -8,6 +8,7 @@ from picluster.cluster.base import Cluster
 from picluster.jobs.controller import Job, Running
 from picluster.jobs.har import coordinator
 from picluster.jobs.har.config import TrainConfig
+from picluster.jobs.har.elastic import line as elastic_line
 from picluster.jobs.har.rundir import RunDir
 from picluster.model import nodeset
 
@@ -18,8 +19,9 @@ class HarJob(Job):
     unit = "epochs"
 
     def __init__(self, config: TrainConfig, run: RunDir, runtime: str, quiet: bool = False,
-                 before: Callable[[], None] | None = None) -> None:
+                 before: Callable[[], None] | None = None, max_restarts: int = 3, deadline_s: float = 0.0) -> None:
         self.config, self.run, self.runtime = config, run, runtime
+        self.max_restarts, self.deadline_s = max_restarts, deadline_s  # a sync run's losses (elastic.py)
         # Done once the cluster answers, before training (the data set put on a cluster's share on
         # first use): a cluster with too few workers or a server down is refused before that work.
         self.before = before
@@ -43,4 +45,10 @@ class HarJob(Job):
     def body(self, cluster: Cluster | None, running: Running) -> dict:
         if self.before is not None:
             self.before()
-        return coordinator.train(self.config, self.run, cluster, running, self.runtime, quiet=self.quiet)
+        return coordinator.train(self.config, self.run, cluster, running, self.runtime, quiet=self.quiet,
+                                 max_restarts=self.max_restarts, deadline_s=self.deadline_s)
+
+    def ending(self, result) -> tuple[str, str]:
+        """Completed; with what a sync run lost on the way (elastic.py), for `picluster jobs JOB`."""
+        lost = result.get("elastic") if isinstance(result, dict) else None
+        return "COMPLETED", elastic_line(lost) if lost else ""

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from picluster.data.har.spec import CLASSES
+from picluster.jobs.har import elastic
 
 
 def describe_model(config) -> str:
@@ -74,6 +75,8 @@ class Printer:
         if result.get("test_accuracy_by_volunteer"):
             c.print("test accuracy by volunteer: "
                     + ", ".join(f"{v}: {a:.1%}" for v, a in result["test_accuracy_by_volunteer"].items()))
+        if result.get("elastic"):
+            c.print(elastic.line(result["elastic"]))
         if result.get("lost_workers"):
             c.print(f"workers lost during the run: {', '.join(map(str, result['lost_workers']))}")
         table = Table(title="test confusion matrix (rows: true, columns: predicted)")

@@ -67,11 +67,14 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
     """tf_config: the cluster and this task (TF_CONFIG's text; None: alone); job: run through a
     door, in the node's server process (its cancel ends the loop and closes the session)."""
     cfg = TrainConfig.load(run.config)
-    cluster, task = cluster_and_task(cfg, tf_config)
-    workers = len(cluster["worker"]) if cluster else cfg.replicas
+    cluster, task, members = cluster_and_task(cfg, tf_config)
+    # This launch's workers: the tasks TF_CONFIG names as members (a run that went on without a lost
+    # worker's task skips it); each worker's place among them (its rank) is what it trains as.
+    rank = members.index(task) if cluster else 0
+    workers = len(members) if cluster else cfg.replicas
     # The workers whose towers this process feeds: its own, or (--emulate) every one of them.
-    tasks = range(workers) if cfg.emulate else [task]
-    chief = task == 0
+    tasks = range(workers) if cfg.emulate else [rank]
+    chief = rank == 0
     # Start-up, part by part, in the log (it counts in the wall time to an accuracy): the process
     # (interpreter and imports; a door's client runs in a process that has them already), ...
     t0 = time.perf_counter()
@@ -83,7 +86,7 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
     t_data = time.perf_counter()
     tf.compat.v1.disable_eager_execution()
     server = serve_task(cluster, task) if serve and cluster else None  # noqa: F841  (serves while it lives)
-    g = Graph(cfg, task, data, cluster, launch)
+    g = Graph(cfg, task, data, cluster, launch, rank, workers)
     shards = [shard(len(data.x_train), t, workers, cfg.seed) for t in tasks]
     batch = cfg.worker_batch(workers)
     steps, global_per_epoch = cfg.steps_per_epoch(len(data.x_train), workers)
@@ -93,23 +96,33 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
         restore = checkpoints.prepare(run.checkpoints, has_records=bool(metrics.read_rows(run.metrics)))
     with g.graph.as_default():
         t_graph = time.perf_counter()
-        session = open_session(g, cfg, cluster, task, run.checkpoints, job)
+        session = open_session(g, cfg, cluster, task, run.checkpoints, job, chief)
         with_raw = session_fn(session)
 
         def raw(fetches, feed=None):
             return with_raw(lambda s: s.run(fetches, feed))
 
+        start_step = int(raw(g.global_step))
+        start_epoch = 0
+        if chief:
+            # The epoch the restored checkpoint ends, as recorded beside it; a run from before the
+            # record (its workers never changed) counts it from the step.
+            recorded = checkpoints.epoch_of(run.checkpoints, restore.checkpoint if restore is not None else None)
+            start_epoch = recorded if recorded is not None else start_step // global_per_epoch
         if chief and g.weights is not None and g.weights.start is not None:
             raw(g.weights.start)  # the 16-bit copies the workers read, from the weights initialised or restored
         if chief and g.ready is not None:
+            raw(g.start_epoch.initializer)
+            raw(g.set_start_epoch, {g.start_epoch_in: start_epoch})
+            raw(g.join_afresh)  # no worker has joined yet: they wait for the flag below
             raw(g.ready.initializer)  # after every variable: the workers' one flag to look at
         t1 = time.perf_counter()
         barrier(raw, g, workers if cluster else 1, job)
+        if not chief:
+            start_epoch = int(raw(g.start_epoch))
         say(f"replica {task}: start-up: process {process_s:.1f} s, data {t_data - t0:.1f} s, graph {t_graph - t_data:.1f} s, "
-            f"session {t1 - t_graph:.1f} s, barrier {time.perf_counter() - t1:.1f} s")
-
-        start_step = int(raw(g.global_step))
-        start_epoch = start_step // global_per_epoch
+            f"session {t1 - t_graph:.1f} s, barrier {time.perf_counter() - t1:.1f} s"
+            + (f" ({workers} workers, tasks {','.join(map(str, members))})" if cluster and members != list(range(len(cluster["worker"]))) else ""))
         if restore is not None and (restore.checkpoint or restore.damaged):
             checkpoints.write_note(run.resume_note, restore, launch, start_epoch, start_step)
             say(f"replica {task}: {restore.describe()}")
@@ -132,7 +145,7 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
                           np.random.default_rng([cfg.seed, epoch, t, 1])) for tower, t, mine in zip(g.towers, tasks, shards)]
             live = run.live if chief else None
             stats, values = train_epoch(session, g, data, feeds, steps, batch, cfg, epoch, task if cluster else None, live, job,
-                                        snapshot=snapshots is not None)
+                                        snapshot=snapshots is not None, members=members if cluster else None)
             # What this worker did last, for the coordinator.
             atomic.write_json(status_file, {"epoch": epoch, "time": time.time(), "elapsed_s": time.time() - started, **stats})
             if trained is not None and snapshots is not None and values is not None:
@@ -143,7 +156,7 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
                 # Post-local SGD's epochs end in a sync of models, not an update: saved here.  In sync
                 # mode nothing moves the weights until this chief's next step applies the next update.
                 step = int(raw(g.global_step))
-                save(with_raw, g.saver, run.checkpoints / "model.ckpt", step)
+                save(with_raw, g.saver, run.checkpoints / "model.ckpt", step, epoch)
                 hand_over(run.checkpoints / f"model.ckpt-{step}", run.to_evaluate)
                 trained.add(epoch=epoch, checkpoint=f"model.ckpt-{step}", **stats)
             elif duties is not None and duties.end_epoch(epoch, stats):
@@ -164,10 +177,12 @@ def _process_started() -> float:
     return psutil.Process().create_time()
 
 
-def cluster_and_task(cfg: TrainConfig, tf_config: str | None) -> tuple[dict | None, int]:
-    """The ClusterSpec (as a dict) and this worker's index, from TF_CONFIG's text; (None, 0) alone."""
+def cluster_and_task(cfg: TrainConfig, tf_config: str | None) -> tuple[dict | None, int, list[int]]:
+    """The ClusterSpec (as a dict), this worker's index and the worker tasks that train in this
+    launch (TF_CONFIG's "members", picluster's own key; every worker when absent), from TF_CONFIG's
+    text; (None, 0, [0]) alone."""
     if cfg.standalone:
-        return None, 0
+        return None, 0, [0]
     try:
         if tf_config is None:
             raise KeyError("TF_CONFIG")
@@ -175,7 +190,11 @@ def cluster_and_task(cfg: TrainConfig, tf_config: str | None) -> tuple[dict | No
         cluster, task = spec["cluster"], spec["task"]
         if task["type"] != "worker" or not 0 <= int(task["index"]) < len(cluster["worker"]):
             raise ValueError(f"task {task} is not one of the cluster's workers")
-        return cluster, int(task["index"])
+        members = spec.get("members", list(range(len(cluster["worker"]))))
+        if (not isinstance(members, list) or not all(isinstance(m, int) and 0 <= m < len(cluster["worker"]) for m in members)
+                or sorted(set(members)) != members or int(task["index"]) not in members):
+            raise ValueError(f"members {members} are not the cluster's workers in order, with task {task['index']}")
+        return cluster, int(task["index"]), members
     except KeyError as exc:
         raise UsageError(f"TF_CONFIG is missing {exc}; start replicas with 'picluster train har'") from None
     except (ValueError, TypeError) as exc:
@@ -212,7 +231,8 @@ class _Kept:
         return session
 
 
-def open_session(g: Graph, cfg: TrainConfig, cluster: dict | None, task: int, checkpoint_dir: Path, job: JobContext | None = None):
+def open_session(g: Graph, cfg: TrainConfig, cluster: dict | None, task: int, checkpoint_dir: Path, job: JobContext | None = None,
+                 chief: bool | None = None):
     """A MonitoredSession: the chief restores the checkpoint the state file names
     (checkpoints.prepare made it the newest intact one) or initialises; the other workers wait
     for the chief's one readiness flag (a single scalar, where a report of every uninitialised
@@ -226,7 +246,8 @@ def open_session(g: Graph, cfg: TrainConfig, cluster: dict | None, task: int, ch
         target = f"grpc://{cluster['worker'][task]}"
         # A dead spare worker must not block us: only the ps and our own task must answer.
         config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{task}"])
-    if task != 0 and g.ready is not None:
+    chief = task == 0 if chief is None else chief  # the chief of this launch (rank 0)
+    if not chief and g.ready is not None:
         # A MonitoredSession re-checks the chief's initialisation only every 30 s: look first.
         with tf.compat.v1.Session(target, config=config) as probe:
             if job is not None:
@@ -236,7 +257,7 @@ def open_session(g: Graph, cfg: TrainConfig, cluster: dict | None, task: int, ch
                     raise Cancelled()
                 time.sleep(READY_POLL_S)
     scaffold = tf.compat.v1.train.Scaffold(saver=g.saver)
-    if task == 0:
+    if chief:
         creator = tf.compat.v1.train.ChiefSessionCreator(scaffold=scaffold, master=target, config=config,
                                                          checkpoint_dir=str(checkpoint_dir))
     else:
@@ -279,13 +300,14 @@ class Feed:
 
 def train_epoch(session, g: Graph, data, feeds: list[Feed], steps: int, batch: int, cfg: TrainConfig,
                 epoch: int, task: int | None, live: Path | None, job: JobContext | None = None,
-                snapshot: bool = False) -> tuple[dict, list | None]:
+                snapshot: bool = False, members: list[int] | None = None) -> tuple[dict, list | None]:
     """One pass over this worker's shard (the emulator: every worker's, one update a step): the
     epoch's timings and the first tower's training scores (the chief's), and with ``snapshot`` the
     values of every saved variable after the epoch's last update, fetched with that step (None
     when the epoch ended otherwise: post-local SGD's sync).  ``task``: this worker's on a cluster
     (None: no cluster), one of whose steps (the epoch's middle one) is traced to split the steps' time into
-    compute and exchange (steptrace.py)."""
+    compute and exchange (steptrace.py); ``members``: the launch's worker tasks, by rank (who a
+    straggler is)."""
     distributed = task is not None
     spec = augment.parse(cfg.augment)
     t_input = t_step = loss_sum = 0.0
@@ -365,7 +387,7 @@ def train_epoch(session, g: Graph, data, feeds: list[Feed], steps: int, batch: i
         "staleness_mean": float(np.mean(staleness)) if staleness else "",
         "staleness_max": int(np.max(staleness)) if staleness else "",
         "global_step": int(after) if steps else "",
-        "straggler": held[0] if held else "",
+        "straggler": (members[held[0]] if members else held[0]) if held else "",  # its task, as the logs name it
         "straggler_ms": round(held[1] * 1000, 1) if held else "",
     }, values
 

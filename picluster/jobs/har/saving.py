@@ -53,7 +53,7 @@ class Snapshots:
     def _write(self, values, step: int, epoch: int, stats: dict) -> None:
         with self.lock:
             self.session.run(self.assign, dict(zip(self.feeds, values)))
-            save(lambda fn: fn(self.session), self.saver, self.directory / "model.ckpt", step)
+            save(lambda fn: fn(self.session), self.saver, self.directory / "model.ckpt", step, epoch)
             hand_over(self.directory / f"model.ckpt-{step}", self.to_evaluate)
             self.trained.add(epoch=epoch, checkpoint=f"model.ckpt-{step}", **stats)
 

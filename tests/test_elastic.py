@@ -1,0 +1,247 @@
+"""A sync training that loses a task goes on from its last checkpoint (picluster/jobs/har/elastic.py):
+real clients and servers on the embedded local cluster, killed as the OOM killer or a pulled plug
+would; the rules of what the next launch trains with, and what the run records, as units."""
+
+import json
+import time
+
+import psutil
+import pytest
+
+from picluster.jobs.har import clients, elastic
+from picluster.jobs.har.config import TrainConfig
+from picluster.jobs.har.replica import cluster_and_task
+from picluster.model.clusterspec import Layout, Task
+from picluster.util.errors import UsageError
+
+from conftest import picluster, picluster_popen
+from train_fixtures import TINY_MODEL
+from train_fixtures import error_line as _error_line
+
+LAYOUT = Layout((Task("ps", 0, "node01", "10.0.0.1", 2222), Task("worker", 0, "node02", "10.0.0.2", 2222),
+                 Task("worker", 1, "node03", "10.0.0.3", 2222), Task("worker", 2, "node04", "10.0.0.4", 2222)))
+
+
+# -- units ---------------------------------------------------------------------------------------
+
+
+def test_a_launch_without_a_worker_names_its_members_in_tf_config_and_each_replica_takes_its_place():
+    every = json.loads(clients.tf_config(LAYOUT, 1, [0, 1, 2]))
+    assert "members" not in every  # every worker: TF_CONFIG as TFJob writes it
+    fewer = clients.tf_config(LAYOUT, 2, [0, 2])
+    assert json.loads(fewer)["members"] == [0, 2] and json.loads(fewer)["task"] == {"type": "worker", "index": 2}
+    cfg = TrainConfig.for_model(workers=3)
+    cluster, task, members = cluster_and_task(cfg, fewer)
+    # Task 2 keeps its server's place in the cluster; it trains as the second of two workers.
+    assert task == 2 and members == [0, 2] and members.index(task) == 1
+    assert len(cluster["worker"]) == 3
+
+
+@pytest.mark.parametrize("members", [[0, 5], [2, 0], [0, 0, 2], [0, 1], "0,2", [0, True]])
+def test_a_tf_config_whose_members_are_not_the_clusters_workers_in_order_is_refused(members):
+    text = json.loads(LAYOUT.tf_config("worker", 2)) | {"members": members}
+    with pytest.raises(UsageError, match="TF_CONFIG is not a worker's cluster spec"):
+        cluster_and_task(TrainConfig.for_model(workers=3), json.dumps(text))
+
+
+def test_the_deadline_adapts_to_the_slowest_epoch_and_an_option_sets_it():
+    assert elastic.deadline(0, []) == elastic.DEADLINE_FLOOR_S
+    assert elastic.deadline(0, [2.0, 3.0]) == elastic.DEADLINE_FLOOR_S  # short epochs: the floor
+    assert elastic.deadline(0, [20.0, 41.0, 30.0]) == pytest.approx(123.0)  # three of the slowest
+    assert elastic.deadline(12.5, [100.0]) == 12.5
+
+
+def test_the_record_gives_the_workers_of_each_epoch_the_epochs_trained_again_and_the_seconds_lost():
+    record = elastic.Record(max_restarts=2)
+    record.launched([0, 1, 2])
+    record.resumed(0, 100.0)
+    lost = elastic.Lost("worker:2 on node04 stopped answering", LAYOUT.task("worker", 2), "stopped answering")
+    assert record.lost(lost, 3, {1: 110.0, 2: 120.0, 3: 130.0})
+    record.launched([0, 1])
+    record.resumed(3, 150.5)  # the epoch-3 checkpoint restored; training again 20.5 s after it was written
+    record.launched([0, 1, 2])  # node04 rejoined
+    record.resumed(6, 200.0)
+    summary = record.summary(epochs_run=8)
+    assert summary["restarts"] == 1 and summary["launches"] == 3
+    assert summary["workers_per_epoch"] == {"1": 3, "2": 3, "3": 3, "4": 2, "5": 2, "6": 2, "7": 3, "8": 3}
+    assert summary["failures"] == [{"task": "worker:2", "node": "node04", "cause": "stopped answering", "epochs_done": 3,
+                                    "time": summary["failures"][0]["time"], "restored_epoch": 3, "seconds_lost": 20.5,
+                                    "epochs_repeated": 1}]
+    assert summary["seconds_lost"] == 20.5 and summary["epochs_repeated"] == 1
+    assert elastic.line(summary) == ("lost 1 time: worker:2 on node04 after epoch 3 (stopped answering); 1 restart, "
+                                     "1 epoch(s) trained again, 20 s lost, 2-3 workers an epoch")
+
+
+def test_past_the_budget_the_record_says_no_more():
+    record = elastic.Record(max_restarts=1)
+    record.launched([0, 1])
+    lost = elastic.Lost("worker:1 died", LAYOUT.task("worker", 1), "signal 9")
+    assert record.lost(lost, 2, {}) is True
+    assert record.lost(lost, 4, {}) is False and record.restarts == 1
+
+
+# -- real runs on the embedded local cluster -----------------------------------------------------
+
+
+def _client(run_dir, task):
+    """Worker ``task``'s client process (not the tether it runs under), or None."""
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "picluster.jobs.har.process" in cmd and "picluster.cluster.tether" not in cmd and str(run_dir) in cmd:
+            try:
+                spec = json.loads(proc.environ().get("TF_CONFIG", "{}"))
+            except psutil.Error:
+                continue
+            if spec.get("task", {}).get("index") == task:
+                return proc
+    return None
+
+
+def _epochs(run_dir) -> list[int]:
+    import csv
+
+    try:
+        with open(run_dir / "metrics.csv") as f:
+            return [int(r["epoch"]) for r in csv.DictReader(f)]
+    except FileNotFoundError:
+        return []
+
+
+def _rows(run_dir) -> list[dict]:
+    import csv
+
+    with open(run_dir / "metrics.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def _wait_for(run_dir, proc, epochs: int, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(_epochs(run_dir)) >= epochs:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    raise AssertionError(f"no {epochs} epochs after {timeout} s")
+
+
+def _kill_when(run_dir, proc, epochs: int, victim) -> None:
+    _wait_for(run_dir, proc, epochs)
+    target = victim()
+    assert target is not None, "nothing to kill"
+    target.kill()
+
+
+def _relaunched(run_dir, proc, launches_before: set, timeout: float = 180) -> int:
+    """Wait until a new launch restored a checkpoint and trained an epoch past it (the chief's
+    resume note names the launch and the epoch); that epoch."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            note = json.loads((run_dir / "resume.json").read_text())
+        except (FileNotFoundError, ValueError):
+            note = None
+        if note and note["launch"] not in launches_before and max(_epochs(run_dir), default=0) > note["epoch"]:
+            launches_before.add(note["launch"])
+            return note["epoch"]
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    raise AssertionError(f"no new launch after {timeout} s")
+
+
+def _no_clients_left(run_dir):
+    time.sleep(0.5)
+    assert all(_client(run_dir, t) is None for t in range(3))
+
+
+@pytest.mark.e2e
+def test_a_sync_run_that_loses_a_worker_goes_on_from_its_last_checkpoint_as_if_nothing_happened(state, tiny, tmp_path):
+    calm = picluster("train", "har", "--data-dir", tiny, "--run-dir", tmp_path / "calm", *TINY_MODEL, "--epochs", "30", "--json",
+                     timeout=300)
+    assert calm.returncode == 0, calm.stderr
+    run_dir = tmp_path / "run"
+    proc = picluster_popen("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "30", "--json")
+    try:
+        _kill_when(run_dir, proc, 3, lambda: _client(run_dir, 1))  # as the OOM killer would
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    said = [line for line in err.splitlines() if "lost during epoch" in line]
+    assert len(said) == 1 and said[0].startswith("worker:1 on localhost lost during epoch ") and said[0].endswith("(signal 9): restart 1 of 3"), err
+    assert "going on with 2 workers from the last checkpoint" in err, err
+    result = json.loads(out)
+    lost = result["elastic"]
+    assert lost["restarts"] == 1 and lost["max_restarts"] == 3 and lost["launches"] == 2
+    assert [(f["task"], f["cause"]) for f in lost["failures"]] == [("worker:1", "signal 9")]
+    assert lost["failures"][0]["restored_epoch"] >= 3 and lost["epochs_repeated"] == 1 and lost["seconds_lost"] > 0
+    assert lost["workers_per_epoch"] == {str(e): 2 for e in range(1, 31)}
+    # Every epoch recorded once, and the run is the undisturbed one: the restored checkpoint, the
+    # keyed input order and dropout make the same updates.
+    assert _epochs(run_dir) == list(range(1, 31))
+    calm_rows = _rows(tmp_path / "calm")
+    assert [r["val_acc"] for r in _rows(run_dir)] == [r["val_acc"] for r in calm_rows]
+    assert result["test_accuracy"] == json.loads(calm.stdout)["test_accuracy"]
+    assert json.loads((run_dir / "result.json").read_text())["elastic"] == lost  # on record, not only printed
+    _no_clients_left(run_dir)
+    # The job's record says what it lost.
+    shown = picluster("jobs", str(_job_id(result, run_dir)))
+    assert shown.returncode == 0 and "lost 1 time: worker:1 on localhost" in shown.stdout, shown.stdout
+
+
+def _job_id(result, run_dir) -> int:
+    """The newest training's job id (the one that lost a worker ran after the calm one)."""
+    listed = json.loads(picluster("jobs", "--json").stdout)
+    return max(j["id"] for j in listed["jobs"] if j["kind"] == "har")
+
+
+@pytest.mark.e2e
+def test_a_killed_chief_then_a_killed_ps_each_restart_the_run_and_it_finishes(state, tiny, tmp_path):
+    from picluster.cluster.local import LocalCluster
+
+    assert picluster("cluster", "up", "--ps", "1", "--workers", "2").returncode == 0
+    run_dir = tmp_path / "run"
+    try:
+        proc = picluster_popen("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "40", "--json")
+        try:
+            _kill_when(run_dir, proc, 2, lambda: _client(run_dir, 0))
+            _relaunched(run_dir, proc, set())  # not while the first restart is under way: two losses, one after the other
+            psutil.Process(next(s.pid for s in LocalCluster.open().status() if s.label == "ps:0")).kill()
+            out, err = proc.communicate(timeout=300)
+        finally:
+            proc.kill()
+        assert proc.returncode == 0, err
+        lost = json.loads(out)["elastic"]
+        assert [f["task"] for f in lost["failures"]] == ["worker:0", "ps:0"] and lost["restarts"] == 2, err
+        assert "ps:0 on localhost lost during epoch" in err and "restart 2 of 3" in err, err
+        assert _epochs(run_dir) == list(range(1, 41))
+        # The ps was started again by the run, on its port: the cluster is up as it was.
+        assert all(s.state == "up" for s in LocalCluster.open().status() if s.task is not None)
+        _no_clients_left(run_dir)
+    finally:
+        picluster("cluster", "down")
+
+
+@pytest.mark.e2e
+def test_past_its_restarts_the_run_stops_with_the_command_that_resumes_it(state, tiny, tmp_path):
+    run_dir = tmp_path / "run"
+    proc = picluster_popen("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "100",
+                           "--max-restarts", "1")
+    try:
+        _kill_when(run_dir, proc, 2, lambda: _client(run_dir, 1))
+        _relaunched(run_dir, proc, set())
+        _client(run_dir, 1).kill()
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err
+    line = _error_line(err)
+    assert line.startswith("picluster: error: worker 1 died (signal 9"), line
+    assert "after 1 restart (--max-restarts 1); continue with 'picluster train har --resume " in line, line
+    assert "Traceback" not in err
+    _no_clients_left(run_dir)
+
+
+def test_a_negative_worker_deadline_is_refused_in_one_line(state, tiny):
+    result = picluster("train", "har", "--data-dir", tiny, "--worker-deadline", "-1")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "--worker-deadline -1 must be 0 (adaptive) or more seconds" in result.stderr
