@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 # What a folder's file primitives raise when a copy fails: the node's answer (OSError: no such
 # file, permission denied, a full disk) or the connection's end (EOFError, SSHException).
 COPY_ERRORS = (OSError, EOFError, paramiko.SSHException)
+SFTP_TIMEOUT_S = 20.0  # the longest wait for one answer of a node's SFTP server (a loaded Pi answers in well under a second)
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,12 @@ class JobFolder:
     @cached_property
     def _sftp(self) -> paramiko.SFTPClient:
         """The connection's SFTP session, opened on first use (Fabric keeps one per connection, closed
-        with it) and held here: a lost connection then fails the copy, it is not opened again."""
-        return self.remote.conn.sftp()
+        with it) and held here: a lost connection then fails the copy, it is not opened again.  Each
+        read on it waits at most SFTP_TIMEOUT_S: a node whose link is cut must fail the copy (a
+        socket timeout, an OSError), not hold the coordinator forever (TCP alone waits minutes)."""
+        sftp = self.remote.conn.sftp()
+        sftp.get_channel().settimeout(SFTP_TIMEOUT_S)
+        return sftp
 
     def _at(self, relative: str | PurePosixPath) -> str:
         return str(self.path / relative)

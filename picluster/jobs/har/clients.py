@@ -81,7 +81,7 @@ class Client(Supervised):
 
     def __init__(self, run: RunDir, task: int, tf_config: str | None, launch: str, cluster: "Cluster | None" = None,
                  node: str = "localhost", runtime: str = "separate", resume: bool = False, beside: bool = False,
-                 chief: bool | None = None) -> None:
+                 chief: bool | None = None, chief_moved: bool = False) -> None:
         """cluster (None: a standalone run, here) starts the client on ``node``: in a folder of the
         job's own there (Cluster.job_folder) whose chief's files are mirrored back, else in the run
         directory here (a launcher's node reads it on a shared file system).  runtime (a cluster
@@ -89,9 +89,13 @@ class Client(Supervised):
         door (a node whose server has none falls back to "shared"); "shared", a process that
         serves the task in place of the node's server; "separate", a process beside it.  beside:
         the run's evaluator runs beside the coordinator (what a node's chief's mirror copies back);
-        chief: this client is the launch's chief (default: task 0; another when task 0 is lost)."""
+        chief: this client is the launch's chief (default: task 0; another when task 0 is lost);
+        chief_moved: the last launch's chief was another task (its checkpoints, mirrored here, are
+        the newest)."""
         self.task = task
+        self.cluster = cluster
         self.chief = task == 0 if chief is None else chief
+        self.chief_moved = chief_moved
         self.runtime = runtime
         self.beside = beside
         self.node = node
@@ -126,7 +130,7 @@ class Client(Supervised):
             if self.runtime == "resident" and found is None:
                 self.runtime = "shared"  # a server started by an older picluster, without a door
             self.mirror = mirror = Mirror(folder, run.path, self.beside)
-            mirror.push_for_start(chief=self.chief, resume=resume)
+            mirror.push_for_start(chief=self.chief, resume=resume, ours_newer=self.chief_moved)
             prelude = ""
             if self.runtime == "resident" and found is not None:
                 # Inside the node's server: no TensorFlow import, nothing to stop or start again.
@@ -160,6 +164,8 @@ class Client(Supervised):
         """
         if not self.chief or self.mirror is None or self.mirror.complete:  # a finished run's final sync copied everything
             return
+        if self.cluster is not None and self.cluster.unreachable(self.node):
+            return  # its link is cut: each copy would wait for its timeout; ours is the last mirrored one
         try:
             self.mirror.records()
         except COPY_ERRORS:
@@ -178,10 +184,13 @@ def node_run_name(run_dir: Path) -> str:
 
 
 def start(run: RunDir, layout: Layout | None, cluster: "Cluster | None" = None, resume: bool = False, launch: str = "",
-          runtime: str = "separate", beside: bool = False, members: list[int] | None = None) -> list:
+          runtime: str = "separate", beside: bool = False, members: list[int] | None = None,
+          last_chief: int | None = None) -> list:
     """One client per worker task of ``layout`` on ``cluster`` (None for both: one client, alone,
     here), all at once.  ``layout`` holds only the tasks this run uses; ``members`` (default: every
-    worker) the worker tasks of this launch, the first of them its chief.  runtime, beside: see Client."""
+    worker) the worker tasks of this launch, the first of them its chief; ``last_chief``: the
+    previous launch's chief task in this run (None: none, or this process did not start it).
+    runtime, beside: see Client."""
     if layout is None or cluster is None:
         return [Client(run, 0, None, launch)]
     workers = [t for t in layout.workers if members is None or t.index in members]
@@ -190,7 +199,8 @@ def start(run: RunDir, layout: Layout | None, cluster: "Cluster | None" = None, 
     # A failure is named by its node where each node has one worker task, else by the task.
     name = (lambda t: t.node) if len(set(nodes)) == len(nodes) else (lambda t: t.label)
     started = fan_out(lambda t: Client(run, t.index, tf_config(layout, t.index, members), launch, cluster, t.node, runtime,
-                                       resume, beside, chief=t.index == chief), workers, name=name)
+                                       resume, beside, chief=t.index == chief,
+                                       chief_moved=last_chief is not None and last_chief != chief), workers, name=name)
     clients = [started.succeeded[name(t)] for t in workers if name(t) in started.succeeded]  # in task order: the chief first
     if started.failed:
         stop(clients)

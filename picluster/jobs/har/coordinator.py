@@ -142,8 +142,10 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", job: Runn
                 except elastic.Lost as lost:
                     # A sync run lost a task: every client has stopped; start again from the last
                     # checkpoint with the workers that answer, within the budget.
+                    cluster.release()  # a lost node's connection may be dead: each launch reaches its nodes anew
                     members = _after_loss(lost, record, cluster, used, job)
                 except elastic.Rejoin as back:
+                    cluster.release()
                     members = sorted({*members, *(t.index for t in back.tasks)})
                     job.note(f"{_named(back.tasks)} answers again: it rejoins from the checkpoint of epoch {back.epoch} "
                              f"({len(members)} workers)")
@@ -201,7 +203,9 @@ def _launch(config: TrainConfig, run: RunDir, cluster: "Cluster", job: Running, 
                 assert data_here is not None
                 trained.clear_handed_over(run.to_evaluate)  # an earlier launch's leftovers (a node's chief clears its own)
                 beside.append(clients.Evaluator(run, launch, str(data_here)))
-            running = clients.start(run, used, cluster, resume, launch, runtime=runtime, beside=bool(beside), members=members)
+            last_chief = record.launches[-2]["workers"][0] if len(record.launches) > 1 else None
+            running = clients.start(run, used, cluster, resume, launch, runtime=runtime, beside=bool(beside), members=members,
+                                    last_chief=last_chief)
             # A shared worker's server lives and dies with its client, whose exit is watched anyway.
             standing_in = {c.task for c in running if c.runtime == "shared"}
             servers = tuple(t for t in used.tasks if t.job == "ps" or (t.index in members and t.index not in standing_in))

@@ -127,15 +127,16 @@ def answering(tasks: list[Task]) -> list[Task]:
 
 
 def members_after(cluster, used: Layout, lost: Lost, say) -> list[int]:
-    """The worker tasks of the next launch: the servers that are down started again where their
-    nodes answer (``Cluster.repair``; a lost ps waited for up to PS_WAIT_S, a Pi's reboot), then
-    every worker whose server answers.  Raises ClusterError when a ps cannot be brought back or no
+    """The worker tasks of the next launch: a lost ps's server started again (``Cluster.repair``,
+    which starts whatever is down where its node answers; the ps waited for up to PS_WAIT_S, a
+    Pi's reboot), then every worker whose server answers (a lost worker's server is not waited
+    for: it rejoins once it answers).  Raises ClusterError when a ps cannot be brought back or no
     worker answers."""
     ps = used.ps
     until = time.monotonic() + PS_WAIT_S
     while True:
         said = ""
-        if unanswered(used.tasks, tries=2, timeout=2.0, pause=0.5):
+        if unanswered(ps, tries=2, timeout=2.0, pause=0.5):
             try:
                 cluster.repair()  # the tasks that are down, started again on the nodes that answer
             except ClusterError as exc:

@@ -43,7 +43,7 @@ def follow(run: RunDir, config: TrainConfig, running: list, job: Running, quiet:
         training.settle()
         raise
     if isinstance(failure, elastic.Lost):
-        training.settle()
+        training.settle(failure)
     if failure is not None:
         raise failure
     # result.json is the chief's alone; the workers lost on the way are the coordinator's to tell.
@@ -80,6 +80,8 @@ class _Training:
         self.epochs_done = 0
         self.row_times: dict[int, float] = {}  # each epoch's row: when the work after its checkpoint began
         self.sync = config.mode == "sync" and not config.standalone and len(running) > 1
+        self.looked = time.monotonic()  # the last look at the missing workers' servers
+        self.answered: list = []  # those of them that answered it
 
     def handles(self) -> dict:
         return self.clients
@@ -87,6 +89,9 @@ class _Training:
     def follow(self) -> bool:
         if not self.chief_done:
             self._sync_chief(self.chief.poll() == 0)
+        if self.missing and time.monotonic() - self.looked >= CHECK_S:
+            self.looked = time.monotonic()
+            self.answered = [t for t in self.missing if not unanswered([t], tries=1, timeout=1.0)]
         self._records()
         if self.sync and self.started and not self.run.result.exists():
             limit = elastic.deadline(self.deadline_s, self.epoch_s)
@@ -124,14 +129,16 @@ class _Training:
                 self.moved = time.monotonic()
                 self.shown_progress.live(live)
 
-    def settle(self) -> None:
+    def settle(self, lost: "elastic.Lost | None" = None) -> None:
         """Before a restart: the clients stopped, and the epochs the chief finished evaluated by the
         evaluator beside us (it lags the chief by an evaluation), so that the run's records hold
         every epoch of the checkpoint the next launch restores."""
         if self.evaluator is None:
             return
         clients.stop_only(self.running)
-        self.chief.sync()  # the last checkpoints handed over, and the record naming them
+        chief_lost = lost is not None and lost.task is not None and lost.task.job == "worker" and lost.task.index == self.chief.task
+        if not chief_lost:  # a lost chief's node may not answer: what it handed over is here already
+            self.chief.sync()  # the last checkpoints handed over, and the record naming them
         finished = [int(r["epoch"]) for r in trained.read(self.run.trained, self.launch) if "epoch" in r]
         until = time.monotonic() + SETTLE_S
         while self.evaluator.poll() is None and time.monotonic() < until:
@@ -141,11 +148,13 @@ class _Training:
             time.sleep(POLL_S)
 
     def _back(self) -> None:
-        """At an epoch's end (its checkpoint written): a worker left out that answers again rejoins."""
-        if self.missing and not self.run.result.exists():
-            back = elastic.answering(self.missing)
-            if back:
-                raise elastic.Rejoin(back)
+        """At an epoch's end (its checkpoint written): a worker left out whose server answered the
+        last look (``follow``'s, every CHECK_S, one try each: the loop must not wait on a cut link)
+        rejoins."""
+        if not self.missing or self.run.result.exists():
+            return
+        if self.answered:
+            raise elastic.Rejoin(self.answered)
 
     def _lost(self, task, cause: str, message: str) -> "elastic.Lost":
         """A loss once training has begun: elastic.Lost (the coordinator may go on), its message

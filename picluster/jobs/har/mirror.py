@@ -59,10 +59,13 @@ class Mirror:
 
     # -- what the coordinator does with it -------------------------------------------------------
 
-    def push_for_start(self, chief: bool, resume: bool) -> None:
+    def push_for_start(self, chief: bool, resume: bool, ours_newer: bool = False) -> None:
+        """ours_newer: another node was the chief since this one last was (a run that went on
+        without it): our copy, mirrored from that chief, is newer than the node's own."""
         self.put(self.local_dir / RunDir.CONFIG)
-        if chief and resume and not self.exists(f"{RunDir.CHECKPOINTS}/checkpoint"):
-            # The node's own records are the newest; ours are pushed only when it has none.
+        if chief and resume and (ours_newer or not self.exists(f"{RunDir.CHECKPOINTS}/checkpoint")):
+            # The node's own records are the newest when it was the last chief; ours are pushed
+            # when it has none, or another chief has trained since.
             for name in RECORDS:
                 self.put(self.local_dir / name)
             for tree in RESUME_TREES:
