@@ -241,7 +241,8 @@ def test_past_its_restarts_the_run_stops_with_the_command_that_resumes_it(state,
     _no_clients_left(run_dir)
 
 
-def test_a_negative_worker_deadline_is_refused_in_one_line(state, tiny):
-    result = picluster("train", "har", "--data-dir", tiny, "--worker-deadline", "-1")
+def test_a_negative_worker_deadline_is_refused_in_one_line(state, tiny, tmp_path):
+    result = picluster("train", "har", "--data-dir", tiny, "--run-dir", tmp_path / "run", "--worker-deadline", "-1")
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert "--worker-deadline -1 must be 0 (adaptive) or more seconds" in result.stderr
+    assert not (tmp_path / "run").exists()  # nothing half written

@@ -126,6 +126,8 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, max
     from picluster.jobs.har.rundir import RunDir
     from picluster.views.live import JobDisplay
 
+    if worker_deadline < 0:
+        raise UsageError(f"--worker-deadline {worker_deadline:g} must be 0 (adaptive) or more seconds")
     given = {k: v for k, v in options.items() if v is not None}
     if given.get("emulate"):
         given.setdefault("standalone", True)  # one process on this machine, whatever cluster there is
@@ -174,8 +176,6 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, max
     run = run or coordinator.new_run_dir(run_dir)
     display = JobDisplay("train har", "epochs", live=live and not as_json)
     printer = progress.Printer(config, run, quiet=as_json or verbosity.quiet(), console=display.console if display.live else None)
-    if worker_deadline < 0:
-        raise UsageError(f"--worker-deadline {worker_deadline:g} must be 0 (adaptive) or more seconds")
     job = HarJob(config, run, worker_runtime, quiet=as_json, before=before, max_restarts=max_restarts, deadline_s=worker_deadline)
     try:
         result = controller.run(job, inventory, display=display, where=where)  # placed once, here
