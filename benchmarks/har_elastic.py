@@ -14,15 +14,16 @@ types, with the defaults: `picluster train har -i INV --workers 8 --target-val-a
 - ``calm``: undisturbed;
 - ``worker``: once epoch 3's row is in, worker 1's server process on node03 is killed with
   SIGKILL, as the kernel's OOM killer does (the client runs inside it, the default on inventory
-  nodes): the run goes on with 7 workers, node03's left out (nothing starts its server again
-  during the run); `cluster up` after the row puts it back for the next;
+  nodes): the run starts that server again (its node answers) and goes on from the checkpoint;
 - ``ps``: the same for the ps's server on node01: the run starts it again and restores the
   checkpoint.
 
 The target the issue set: ``worker`` at most one epoch plus 20 s later than ``calm`` (the epoch
 being the calm run's median epoch), ``ps`` at most one epoch plus the restart.  Each row also
 gives the run's own record of the loss (result.json's "elastic": seconds lost, epochs trained
-again) and where the extra time went.  Rows go to benchmarks/results/har_elastic.csv.
+again); the command's stderr, each line with its second, is kept in the run's folder
+(coordinator.err): where the extra time went.  `cluster up` runs before every row, outside its
+time.  Rows go to benchmarks/results/har_elastic.csv.
 """
 
 import argparse
@@ -40,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from har_wall import RESULTS, _local, measure, prepared_har, stage_har
+from har_wall import RESULTS, measure, prepared_har, stage_har
 from labcluster import lab_cluster
 
 from picluster.cluster.nodecluster import RUN_DIR
@@ -88,6 +89,21 @@ def killer(run_dir: Path, pid_file: Path, started: list[float], said: dict) -> t
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
     return thread
+
+
+def _logged(command: list[str], run_dir: Path) -> tuple[int, str]:
+    """Run ``command``; its stderr kept in the run's folder with each line's time (where a restart's
+    seconds went); its exit status and last line."""
+    started = time.time()
+    lines: list[str] = []
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        lines.append(f"{time.time() - started:7.1f} {line.rstrip()}")
+    proc.wait()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "coordinator.err").write_text("\n".join(lines) + "\n")
+    return proc.returncode, (lines[-1][8:] if lines else "")
 
 
 def report(rows: dict[tuple[str, int], dict]) -> None:
@@ -146,12 +162,16 @@ def main() -> None:
                 run_dir = RESULTS / "har_elastic" / f"{config}-{seed}"
                 command = [sys.executable, "-m", "picluster", "train", "har", "-i", str(inventory), "--workers", str(args.workers),
                            "--seed", str(seed), "--run-dir", str(run_dir), *common]
+                # Every server up before the row (the last row's losses are not this one's), outside its time.
+                up = subprocess.run([sys.executable, "-m", "picluster", "cluster", "up", "-i", str(inventory)], capture_output=True, text=True)
+                if up.returncode != 0:
+                    raise SystemExit(f"cluster up before the row: {up.stderr.strip()}")
                 said: dict = {}
                 shutil.rmtree(run_dir, ignore_errors=True)  # before the killer looks: not the last run's rows
                 started = [time.time()]
                 if config in victims:
                     killer(run_dir, victims[config], started, said)
-                row = measure(command, run_dir, args.target, _local)
+                row = measure(command, run_dir, args.target, lambda command, where=run_dir: _logged(command, where))
                 result = json.loads((run_dir / "result.json").read_text()) if (run_dir / "result.json").exists() else {}
                 lost = result.get("elastic") or {}
                 epochs = [float(r["epoch_s"]) for r in read_rows(run_dir / "metrics.csv")] if (run_dir / "metrics.csv").exists() else []
@@ -165,10 +185,6 @@ def main() -> None:
                 rows[(config, seed)] = row
                 save(rows, args.rows)
                 print(f"{config} seed {seed}: {json.dumps(row)}", flush=True)
-                if config == "worker":  # node03's server, killed, back for the next row
-                    up = subprocess.run([sys.executable, "-m", "picluster", "cluster", "up", "-i", str(inventory)], capture_output=True, text=True)
-                    if up.returncode != 0:
-                        raise SystemExit(f"cluster up after the row: {up.stderr.strip()}")
     report(rows)
 
 

@@ -16,12 +16,13 @@ What a run lost is recorded here (``Record``) and goes into result.json's "elast
 import time
 from dataclasses import dataclass, field
 
-from picluster.cluster.probe import unanswered
+from picluster.cluster.probe import answers, unanswered
 from picluster.model.clusterspec import Layout, Task
 from picluster.util.errors import ClusterError
 
 DEFAULT_RESTARTS = 3  # like a TFJob's backoff limit: a run that keeps failing stops, saying how to resume
 PS_WAIT_S = 120.0  # how long a lost ps's node may take to answer again (a Pi's reboot)
+WORKER_WAIT_S = 60.0  # how long a worker server starting on a node that answers is waited for
 DEADLINE_FLOOR_S = 30.0  # the least time without a step before the run counts as stalled
 DEADLINE_EPOCHS = 3.0  # ... or this many of its slowest epochs
 
@@ -106,6 +107,12 @@ class Record:
                 "seconds_lost": round(sum(f.get("seconds_lost", 0.0) for f in failures), 1)}
 
 
+def _node_answers(host: str) -> bool:
+    """Whether the node at ``host`` answers SSH (it is up, its server may be starting); never on
+    this machine's loopback, whose servers the embedded cluster's repair has started already."""
+    return not host.startswith("127.") and answers(host, 22, 1.0)
+
+
 def line(summary: dict) -> str:
     """result.json's "elastic" in one line: what the run lost and how it went on."""
     failures = summary.get("failures") or []
@@ -148,7 +155,23 @@ def members_after(cluster, used: Layout, lost: Lost, say) -> list[int]:
             raise ClusterError(f"{gone[0].label} on {gone[0].node} did not come back within {PS_WAIT_S:.0f} s"
                                + (f" ({said})" if said else ""))
         time.sleep(5.0)
+    # A worker whose node answers but whose server does not (killed, or gone with a client that
+    # would not stop: door.py) is started again and waited for, up to WORKER_WAIT_S; one whose node
+    # does not answer at all is left out, to rejoin once it answers.
     workers = answering(used.workers)
+    down = [t for t in used.workers if t not in workers and _node_answers(t.host)]
+    if down:
+        say(f"starting {', '.join(t.label + ' on ' + t.node for t in down)} again")
+        try:
+            cluster.repair()
+        except ClusterError as exc:
+            say(f"could not start them again ({exc})")
+        until = time.monotonic() + WORKER_WAIT_S
+        while True:
+            workers = answering(used.workers)
+            if all(t in workers for t in down) or time.monotonic() > until:
+                break
+            time.sleep(1.0)
     if not workers:
         raise ClusterError("no worker's server answers")
     return [t.index for t in workers]

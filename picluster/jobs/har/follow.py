@@ -80,6 +80,7 @@ class _Training:
         self.epochs_done = 0
         self.row_times: dict[int, float] = {}  # each epoch's row: when the work after its checkpoint began
         self.sync = config.mode == "sync" and not config.standalone and len(running) > 1
+        self.resume_said = False
         self.looked = time.monotonic()  # the last look at the missing workers' servers
         self.answered: list = []  # those of them that answered it
 
@@ -120,7 +121,9 @@ class _Training:
                     self._back()
         if _changed(run.resume_note, stamps):
             note = read_json(run.resume_note)  # checkpoints.write_note
-            if isinstance(note, dict) and note.get("launch") == self.launch:  # this launch's chief restored a checkpoint
+            # This launch's chief restored a checkpoint: said once (a node's copy comes back every round).
+            if isinstance(note, dict) and note.get("launch") == self.launch and not self.resume_said:
+                self.resume_said = True
                 self.job.note(_resume_line(note))
         if _changed(run.live, stamps):
             live = read_json(run.live)
