@@ -9,6 +9,7 @@ servers); no client outlives the coordinator (PDEATHSIG locally, a closed stdin 
 
 import json
 import secrets
+import sys
 import time
 from dataclasses import replace
 from datetime import datetime
@@ -151,6 +152,11 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", job: Runn
                              f"({len(members)} workers)")
                 resume = True
     finally:
+        if record.owed_repair:  # a server an earlier launch's clients took down: the cluster as it was found
+            try:
+                cluster.repair()
+            except ClusterError as exc:
+                job.note(f"could not start the worker servers again ({exc}); 'picluster cluster up' starts them")
         cluster.release()  # the connections the clients' job folders were reached over
     if len(record.launches) > 1:
         result["elastic"] = record.summary(result.get("epochs_run"))
@@ -220,7 +226,12 @@ def _launch(config: TrainConfig, run: RunDir, cluster: "Cluster", job: Running, 
             finally:
                 _restored(run, record, launch, began)
     finally:
-        _clean_up(cluster, running, beside, job, launch, runtime)
+        # A launch that ends for the next one leaves a server its clients took down (resident) to the
+        # run's end: a lost worker's is not waited for (it rejoins once it answers); the ps's loss is
+        # dealt with by elastic.members_after.
+        going_on = isinstance(sys.exc_info()[1], (elastic.Lost, elastic.Rejoin))
+        if _clean_up(cluster, running, beside, job, launch, runtime, restart=not going_on):
+            record.owed_repair = True
 
 
 def _restored(run: RunDir, record: "elastic.Record", launch: str, began: float) -> None:
@@ -243,9 +254,12 @@ def _what_it_did(exc: "elastic.Lost | elastic.Rejoin", run: RunDir) -> None:
         exc.epoch = last
 
 
-def _clean_up(cluster: "Cluster", running: list, beside: list, job: Running, launch: str, runtime: str) -> None:
+def _clean_up(cluster: "Cluster", running: list, beside: list, job: Running, launch: str, runtime: str,
+              restart: bool = True) -> bool:
     """After the run, however it ended: every client stopped, this launch's variables freed on the
-    ps, and the worker servers the clients stood in for started again."""
+    ps, and the worker servers the clients stood in for started again (without ``restart``, a
+    launch that another follows: only those a shared client stood in for, whose next launch probes
+    them; whether others are owed, returned)."""
     clients.stop(running + beside)
     _record_exits(job, running)
     try:  # the launch's variables on the ps: a cluster that stays up would keep them until it stops
@@ -254,11 +268,14 @@ def _clean_up(cluster: "Cluster", running: list, beside: list, job: Running, lau
         pass  # a ps that stopped took them with it (the run's own failure names it)
     except OSError as exc:
         job.note(f"could not free this run's variables on the ps ({exc}); they stay until its server restarts")
-    if _servers_to_restart(running, runtime):
+    owed = _servers_to_restart(running, runtime)
+    if owed and (restart or runtime == "shared" or any(c.runtime == "shared" for c in running)):
         try:  # the worker servers the clients stood in for (or took down): the cluster as it was found
             cluster.repair()
         except ClusterError as exc:
             job.note(f"could not start the worker servers again ({exc}); 'picluster cluster up' starts them")
+        return False
+    return owed
 
 
 def _record_exits(job: Running, running: list) -> None:

@@ -62,6 +62,7 @@ class Record:
     """The run's failures and launches, kept by the coordinator: result.json's "elastic"."""
 
     max_restarts: int
+    owed_repair: bool = False  # a launch's clients took a server down that the run's end starts again
     failures: list[dict] = field(default_factory=list)
     launches: list[dict] = field(default_factory=list)
     restarts: int = 0
@@ -155,12 +156,15 @@ def members_after(cluster, used: Layout, lost: Lost, say) -> list[int]:
             raise ClusterError(f"{gone[0].label} on {gone[0].node} did not come back within {PS_WAIT_S:.0f} s"
                                + (f" ({said})" if said else ""))
         time.sleep(5.0)
-    # A worker whose node answers but whose server does not (killed, or gone with a client that
-    # would not stop: door.py) is started again and waited for, up to WORKER_WAIT_S; one whose node
-    # does not answer at all is left out, to rejoin once it answers.
+    # A lost ps takes every worker's step with it, and a worker whose cancelled client would not
+    # stop takes its server down (door.py): those servers, on nodes that answer, are started
+    # again and waited for, up to WORKER_WAIT_S (and so when no worker answers at all).  After a
+    # worker's loss the others go on at once: it rejoins once its server answers again (the
+    # run's end starts what its clients took down).
     workers = answering(used.workers)
     down = [t for t in used.workers if t not in workers and _node_answers(t.host)]
-    if down:
+    ps_lost = lost.task is not None and lost.task.job == "ps"
+    if down and (ps_lost or not workers):
         say(f"starting {', '.join(t.label + ' on ' + t.node for t in down)} again")
         try:
             cluster.repair()
