@@ -123,7 +123,7 @@ def report(rows: dict[tuple[str, int], dict]) -> None:
         later = [float(r["to_target_s"]) - float(calm[s]["to_target_s"]) for s, r in sorted(mine.items())
                  if r.get("to_target_s") and calm.get(s, {}).get("to_target_s")]
         lost = [float(r["seconds_lost"]) for r in mine.values() if r.get("seconds_lost")]
-        again = [r["epochs_repeated"] for r in mine.values() if r.get("epochs_repeated") not in (None, "")]
+        again = [str(r["epochs_repeated"]) for r in mine.values() if r.get("epochs_repeated") not in (None, "")]
         cells = [config, f"{len(reached)} of {len(mine)}", f"{statistics.median(reached):.1f} s" if reached else "-",
                  f"{statistics.median(later):+.1f} s ({', '.join(f'{x:+.1f}' for x in later)})" if later and config != "calm" else "",
                  targets[config], f"{statistics.median(lost):.1f} s" if lost else "", ", ".join(again)]
