@@ -15,7 +15,7 @@ from picluster.model.clusterspec import Layout, Task
 from picluster.util.errors import UsageError
 
 from conftest import picluster, picluster_popen
-from train_fixtures import TINY_MODEL
+from train_fixtures import TINY_MODEL, client_process
 from train_fixtures import error_line as _error_line
 
 LAYOUT = Layout((Task("ps", 0, "node01", "10.0.0.1", 2222), Task("worker", 0, "node02", "10.0.0.2", 2222),
@@ -83,20 +83,6 @@ def test_past_the_budget_the_record_says_no_more():
 # -- real runs on the embedded local cluster -----------------------------------------------------
 
 
-def _client(run_dir, task):
-    """Worker ``task``'s client process (not the tether it runs under), or None."""
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = proc.info["cmdline"] or []
-        if "picluster.jobs.har.process" in cmd and "picluster.cluster.tether" not in cmd and str(run_dir) in cmd:
-            try:
-                spec = json.loads(proc.environ().get("TF_CONFIG", "{}"))
-            except psutil.Error:
-                continue
-            if spec.get("task", {}).get("index") == task:
-                return proc
-    return None
-
-
 def _epochs(run_dir) -> list[int]:
     import csv
 
@@ -150,7 +136,7 @@ def _relaunched(run_dir, proc, launches_before: set, timeout: float = 180) -> in
 
 def _no_clients_left(run_dir):
     time.sleep(0.5)
-    assert all(_client(run_dir, t) is None for t in range(3))
+    assert all(client_process(run_dir, t) is None for t in range(3))
 
 
 @pytest.mark.e2e
@@ -161,7 +147,7 @@ def test_a_sync_run_that_loses_a_worker_goes_on_from_its_last_checkpoint_as_if_n
     run_dir = tmp_path / "run"
     proc = picluster_popen("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "30", "--json")
     try:
-        _kill_when(run_dir, proc, 3, lambda: _client(run_dir, 1))  # as the OOM killer would
+        _kill_when(run_dir, proc, 3, lambda: client_process(run_dir, 1))  # as the OOM killer would
         out, err = proc.communicate(timeout=300)
     finally:
         proc.kill()
@@ -203,7 +189,7 @@ def test_a_killed_chief_then_a_killed_ps_each_restart_the_run_and_it_finishes(st
     try:
         proc = picluster_popen("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "40", "--json")
         try:
-            _kill_when(run_dir, proc, 2, lambda: _client(run_dir, 0))
+            _kill_when(run_dir, proc, 2, lambda: client_process(run_dir, 0))
             _relaunched(run_dir, proc, set())  # not while the first restart is under way: two losses, one after the other
             psutil.Process(next(s.pid for s in LocalCluster.open().status() if s.label == "ps:0")).kill()
             out, err = proc.communicate(timeout=300)
@@ -227,9 +213,9 @@ def test_past_its_restarts_the_run_stops_with_the_command_that_resumes_it(state,
     proc = picluster_popen("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "100",
                            "--max-restarts", "1")
     try:
-        _kill_when(run_dir, proc, 2, lambda: _client(run_dir, 1))
+        _kill_when(run_dir, proc, 2, lambda: client_process(run_dir, 1))
         _relaunched(run_dir, proc, set())
-        _client(run_dir, 1).kill()
+        client_process(run_dir, 1).kill()
         _out, err = proc.communicate(timeout=120)
     finally:
         proc.kill()

@@ -17,7 +17,7 @@ from picluster.lab.limits import Limits
 from picluster.model.clusterspec import Layout
 
 from conftest import picluster, picluster_popen
-from train_fixtures import TINY_CONV, TINY_MODEL, checkpointed_step
+from train_fixtures import TINY_CONV, TINY_MODEL, checkpointed_step, client_process
 from train_fixtures import error_line as _error_line
 
 
@@ -115,21 +115,6 @@ def _start(*args):
     return picluster_popen("train", "har", *args)
 
 
-def _client(run_dir, task):
-    """Worker ``task``'s client: its task is in the TF_CONFIG the coordinator gave it."""
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = proc.info["cmdline"] or []
-        # The client itself, not the tether it runs under (whose command line holds the client's).
-        if "picluster.jobs.har.process" in cmd and "picluster.cluster.tether" not in cmd and str(run_dir) in cmd:
-            try:
-                spec = json.loads(proc.environ().get("TF_CONFIG", "{}"))
-            except psutil.Error:
-                continue
-            if spec.get("task", {}).get("index") == task:
-                return proc
-    return None
-
-
 def _wait_for_epochs(run_dir, epochs, proc, timeout=120):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -140,7 +125,7 @@ def _wait_for_epochs(run_dir, epochs, proc, timeout=120):
     raise AssertionError(f"no {epochs} epochs after {timeout} s")
 
 
-def _kill_after(run_dir, proc, epochs, timeout, victim=lambda run_dir: _client(run_dir, 1)):
+def _kill_after(run_dir, proc, epochs, timeout, victim=lambda run_dir: client_process(run_dir, 1)):
     """Kill ``victim`` (a psutil.Process; worker 1's client by default) once the chief logged
     ``epochs`` epochs; the run's (out, err)."""
     try:
@@ -153,7 +138,7 @@ def _kill_after(run_dir, proc, epochs, timeout, victim=lambda run_dir: _client(r
 
 def _no_clients_left(run_dir):
     time.sleep(0.5)
-    assert _client(run_dir, 0) is None and _client(run_dir, 1) is None
+    assert client_process(run_dir, 0) is None and client_process(run_dir, 1) is None
 
 
 @pytest.mark.e2e
@@ -209,7 +194,7 @@ def test_a_worker_the_others_wait_for_is_named_the_straggler(state, tiny, tmp_pa
     group.create(Limits(cpu=0.01))
     try:
         _wait_for_epochs(run_dir, 1, proc)
-        slow = _client(run_dir, 1)
+        slow = client_process(run_dir, 1)
         assert slow is not None, "worker 1's client not found"
         try:
             group.add(slow.pid)
@@ -301,7 +286,7 @@ def test_a_killed_chief_stops_the_run_and_resume_continues(state, tiny, tmp_path
     run_dir = tmp_path / "run"
     # Sync: no update can land between the chief's last save and its death, so the step is exact.
     proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "40", "--mode", "sync", "--max-restarts", "0")
-    _out, err = _kill_after(run_dir, proc, epochs=2, timeout=60, victim=lambda run_dir: _client(run_dir, 0))
+    _out, err = _kill_after(run_dir, proc, epochs=2, timeout=60, victim=lambda run_dir: client_process(run_dir, 0))
     assert proc.returncode == 1, err
     line = _error_line(err)
     assert "the chief (worker 0) failed" in line and "--resume" in line, err

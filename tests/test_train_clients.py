@@ -37,6 +37,11 @@ def test_the_small_file_limit_is_inclusive():
 # -- the job folder's files, over a stand-in for paramiko's SFTPClient --------------------------------
 
 
+class _Channel:
+    def settimeout(self, seconds: float) -> None:
+        self.timeout = seconds
+
+
 class LocalSFTP:
     """The SFTPClient calls a JobFolder makes, on a local folder standing in for the node user's
     home; what it raises is what paramiko raises (OSError, FileNotFoundError for a missing name)."""
@@ -47,6 +52,10 @@ class LocalSFTP:
 
     def _at(self, path: str) -> Path:
         return self.home / path
+
+    def get_channel(self):
+        """paramiko's channel under the session: a JobFolder sets its read timeout on it."""
+        return _Channel()
 
     def stat(self, path: str):
         return paramiko.SFTPAttributes.from_stat(os.stat(self._at(path)))

@@ -51,3 +51,22 @@ def error_line(err: str) -> str:
 def tiny(tmp_path):
     """A tiny HAR data set (write_tiny_har) in the test's folder."""
     return write_tiny_har(tmp_path / "har")
+
+
+def client_process(run_dir, task):
+    """Worker ``task``'s training client for ``run_dir`` (a psutil.Process, not the tether it runs
+    under, whose command line holds the client's), or None: its task is in the TF_CONFIG it got."""
+    import json
+
+    import psutil
+
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "picluster.jobs.har.process" in cmd and "picluster.cluster.tether" not in cmd and str(run_dir) in cmd:
+            try:
+                spec = json.loads(proc.environ().get("TF_CONFIG", "{}"))
+            except psutil.Error:
+                continue
+            if spec.get("task", {}).get("index") == task:
+                return proc
+    return None
