@@ -80,6 +80,37 @@ def test_past_the_budget_the_record_says_no_more():
     assert record.lost(lost, 4, {}) is False and record.restarts == 1
 
 
+def test_a_loss_before_any_checkpoint_came_here_starts_the_run_over_and_counts_all_it_trained_as_lost(tmp_path):
+    """The chief's node cut in the run's first epochs, before its first checkpoint was copied here:
+    the next launch starts from epoch 1 (a relaunched chief would otherwise refuse to overwrite the
+    records), saying so, and the record counts every epoch trained and the time since the lost
+    launch began."""
+    from types import SimpleNamespace
+
+    from picluster.jobs.har import coordinator, metrics
+    from picluster.jobs.har.rundir import RunDir
+
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    run.config.write_text("{}")
+    metrics.write_rows(run.metrics, [{"epoch": e, "time": 100.0 + e} for e in (1, 2)])
+    record = elastic.Record(max_restarts=3)
+    record.launched([0, 1, 2])
+    record.launches[-1]["time"] = 90.0
+    record.lost(elastic.Lost("worker:0 on node02 stopped answering", LAYOUT.task("worker", 0), "stopped answering"),
+                2, {1: 101.0, 2: 102.0})
+    said: list[str] = []
+    assert not run.has_checkpoint()
+    coordinator._start_over(run, record, SimpleNamespace(note=said.append))
+    assert said == ["no checkpoint of the run had reached this machine yet: it starts again from epoch 1"]
+    assert not run.metrics.exists() and run.config.exists()
+    record.launched([1, 2])
+    metrics.write_rows(run.metrics, [{"epoch": 1, "time": 130.0, "epoch_s": 2.0}])  # the new launch's first epoch
+    coordinator._restored(run, record, "l2", began=120.0, started_over=True)
+    failure = record.summary(epochs_run=1)["failures"][0]
+    assert (failure["restored_epoch"], failure["epochs_repeated"], failure["seconds_lost"]) == (0, 3, 38.0)
+
+
 # -- real runs on the embedded local cluster -----------------------------------------------------
 
 

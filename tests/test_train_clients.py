@@ -1,6 +1,7 @@
 """The coordinator's mirror of the chief's files on a node: which files it copies again, and the
 job folder's file primitives it copies them with (on a local folder standing in for the node's)."""
 
+import json
 import os
 import shutil
 import stat
@@ -11,7 +12,7 @@ import paramiko
 import pytest
 
 from picluster.cluster.jobfolder import COPY_ERRORS, JobFolder
-from picluster.jobs.har.mirror import ALWAYS_COPY_BYTES, Mirror, stale
+from picluster.jobs.har.mirror import ALWAYS_COPY_BYTES, Mirror, listed_checkpoints, stale
 from picluster.jobs.har.rundir import RunDir
 
 
@@ -162,19 +163,19 @@ def test_the_chiefs_files_come_back_large_ones_only_when_they_moved(node, tmp_pa
     folder, _, there, _ = node
     run = tmp_path / "run"
     run.mkdir()
-    (there / RunDir.CHECKPOINTS).mkdir()
-    big = there / RunDir.CHECKPOINTS / "model.data"
+    (there / RunDir.BEST).mkdir()
+    big = there / RunDir.BEST / "model.data"
     big.write_bytes(b"1" * (ALWAYS_COPY_BYTES + 1))
     os.utime(big, (1000, 2000))
     (there / RunDir.PROGRESS).write_text('{"epoch": 1}')
     (there / RunDir.METRICS).write_text("epoch\n1\n")
     mirror = Mirror(folder, run)
     mirror.follow()
-    assert (run / RunDir.METRICS).read_text() == "epoch\n1\n" and (run / RunDir.CHECKPOINTS / "model.data").stat().st_mtime == 2000
+    assert (run / RunDir.METRICS).read_text() == "epoch\n1\n" and (run / RunDir.BEST / "model.data").stat().st_mtime == 2000
     big.write_bytes(b"2" * (ALWAYS_COPY_BYTES + 1))
     os.utime(big, (1000, 2000))  # same size, same second: taken as unchanged
     mirror.follow(final=True)
-    assert (run / RunDir.CHECKPOINTS / "model.data").read_bytes()[:1] == b"1" and mirror.complete
+    assert (run / RunDir.BEST / "model.data").read_bytes()[:1] == b"1" and mirror.complete
 
 
 def test_beside_the_evaluator_takes_what_the_chief_hands_over_and_the_node_keeps_none(node, tmp_path):
@@ -188,6 +189,111 @@ def test_beside_the_evaluator_takes_what_the_chief_hands_over_and_the_node_keeps
     Mirror(folder, run, beside=True).follow()
     assert (run / RunDir.TO_EVALUATE / "model.ckpt-5.index").read_text() == "i" and os.listdir(there / RunDir.TO_EVALUATE) == []
     assert (run / RunDir.TRAINED).read_text() == '{"step": 5}\n' and not (run / RunDir.METRICS).exists()
+
+
+def _save(there: Path, *steps: int, epoch_of=lambda step: step) -> None:
+    """What the chief's Saver leaves after saving ``steps`` (it keeps the last two): their files, the
+    state file naming them (absolute paths, as a Saver writes them) and the epochs they end."""
+    folder = there / RunDir.CHECKPOINTS
+    folder.mkdir(exist_ok=True)
+    for old in folder.glob("model.ckpt-*"):
+        old.unlink()
+    for step in steps:
+        (folder / f"model.ckpt-{step}.index").write_text(f"index {step}")
+        (folder / f"model.ckpt-{step}.data-00000-of-00001").write_bytes(b"w" * (ALWAYS_COPY_BYTES + step))
+    paths = [f"{folder}/model.ckpt-{step}" for step in steps]
+    (folder / "checkpoint").write_text(f'model_checkpoint_path: "{paths[-1]}"\n'
+                                       + "".join(f'all_model_checkpoint_paths: "{p}"\n' for p in paths))
+    (folder / "epochs.json").write_text(json.dumps({f"model.ckpt-{s}": epoch_of(s) for s in steps}))
+
+
+def _held(run: Path) -> list[str]:
+    return sorted(p.name for p in (run / RunDir.CHECKPOINTS).iterdir())
+
+
+def test_a_saver_state_file_names_its_checkpoints_newest_first():
+    state = (b'model_checkpoint_path: "/home/pi/runs/r/checkpoints/model.ckpt-39"\n'
+             b'all_model_checkpoint_paths: "/home/pi/runs/r/checkpoints/model.ckpt-26"\n'
+             b'all_model_checkpoint_paths: "/home/pi/runs/r/checkpoints/model.ckpt-39"\n')
+    assert listed_checkpoints(state) == ["model.ckpt-39", "model.ckpt-26"]
+    assert listed_checkpoints(b"") == [] and listed_checkpoints(None) == [] and listed_checkpoints(b"\xff garbage") == []
+
+
+def test_the_checkpoints_come_back_whole_and_those_the_node_dropped_go_here_too(node, tmp_path):
+    folder, _, there, _ = node
+    run = tmp_path / "run"
+    run.mkdir()
+    mirror = Mirror(folder, run)
+    _save(there, 2, 3)
+    mirror.records()
+    assert _held(run) == ["checkpoint", "epochs.json", "model.ckpt-2.data-00000-of-00001", "model.ckpt-2.index",
+                          "model.ckpt-3.data-00000-of-00001", "model.ckpt-3.index"]
+    assert RunDir(run).has_checkpoint()
+    _save(there, 3, 4)
+    mirror.records()
+    assert _held(run) == ["checkpoint", "epochs.json", "model.ckpt-3.data-00000-of-00001", "model.ckpt-3.index",
+                          "model.ckpt-4.data-00000-of-00001", "model.ckpt-4.index"]
+    assert (run / RunDir.CHECKPOINTS / "checkpoint").read_bytes() == (there / RunDir.CHECKPOINTS / "checkpoint").read_bytes()
+
+
+class SavingMeanwhile(LocalSFTP):
+    """The chief saves again while a copy goes on: before the first read of a checkpoint's data,
+    its Saver writes the next checkpoint and drops the oldest (a tenth of a second's epoch)."""
+
+    def __init__(self, home: Path, there: Path, steps: tuple[int, int]) -> None:
+        super().__init__(home)
+        self.there, self.steps, self.saved = there, steps, False
+
+    def open(self, path: str, mode: str):
+        if ".data-" in path and not self.saved:
+            self.saved = True
+            _save(self.there, *self.steps)
+        return super().open(path, mode)
+
+
+def test_a_checkpoint_dropped_during_the_copy_leaves_ours_whole_and_the_next_round_takes_the_new_ones(tmp_path):
+    home = tmp_path / "home"
+    there = home / "runs" / "r"
+    there.mkdir(parents=True)
+    sftp = SavingMeanwhile(home, there, (6, 7))
+    folder = JobFolder("node01", SimpleNamespace(conn=SimpleNamespace(sftp=lambda: sftp)), PurePosixPath("runs/r"), "$HOME/servers")  # type: ignore[arg-type]
+    run = tmp_path / "run"
+    run.mkdir()
+    _save(there, 4, 5)
+    Mirror(folder, run).records()  # ckpt-4's data went with the listing: this round is left, nothing named half here
+    assert not RunDir(run).has_checkpoint() and not (run / RunDir.CHECKPOINTS / "checkpoint").exists()
+    Mirror(folder, run).records()
+    assert RunDir(run).has_checkpoint() and listed_checkpoints((run / RunDir.CHECKPOINTS / "checkpoint").read_bytes()) == [
+        "model.ckpt-7", "model.ckpt-6"]
+    assert [p for p in _held(run) if p.startswith("model.ckpt-4") or p.startswith("model.ckpt-5")] == []  # left here: dropped
+    assert json.loads((run / RunDir.CHECKPOINTS / "epochs.json").read_text()) == {"model.ckpt-6": 6, "model.ckpt-7": 7}
+
+
+def test_starting_over_removes_what_the_training_wrote_and_keeps_its_config_layout_and_logs(tmp_path):
+    run = RunDir(tmp_path / "run")
+    for name in RunDir.TRAINING:
+        target = run.path / name
+        if "." in name:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text("x")
+        else:
+            (target / "sub").mkdir(parents=True)
+            (target / "sub" / "f").write_text("x")
+    for name in (RunDir.CONFIG, RunDir.LAYOUT, RunDir.NODES, "worker-0.log", RunDir.EVALUATOR_LOG):
+        (run.path / name).write_text("kept")
+    run.start_over()
+    assert sorted(p.name for p in run.path.iterdir()) == sorted(
+        [RunDir.CONFIG, RunDir.LAYOUT, RunDir.NODES, "worker-0.log", RunDir.EVALUATOR_LOG])
+    run.start_over()  # nothing left to remove: no error
+
+
+def test_a_new_run_clears_a_nodes_copy_of_an_earlier_run_of_the_same_folder(node, tmp_path):
+    """A new run (or one started over) on a node whose folder holds a run of the same name: its chief
+    must not restore that run's checkpoints.  The folder is made with the training's files removed."""
+    from picluster.jobs.har.clients import fresh_files
+
+    assert set(fresh_files(resume=False)) == set(RunDir.TRAINING)
+    assert RunDir.CHECKPOINTS not in fresh_files(resume=True) and RunDir.METRICS not in fresh_files(resume=True)
 
 
 def _umask() -> int:

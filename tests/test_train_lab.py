@@ -19,6 +19,7 @@ from test_remote_cluster import picluster_processes
 
 from picluster.cluster.nodecluster import RUN_DIR
 from picluster.jobs.har.clients import node_run_name
+from picluster.jobs.har.rundir import RunDir
 
 from conftest import command_line, picluster
 from train_fixtures import TINY_MODEL, checkpointed_step, write_tiny_har
@@ -62,10 +63,12 @@ def _start_training(inventory, run, *extra) -> subprocess.Popen:
     )
 
 
-def _wait_for_rows(run, proc, rows: int) -> None:
+def _wait_for_rows(run, proc, rows: int, checkpoint: bool = False) -> None:
+    """Until ``rows`` epochs are recorded here (and with ``checkpoint``, a checkpoint copied whole)."""
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
-        if (run / "metrics.csv").exists() and len((run / "metrics.csv").read_text().splitlines()) > rows:
+        if (run / "metrics.csv").exists() and len((run / "metrics.csv").read_text().splitlines()) > rows and (
+                not checkpoint or RunDir(run).has_checkpoint()):
             return
         assert proc.poll() is None, proc.communicate()[1]
         time.sleep(0.5)
@@ -361,7 +364,7 @@ def test_a_sync_run_goes_on_without_its_chiefs_cut_node_and_a_killed_chief_and_t
     coordinator = _start_training(inventory, run, "--epochs", EPOCHS_THROUGH_A_CUT)
     seen: set[str] = set()
     try:
-        _wait_for_rows(run, coordinator, 2)
+        _wait_for_rows(run, coordinator, 2, checkpoint=True)  # a checkpoint here to go on from (else it starts over)
         lab.make_unreachable("node02")  # the chief's cable pulled
         cut = time.monotonic()
         _relaunched(run, coordinator, seen)  # on node03 (the chief now) and node04

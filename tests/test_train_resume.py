@@ -201,3 +201,24 @@ def test_a_disk_that_fills_during_training_stops_it_in_one_line_and_resume_conti
     rows = _rows(run)
     assert [int(e) for e, _ in rows] == list(range(1, len(kept) + 3))
     assert rows[:len(kept) - 1] == kept[:len(kept) - 1]  # at most the last epoch is trained again
+
+
+def test_checkpoints_without_their_state_file_restore_the_newest(tmp_path):
+    """A copy of the checkpoints whose state file did not come (TensorFlow restores only what a
+    state file names): the newest intact one is named in a new state file, not a fresh start."""
+    import tensorflow as tf
+
+    from picluster.jobs.har import checkpoints
+
+    graph = tf.Graph()
+    with graph.as_default():
+        v = tf.compat.v1.Variable(1.0, name="v")
+        saver = tf.compat.v1.train.Saver(max_to_keep=2)
+        with tf.compat.v1.Session() as session:
+            session.run(v.initializer)
+            for step in (3, 7):
+                saver.save(session, str(tmp_path / "model.ckpt"), global_step=step, write_meta_graph=False)
+    (tmp_path / "checkpoint").unlink()
+    restore = checkpoints.prepare(tmp_path, has_records=True)
+    assert restore.checkpoint == "model.ckpt-7" and not restore.damaged
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-7")

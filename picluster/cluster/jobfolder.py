@@ -58,11 +58,11 @@ class JobFolder:
         return door_path(self.servers, job, index)
 
     def make(self, fresh: tuple[str, ...], door_of: tuple[str, int]) -> str | None:
-        """Make the folder (private) and remove the ``fresh`` files a previous run left there; the
-        door of the node's server of task ``door_of`` (job, index) when it has one, else None."""
+        """Make the folder (private) and remove the ``fresh`` files and folders a previous run left
+        there; the door of the node's server of task ``door_of`` (job, index) when it has one, else None."""
         door = self.door(*door_of)
         found = self.remote.out(f"umask 077 && mkdir -p {self.word} && cd {self.word} && "
-                                f"rm -f -- {' '.join(shlex.quote(name) for name in fresh)} && "
+                                f"rm -rf -- {' '.join(shlex.quote(name) for name in fresh)} && "
                                 f"if [ -S \"{door}\" ]; then echo \"{door}\"; fi")
         return found or None
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from picluster.jobs.har.rundir import RunDir
 from picluster.util import atomic
 from picluster.util.errors import UsageError
 
@@ -48,7 +49,7 @@ def prepare(directory: Path, has_records: bool) -> Restore:
         restore.damaged.append((prefix.name, why))
         _set_aside(prefix)
     if restore.checkpoint is not None:
-        if restore.damaged:
+        if restore.damaged or not (directory / RunDir.CHECKPOINT_STATE).is_file():  # TensorFlow restores what it names
             tf.compat.v1.train.update_checkpoint_state(str(directory), restore.checkpoint, [restore.checkpoint])
     elif has_records:
         found = f"{restore.damaged[0][0]}: {restore.damaged[0][1]}" if restore.damaged else "there is none"
@@ -96,7 +97,7 @@ def _set_aside(prefix: Path) -> None:
         path.replace(aside / path.name)
 
 
-EPOCHS = "epochs.json"  # beside the checkpoints: the epoch each one ends
+EPOCHS = RunDir.CHECKPOINT_EPOCHS  # beside the checkpoints: the epoch each one ends
 
 
 def record_epoch(directory: Path, name: str, epoch: int) -> None:

@@ -126,7 +126,7 @@ class Client(Supervised):
         task = self.task
         self.folder = folder
         try:
-            found = folder.make(fresh=(RunDir.RESULT, RunDir.PROGRESS, RunDir.LIVE), door_of=("worker", task))
+            found = folder.make(fresh=fresh_files(resume), door_of=("worker", task))
             if self.runtime == "resident" and found is None:
                 self.runtime = "shared"  # a server started by an older picluster, without a door
             self.mirror = mirror = Mirror(folder, run.path, self.beside)
@@ -175,6 +175,12 @@ class Client(Supervised):
         self.proc.close(wait=self.proc.poll() not in (None, LOST))
         with self._lock:
             self._out.close()
+
+
+def fresh_files(resume: bool) -> tuple[str, ...]:
+    """What a client's node folder must not keep from before: a resumed run's end of the last launch;
+    a new run's (or one started over) whole training, whose checkpoints its chief would restore."""
+    return (RunDir.RESULT, RunDir.PROGRESS, RunDir.LIVE) if resume else RunDir.TRAINING
 
 
 def node_run_name(run_dir: Path) -> str:

@@ -145,6 +145,10 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", job: Runn
                     # checkpoint with the workers that answer, within the budget.
                     cluster.release()  # a lost node's connection may be dead: each launch reaches its nodes anew
                     members = _after_loss(lost, record, cluster, used, job)
+                    if not run.has_checkpoint():
+                        _start_over(run, record, job)
+                        resume = False
+                        continue
                 except elastic.Rejoin as back:
                     cluster.release()
                     members = sorted({*members, *(t.index for t in back.tasks)})
@@ -183,6 +187,16 @@ def _after_loss(lost: "elastic.Lost", record: "elastic.Record", cluster: "Cluste
     job.note(f"going on with {len(members)} worker{'s' if len(members) != 1 else ''} from the last checkpoint"
              + (f"; {_named(left)} rejoins when it answers again" if left else ""))
     return members
+
+
+def _start_over(run: RunDir, record: "elastic.Record", job: Running) -> None:
+    """No checkpoint of the run had reached this machine when it lost a task (a loss in its first
+    epochs, or the chief's node gone before its first checkpoint was copied here): the next launch
+    starts from epoch 1, on nodes whose copies of the run are cleared too (a chief would otherwise
+    restore its own, or refuse to overwrite the records), and all since the lost launch began is lost."""
+    job.note("no checkpoint of the run had reached this machine yet: it starts again from epoch 1")
+    run.start_over()
+    record.failures[-1]["epoch_times"]["0"] = record.launches[-1]["time"]
 
 
 def _named(tasks) -> str:
@@ -224,7 +238,7 @@ def _launch(config: TrainConfig, run: RunDir, cluster: "Cluster", job: Running, 
                 _what_it_did(exc, run)
                 raise
             finally:
-                _restored(run, record, launch, began)
+                _restored(run, record, launch, began, started_over=not resume and len(record.launches) > 1)
     finally:
         # A launch that ends for the next one leaves a server its clients took down (resident) to the
         # run's end: a lost worker's is not waited for (it rejoins once it answers); the ps's loss is
@@ -234,12 +248,18 @@ def _launch(config: TrainConfig, run: RunDir, cluster: "Cluster", job: Running, 
             record.owed_repair = True
 
 
-def _restored(run: RunDir, record: "elastic.Record", launch: str, began: float) -> None:
-    """Which checkpoint the launch restored, and when it began training (the chief's resume note):
-    what a failure before it cost."""
+def _restored(run: RunDir, record: "elastic.Record", launch: str, began: float, started_over: bool = False) -> None:
+    """Which checkpoint the launch restored, and when it began training (the chief's resume note;
+    a launch that ``started_over``: none, and its first epoch's row): what a failure before it cost."""
     note = read_json(run.resume_note)
     if isinstance(note, dict) and note.get("launch") == launch and isinstance(note.get("epoch"), int):
         record.resumed(int(note["epoch"]), float(note.get("time") or began))
+    elif started_over:
+        first = next(iter(metrics.read_rows(run.metrics)), None)
+        try:
+            record.resumed(0, float(first["time"]) - float(first.get("epoch_s") or 0) if first else began)
+        except (TypeError, ValueError):  # a row without its times
+            record.resumed(0, began)
 
 
 def _what_it_did(exc: "elastic.Lost | elastic.Rejoin", run: RunDir) -> None:

@@ -9,6 +9,7 @@ connection; here are the choices and the local copies (each written whole, util/
 """
 
 import os
+import re
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,7 @@ from picluster.jobs.har.rundir import RunDir
 from picluster.util import atomic
 
 if TYPE_CHECKING:
-    from picluster.cluster.jobfolder import JobFolder
+    from picluster.cluster.jobfolder import Entry, JobFolder
 
 # The chief's files the coordinator mirrors while the run goes on, and at the end.
 PROGRESS = (RunDir.PROGRESS, RunDir.LIVE, RunDir.RESUME)
@@ -26,6 +27,16 @@ FINAL = (RunDir.RESULT,)
 # What a relaunched chief needs to resume (its records and these trees), pushed to its node.
 RESUME_TREES = (RunDir.CHECKPOINTS, RunDir.BEST)
 ALWAYS_COPY_BYTES = 4096  # smaller files are copied on every mirror (see stale)
+CHECKPOINT_STATE, EPOCHS_RECORD = RunDir.CHECKPOINT_STATE, RunDir.CHECKPOINT_EPOCHS
+_LISTED = re.compile(rb'^(model_checkpoint_path|all_model_checkpoint_paths): "(.*)"$', re.MULTILINE)
+
+
+def listed_checkpoints(state: bytes | None) -> list[str]:
+    """The checkpoints a Saver's state file names, the newest first (its model_checkpoint_path),
+    by file name: read here without TensorFlow, which the coordinator does not load."""
+    found = [(key, PurePosixPath(path.decode(errors="replace")).name) for key, path in _LISTED.findall(state or b"")]
+    newest = [name for key, name in found if key == b"model_checkpoint_path"]
+    return list(dict.fromkeys(newest[:1] + [name for _, name in reversed(found)]))
 
 
 def stale(local: tuple[int, int] | None, remote: tuple[int, int]) -> bool:
@@ -63,7 +74,7 @@ class Mirror:
         """ours_newer: another node was the chief since this one last was (a run that went on
         without it): our copy, mirrored from that chief, is newer than the node's own."""
         self.put(self.local_dir / RunDir.CONFIG)
-        if chief and resume and (ours_newer or not self.exists(f"{RunDir.CHECKPOINTS}/checkpoint")):
+        if chief and resume and (ours_newer or not self.exists(f"{RunDir.CHECKPOINTS}/{CHECKPOINT_STATE}")):
             # The node's own records are the newest when it was the last chief; ours are pushed
             # when it has none, or another chief has trained since.
             for name in RECORDS:
@@ -98,8 +109,40 @@ class Mirror:
         for name in self.record_names:
             self.get(name)
         for tree in self.trees:
-            # Handed over to the evaluator here: moved, so that the node keeps none of them.
-            self.get_tree(PurePosixPath(tree), move=tree == RunDir.TO_EVALUATE)
+            if tree == RunDir.CHECKPOINTS:
+                self.get_checkpoints()
+            else:  # to-evaluate/ is handed over to the evaluator here: moved, so that the node keeps none
+                self.get_tree(PurePosixPath(tree), move=tree == RunDir.TO_EVALUATE)
+
+    def get_checkpoints(self) -> None:
+        """The chief's checkpoints, copied so that ours always restore: the files of each one the
+        node's state file lists first, then the epochs they end, then the state file naming them.
+
+        The chief keeps two and deletes the oldest as it saves (each epoch, a short one in a tenth
+        of a second): a file may go between the listing and its copy.  Such a round is left for the
+        next, our state file still naming checkpoints we hold whole; those it no longer names are
+        dropped here too, as the node dropped them."""
+        state = self.read(f"{RunDir.CHECKPOINTS}/{CHECKPOINT_STATE}")
+        names = listed_checkpoints(state)
+        if state is None or not names:
+            return
+        entries = self.folder.listdir(PurePosixPath(RunDir.CHECKPOINTS)) or []
+        files = [e for e in entries if not e.is_dir and any(e.name.startswith(f"{n}.") for n in names)]
+        if not any(e.name == f"{names[0]}.index" for e in files):
+            return  # the newest is gone already: a newer state file names the next
+        local = self.local_dir / RunDir.CHECKPOINTS
+        for entry in files:
+            if not self.get_file(PurePosixPath(RunDir.CHECKPOINTS) / entry.name, entry):
+                return
+        epochs = self.read(f"{RunDir.CHECKPOINTS}/{EPOCHS_RECORD}")
+        if epochs is not None:
+            atomic.write_bytes(local / EPOCHS_RECORD, epochs)
+        atomic.write_bytes(local / CHECKPOINT_STATE, state)
+        for old in local.glob("*.index"):
+            name = old.name.removesuffix(".index")
+            if name not in names:
+                for part in local.glob(f"{name}.*"):
+                    part.unlink(missing_ok=True)
 
     # -- files -----------------------------------------------------------------------------------
 
@@ -144,11 +187,20 @@ class Mirror:
                 self.get_tree(child)
                 continue
             if move:
-                self.get(str(child))
-                self.folder.remove(child)
-            elif stale(_size_and_second(self.local_dir / child), (entry.size, entry.mtime)):  # each epoch: only new checkpoint files
-                self.get(str(child))
-                os.utime(self.local_dir / child, (entry.atime, entry.mtime))
+                if self.get(str(child)) is not None:
+                    self.folder.remove(child)
+            else:
+                self.get_file(child, entry)
+
+    def get_file(self, relative: PurePosixPath, entry: "Entry") -> bool:
+        """Copy one listed file back when it moved on there (each epoch: only new checkpoint files),
+        keeping its times; False when it went since the listing (its writer replaced or dropped it)."""
+        if not stale(_size_and_second(self.local_dir / relative), (entry.size, entry.mtime)):
+            return True
+        if self.get(str(relative)) is None:
+            return False
+        os.utime(self.local_dir / relative, (entry.atime, entry.mtime))
+        return True
 
 
 def _size_and_second(path: Path) -> tuple[int, int] | None:

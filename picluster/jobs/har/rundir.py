@@ -28,6 +28,7 @@ coordinator``, a process beside the coordinator (evaluator.py) that reads the ch
 """
 
 import json
+import shutil
 from pathlib import Path
 
 
@@ -44,9 +45,15 @@ class RunDir:
     TRAINED = "trained.jsonl"
     EVALUATOR_LOG = "evaluator.log"
     CHECKPOINTS = "checkpoints"
+    CHECKPOINT_STATE = "checkpoint"  # in checkpoints/: the Saver's state file, naming the ones kept
+    CHECKPOINT_EPOCHS = "epochs.json"  # in checkpoints/: the epoch each one ends (checkpoints.py)
     TO_EVALUATE = "to-evaluate"
     BEST = "best"
     TENSORBOARD = "tensorboard"
+
+    # What a training writes as it goes (not its config, layout or logs): what starting it over
+    # from epoch 1 removes, here and in a node's copy.
+    TRAINING = (METRICS, STATE, PROGRESS, LIVE, RESUME, RESULT, TRAINED, CHECKPOINTS, TO_EVALUATE, BEST, TENSORBOARD)
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
@@ -127,8 +134,15 @@ class RunDir:
     def worker_status(self, task: int) -> Path:
         return self.path / f"worker-{task}.json"
 
+    def start_over(self) -> None:
+        """Remove what the training wrote (TRAINING): the run starts again from its first epoch."""
+        for name in self.TRAINING:
+            target = self.path / name
+            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+
     def has_checkpoint(self) -> bool:
-        return any(self.checkpoints.glob("*.index"))
+        """Whether a checkpoint is here to resume from: a state file, and a checkpoint's index."""
+        return (self.checkpoints / self.CHECKPOINT_STATE).is_file() and any(self.checkpoints.glob("*.index"))
 
 
 def read_json(path: Path) -> dict | None:
