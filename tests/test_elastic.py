@@ -111,6 +111,21 @@ def test_a_loss_before_any_checkpoint_came_here_starts_the_run_over_and_counts_a
     assert (failure["restored_epoch"], failure["epochs_repeated"], failure["seconds_lost"]) == (0, 3, 38.0)
 
 
+def test_in_a_relaunchs_start_up_a_killed_client_or_a_lost_node_is_a_loss_and_its_own_failure_is_not():
+    """The run trained before: a Pi that dies while the next launch starts is one more loss; a
+    client's own error (exit 1, a usage error's 2) would fail again in every launch, and ends the run."""
+    from picluster.jobs.har.follow import _Training
+
+    training = _Training.__new__(_Training)  # the rule alone, without a run to follow
+    training.started, training.relaunch = False, True
+    assert training._mid_run(128 + 9) and training._mid_run(None) and training._mid_run(clients.LOST)
+    assert not training._mid_run(1) and not training._mid_run(2)
+    training.relaunch = False  # the run's first launch: a start-up failure is the run's
+    assert not training._mid_run(128 + 9) and not training._mid_run(None)
+    training.started = True
+    assert training._mid_run(1)
+
+
 # -- real runs on the embedded local cluster -----------------------------------------------------
 
 

@@ -18,6 +18,7 @@ import pytest
 from test_remote_cluster import picluster_processes
 
 from picluster.cluster.nodecluster import RUN_DIR
+from picluster.jobs.har import metrics
 from picluster.jobs.har.clients import node_run_name
 from picluster.jobs.har.rundir import RunDir
 
@@ -345,8 +346,10 @@ def _relaunched(run, proc, seen: set, timeout: float = 240) -> dict:
             note = json.loads((run / "resume.json").read_text())
         except (FileNotFoundError, ValueError):
             note = None
-        rows = len((run / "metrics.csv").read_text().splitlines()) - 1 if (run / "metrics.csv").exists() else 0
-        if note and note["launch"] not in seen and rows > note["epoch"]:
+        # An epoch trained by that launch: a row written after its note (the last launch's own rows
+        # past the checkpoint stay until the evaluator writes these epochs again).
+        after = [r for r in metrics.read_rows(run / "metrics.csv") if note and float(r.get("time") or 0) > note["time"]]
+        if note and note["launch"] not in seen and any(int(r["epoch"]) > note["epoch"] for r in after):
             seen.add(note["launch"])
             return note
         assert proc.poll() is None, proc.communicate()[1]

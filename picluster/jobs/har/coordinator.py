@@ -233,7 +233,7 @@ def _launch(config: TrainConfig, run: RunDir, cluster: "Cluster", job: Running, 
             missing = [t for t in used.workers if t.index not in members]
             try:
                 return follow(run, config, running, job, quiet, servers, launch, beside[0] if beside else None,
-                              workers, missing, deadline_s)
+                              workers, missing, deadline_s, relaunch=len(record.launches) > 1)
             except (elastic.Lost, elastic.Rejoin) as exc:
                 _what_it_did(exc, run)
                 raise

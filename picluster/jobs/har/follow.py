@@ -27,7 +27,8 @@ SETTLE_S = 60.0  # the most a restart waits for the evaluator to catch up with t
 
 
 def follow(run: RunDir, config: TrainConfig, running: list, job: Running, quiet: bool = False, tasks=(), launch: str = "",
-            evaluator: "clients.Evaluator | None" = None, workers=(), missing=(), deadline_s: float = 0.0) -> dict:
+            evaluator: "clients.Evaluator | None" = None, workers=(), missing=(), deadline_s: float = 0.0,
+            relaunch: bool = False) -> dict:
     """Follow the chief's records until the run ends (the watch loop, jobs/watch.py): the chief's
     exit, or with an evaluator beside us, the evaluator's (it writes result.json once the target is
     reached or the last epoch is in); the result, and the workers lost on the way.
@@ -35,8 +36,10 @@ def follow(run: RunDir, config: TrainConfig, running: list, job: Running, quiet:
     A sync run that loses a task once training has begun raises elastic.Lost (the coordinator may
     start it again), as it does when no step is made within the deadline (``deadline_s``, 0: the
     adaptive one); ``workers``: the launch's worker tasks, to name a lost one; ``missing``: worker
-    tasks left out of this launch, whose return at an epoch's end raises elastic.Rejoin."""
-    training = _Training(run, config, running, job, quiet, tasks, launch, evaluator, workers, missing, deadline_s)
+    tasks left out of this launch, whose return at an epoch's end raises elastic.Rejoin.
+    ``relaunch``: the run trained before this launch, so a client killed or a node lost during its
+    start-up is a loss too (a client's own failure then still ends the run: it would fail again)."""
+    training = _Training(run, config, running, job, quiet, tasks, launch, evaluator, workers, missing, deadline_s, relaunch)
     try:
         failure = watch(training)
     except elastic.Rejoin:
@@ -59,7 +62,8 @@ class _Training:
     probe_patience = (3, 2.0, 0.5)  # a Pi's server under a training's load may be slow to accept
 
     def __init__(self, run: RunDir, config: TrainConfig, running: list, job: Running, quiet: bool, tasks, launch: str,
-                 evaluator: "clients.Evaluator | None", workers=(), missing=(), deadline_s: float = 0.0) -> None:
+                 evaluator: "clients.Evaluator | None", workers=(), missing=(), deadline_s: float = 0.0,
+                 relaunch: bool = False) -> None:
         self.run, self.config, self.running, self.job, self.tasks, self.launch = run, config, running, job, tuple(tasks), launch
         self.shown_progress = Follower(config, job, quiet)
         self.chief, self.evaluator = running[0], evaluator
@@ -71,6 +75,7 @@ class _Training:
         self.lost: set[int] = set()
         self.stamps: dict[Path, tuple] = {}
         self.started = False  # the chief is training (live.json, or an epoch's row): deaths from now on are mid-run
+        self.relaunch = relaunch
         self.chief_done = False  # the chief finished its epochs and its files are here: the evaluator finishes the rest
         self.workers = {t.index: t for t in workers}
         self.missing = list(missing)
@@ -179,7 +184,7 @@ class _Training:
             if failure is not None:
                 return failure
             message = f"the chief ({client.label}) failed: {_message(client.log)} (log: {client.log})"
-            if self.sync and self.started:
+            if self.sync and self._mid_run(code):
                 return self._lost(self.workers.get(client.task), clients.describe(code), message)
             return ClusterError(message + _resume_hint(self.run))
         # Once the chief has finished, others may fail as it closes the queues: not a loss.
@@ -192,17 +197,24 @@ class _Training:
         why = clients.describe(code)
         if self.config.mode == "sync":
             message = f"{client.label} died ({why}: {last_line(client.log)}); sync training cannot go on without it"
-            if self.started:
+            if self._mid_run(code):
                 return self._lost(self.workers.get(client.task), why, message)
             return ClusterError(message + _resume_hint(self.run))
         self.lost.add(client.task)
         self.job.note(f"{client.label} died ({why}); async training goes on with {self.config.workers - len(self.lost)} worker(s)")
         return GOES_ON
 
+    def _mid_run(self, code: int | None = None) -> bool:
+        """Whether a death (exit ``code``; None: a server that stopped answering) is a loss the run
+        may go on after: once training has begun, or in a relaunch's start-up when the client was
+        killed or its node lost (not its own failure, which the next launch would repeat)."""
+        killed = code is None or code > 128 or code in (clients.LOST, clients.UNKNOWN)
+        return self.started or (self.relaunch and killed)
+
     def _client_failure(self, client, code: int) -> PiclusterError | None:
         """What a client's failure says of its own: all the clients that died before training began
         (one cause, often), or its usage or storage error."""
-        if not self.started:
+        if not self._mid_run(code):
             startup = _startup_failure(self.running)
             if startup is not None:
                 return startup
@@ -238,7 +250,7 @@ class _Training:
 
     def silent(self, tasks) -> ClusterError:
         message = f"{tasks[0].label} on {tasks[0].node} stopped answering; the run stopped"
-        if self.sync and self.started:
+        if self.sync and self._mid_run():
             return self._lost(tasks[0], "stopped answering", message)
         return ClusterError(message + _resume_hint(self.run))
 
