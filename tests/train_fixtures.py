@@ -70,3 +70,29 @@ def client_process(run_dir, task):
             if spec.get("task", {}).get("index") == task:
                 return proc
     return None
+
+
+def relaunched(run: Path, proc, seen: set, timeout: float = 240) -> dict:
+    """Wait for a new launch of an elastic run (one not in ``seen``, added to it) that restored a
+    checkpoint and trained an epoch past it: the chief's resume note (mirrored back from a node),
+    then a row written after it.  The note.  The last launch's own rows past the checkpoint stay
+    until the new one writes those epochs again, so a row's number alone would not tell."""
+    import json
+    import time
+
+    from picluster.jobs.har import metrics
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            note = json.loads((Path(run) / "resume.json").read_text())
+        except (FileNotFoundError, ValueError):
+            note = None
+        if note and note["launch"] not in seen:
+            rows = metrics.read_rows(Path(run) / "metrics.csv")
+            if any(int(r["epoch"]) > note["epoch"] and float(r.get("time") or 0) > note["time"] for r in rows):
+                seen.add(note["launch"])
+                return note
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.3)
+    raise AssertionError(f"no new launch within {timeout} s")
