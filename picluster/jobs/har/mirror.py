@@ -27,7 +27,6 @@ FINAL = (RunDir.RESULT,)
 # What a relaunched chief needs to resume (its records and these trees), pushed to its node.
 RESUME_TREES = (RunDir.CHECKPOINTS, RunDir.BEST)
 ALWAYS_COPY_BYTES = 4096  # smaller files are copied on every mirror (see stale)
-CHECKPOINT_STATE, EPOCHS_RECORD = RunDir.CHECKPOINT_STATE, RunDir.CHECKPOINT_EPOCHS
 _LISTED = re.compile(rb'^(model_checkpoint_path|all_model_checkpoint_paths): "(.*)"$', re.MULTILINE)
 
 
@@ -74,7 +73,7 @@ class Mirror:
         """ours_newer: another node was the chief since this one last was (a run that went on
         without it): our copy, mirrored from that chief, is newer than the node's own."""
         self.put(self.local_dir / RunDir.CONFIG)
-        if chief and resume and (ours_newer or not self.exists(f"{RunDir.CHECKPOINTS}/{CHECKPOINT_STATE}")):
+        if chief and resume and (ours_newer or not self.exists(f"{RunDir.CHECKPOINTS}/{RunDir.CHECKPOINT_STATE}")):
             # The node's own records are the newest when it was the last chief; ours are pushed
             # when it has none, or another chief has trained since.
             for name in RECORDS:
@@ -122,7 +121,7 @@ class Mirror:
         of a second): a file may go between the listing and its copy.  Such a round is left for the
         next, our state file still naming checkpoints we hold whole; those it no longer names are
         dropped here too, as the node dropped them."""
-        state = self.read(f"{RunDir.CHECKPOINTS}/{CHECKPOINT_STATE}")
+        state = self.read(f"{RunDir.CHECKPOINTS}/{RunDir.CHECKPOINT_STATE}")
         names = listed_checkpoints(state)
         if state is None or not names:
             return
@@ -134,10 +133,10 @@ class Mirror:
         for entry in files:
             if not self.get_file(PurePosixPath(RunDir.CHECKPOINTS) / entry.name, entry):
                 return
-        epochs = self.read(f"{RunDir.CHECKPOINTS}/{EPOCHS_RECORD}")
+        epochs = self.read(f"{RunDir.CHECKPOINTS}/{RunDir.CHECKPOINT_EPOCHS}")
         if epochs is not None:
-            atomic.write_bytes(local / EPOCHS_RECORD, epochs)
-        atomic.write_bytes(local / CHECKPOINT_STATE, state)
+            atomic.write_bytes(local / RunDir.CHECKPOINT_EPOCHS, epochs)
+        atomic.write_bytes(local / RunDir.CHECKPOINT_STATE, state)
         for old in local.glob("*.index"):
             name = old.name.removesuffix(".index")
             if name not in names:
