@@ -287,13 +287,36 @@ def test_starting_over_removes_what_the_training_wrote_and_keeps_its_config_layo
     run.start_over()  # nothing left to remove: no error
 
 
-def test_a_new_run_clears_a_nodes_copy_of_an_earlier_run_of_the_same_folder(node, tmp_path):
+def test_a_new_run_clears_a_nodes_copy_of_an_earlier_run_of_the_same_folder(tmp_path):
     """A new run (or one started over) on a node whose folder holds a run of the same name: its chief
-    must not restore that run's checkpoints.  The folder is made with the training's files removed."""
+    must not restore that run's checkpoints.  The folder is made (its shell line run here, as the
+    node's user would) with the training's files and folders removed; a resumed run keeps them."""
+    import subprocess
+
     from picluster.jobs.har.clients import fresh_files
 
-    assert set(fresh_files(resume=False)) == set(RunDir.TRAINING)
-    assert RunDir.CHECKPOINTS not in fresh_files(resume=True) and RunDir.METRICS not in fresh_files(resume=True)
+    home = tmp_path / "home"
+    there = home / "runs" / "r"
+
+    def out(command: str) -> str:
+        return subprocess.run(["sh", "-c", command], env={"HOME": str(home), "PATH": os.environ["PATH"]},
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    folder = JobFolder("node01", SimpleNamespace(out=out), PurePosixPath("runs/r"), "$HOME/servers")  # type: ignore[arg-type]
+
+    def earlier_run() -> None:
+        there.mkdir(parents=True, exist_ok=True)
+        _save(there, 3, 4)
+        for name in (RunDir.CONFIG, RunDir.METRICS, RunDir.STATE, RunDir.RESULT, "worker-0.log"):
+            (there / name).write_text("earlier")
+
+    earlier_run()
+    folder.make(fresh=fresh_files(resume=True), door_of=("worker", 0))
+    assert (there / RunDir.CHECKPOINTS / "checkpoint").exists() and (there / RunDir.METRICS).exists()
+    assert not (there / RunDir.RESULT).exists()  # the last launch's end only
+    earlier_run()
+    folder.make(fresh=fresh_files(resume=False), door_of=("worker", 0))
+    assert sorted(p.name for p in there.iterdir()) == [RunDir.CONFIG, "worker-0.log"]
 
 
 def _umask() -> int:
