@@ -4,7 +4,9 @@ Each run is `picluster train har --emulate --workers N` (one process making exac
 of N sync workers; N = 1: `--standalone`, one Pi alone), 40 epochs, one thread (as a worker on a
 Pi-shaped test host has: the numbers are then the lab's own), two runs at a time (one a core).  A
 run's row keeps its validation accuracy and loss after every epoch; the test set is never read
-here (every choice is made on validation).  The report gives, per variant and worker count: the
+here for a choice: every choice is made on validation.  The test set is scored once per run, at
+its end, for the model validation chose (the best epoch), and kept in the row (``best_epoch``,
+``test_acc``) for the accuracy pairs against one Pi, by seed (``--pairs``).  The report gives, per variant and worker count: the
 seeds whose validation reached the target within the epochs, the distribution of the epochs it
 took (first epoch >= target; and two epochs in a row), and validation's mean and its swing (the
 mean absolute change from one epoch to the next) over the last half of the epochs.
@@ -12,6 +14,7 @@ mean absolute change from one epoch to the next) over the last half of the epoch
     .venv/bin/python benchmarks/har_recipes.py --rows benchmarks/results/har_recipes.csv --workers 1,8,16 \\
         --seeds 1-30 --variant "base=" --variant "beta2-0.99=--adam-beta2 0.99"
     .venv/bin/python benchmarks/har_recipes.py --report benchmarks/results/har_recipes.csv
+    .venv/bin/python benchmarks/har_recipes.py --pairs benchmarks/results/har_recipes.csv
 
 A run already in the rows file is not run again, so the command continues where it stopped.
 """
@@ -32,7 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PICLUSTER = Path(sys.executable).with_name("picluster")
-COLUMNS = ["variant", "options", "workers", "seed", "epochs", "threads", "wall_s", "val_acc", "val_loss", "train_loss"]
+COLUMNS = ["variant", "options", "workers", "seed", "epochs", "threads", "wall_s", "val_acc", "val_loss", "train_loss",
+           "best_epoch", "test_acc"]  # the last two empty in rows made before they were kept
 
 
 def seeds(text: str) -> list[int]:
@@ -56,9 +60,11 @@ def run_one(variant: str, options: str, workers: int, seed: int, epochs: int, th
             raise SystemExit(f"{shlex.join(argv)} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
         with open(run_dir / "metrics.csv") as f:
             rows = list(csv.DictReader(f))
+        result = json.loads((run_dir / "result.json").read_text())
     join = lambda key: ";".join(f"{float(r[key]):.5f}" for r in rows)
     return {"variant": variant, "options": options, "workers": workers, "seed": seed, "epochs": len(rows), "threads": threads,
-            "wall_s": f"{wall:.1f}", "val_acc": join("val_acc"), "val_loss": join("val_loss"), "train_loss": join("train_loss")}
+            "wall_s": f"{wall:.1f}", "val_acc": join("val_acc"), "val_loss": join("val_loss"), "train_loss": join("train_loss"),
+            "best_epoch": result["best_epoch"], "test_acc": f"{result['test_accuracy']:.5f}"}
 
 
 def measure(args) -> None:
@@ -67,7 +73,14 @@ def measure(args) -> None:
     done = set()
     if path.exists():
         with open(path) as f:
-            done = {(r["variant"], int(r["workers"]), int(r["seed"])) for r in csv.DictReader(f)}
+            reader = csv.DictReader(f)
+            old, header = list(reader), reader.fieldnames
+        done = {(r["variant"], int(r["workers"]), int(r["seed"])) for r in old}
+        if header != COLUMNS:  # rows of an earlier version: the new columns added, empty
+            with open(path, "w", newline="") as f:
+                writer = csv.DictWriter(f, COLUMNS, restval="")
+                writer.writeheader()
+                writer.writerows(old)
     else:
         with open(path, "w", newline="") as f:
             csv.DictWriter(f, COLUMNS).writeheader()
@@ -137,6 +150,33 @@ def report(args) -> None:
         print(json.dumps(out, indent=1))
 
 
+def pairs(args) -> None:
+    """Test accuracy of each variant against one Pi (1 worker, the baseline variant), seed by seed:
+    the test set scored once per run, for the epoch validation chose."""
+    with open(args.pairs) as f:
+        rows = [r for r in csv.DictReader(f) if r.get("test_acc")]
+    pi = {int(r["seed"]): float(r["test_acc"]) for r in rows if int(r["workers"]) == 1 and r["variant"] == args.baseline}
+    groups: dict[tuple, dict[int, float]] = {}
+    for r in rows:
+        if int(r["workers"]) > 1:
+            groups.setdefault((int(r["workers"]), r["variant"]), {})[int(r["seed"])] = float(r["test_acc"])
+    if len(pi) < 2:
+        raise SystemExit(f"{args.pairs}: fewer than 2 one-Pi rows ({args.baseline}, 1 worker) with a test score: nothing to pair")
+    print(f"one Pi ({args.baseline}): {len(pi)} seeds, test {statistics.fmean(pi.values()):.2%} ± {statistics.stdev(pi.values()):.2%}")
+    print("| workers | variant | pairs | test acc, mean ± sd | minus one Pi: mean ± sd | its 95 % interval | seeds below one Pi by > 0.5 points |")
+    print("|---|---|---|---|---|---|---|")
+    for (workers, variant), by_seed in sorted(groups.items()):
+        common = sorted(set(by_seed) & set(pi))
+        if len(common) < 2:
+            continue
+        diff = [100 * (by_seed[s] - pi[s]) for s in common]
+        mean, sd = statistics.fmean(diff), statistics.stdev(diff)
+        half = 2.045 * sd / len(diff) ** 0.5 if len(diff) >= 30 else 2.26 * sd / len(diff) ** 0.5  # t(29) / t(9), near enough for 10-30
+        acc = [100 * by_seed[s] for s in common]
+        print(f"| {workers} | {variant} | {len(common)} | {statistics.fmean(acc):.2f} ± {statistics.stdev(acc):.2f} % | {mean:+.2f} ± {sd:.2f} | "
+              f"{mean - half:+.2f} to {mean + half:+.2f} | {sum(d < -0.5 for d in diff)} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", help="CSV of runs, appended to")
@@ -150,13 +190,17 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.96)
     parser.add_argument("--report", help="print the table of a rows CSV")
     parser.add_argument("--json", action="store_true", help="with --report: the summaries as JSON too")
+    parser.add_argument("--pairs", help="print each variant's test accuracy against one Pi's, paired by seed, from a rows CSV")
+    parser.add_argument("--baseline", default="base", help="with --pairs: the one-Pi variant [base]")
     args = parser.parse_args()
     if args.report:
         report(args)
+    elif args.pairs:
+        pairs(args)
     elif args.rows and args.variant:
         measure(args)
     else:
-        parser.error("give --rows and --variant, or --report")
+        parser.error("give --rows and --variant, --report or --pairs")
 
 
 if __name__ == "__main__":

@@ -151,3 +151,24 @@ def test_a_sync_update_of_eight_workers_or_more_takes_the_recipes_adam_beta2_unl
     assert TrainConfig.for_model(workers=8, mode="async").adam_beta2 == 0.999
     assert TrainConfig.for_model(workers=8, standalone=True).adam_beta2 == 0.999
     assert TrainConfig.for_model(workers=16, adam_beta2=0.999).adam_beta2 == 0.999
+
+
+def test_sixteen_sync_workers_or_more_split_a_fixed_update_of_400_windows_unless_its_size_is_given():
+    """From 16 workers the recipe's update is 400 windows split over them at rate 0.002 (one Pi's
+    statistics, chosen on validation with the emulator); --batch or --global-batch given drops the
+    whole size choice, --lr given replaces the rate only; fewer workers keep a batch per worker."""
+    for workers in (16, 64):
+        c = TrainConfig.for_model(workers=workers)
+        assert (c.batch, c.batch_per_worker, c.learning_rate, c.adam_beta2) == (400, False, 0.002, 0.95)
+        assert c.worker_batch(workers) == 400 // workers
+        assert c.lr_scale(workers) == pytest.approx((400 // workers * workers / 400) ** 0.5)
+    assert TrainConfig.for_model(workers=16, emulate=True, standalone=True).batch_per_worker is False  # the emulator makes them too
+    for other in ({"mode": "async"}, {"standalone": True}):
+        c = TrainConfig.for_model(workers=16, **other)
+        assert (c.batch, c.batch_per_worker, c.learning_rate) == (100, True, 0.001)
+    given = TrainConfig.for_model(workers=16, batch=50)  # windows per worker, as --batch says
+    assert (given.batch, given.batch_per_worker, given.learning_rate, given.adam_beta2) == (50, True, 0.001, 0.95)
+    split = TrainConfig.for_model(workers=16, batch_per_worker=False)  # --global-batch alone: the default 100, split
+    assert (split.batch, split.learning_rate) == (100, 0.001)
+    rate = TrainConfig.for_model(workers=16, learning_rate=0.003)
+    assert (rate.batch, rate.batch_per_worker, rate.learning_rate) == (400, False, 0.003)
