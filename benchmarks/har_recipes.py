@@ -6,10 +6,11 @@ Pi-shaped test host has: the numbers are then the lab's own), two runs at a time
 run's row keeps its validation accuracy and loss after every epoch; the test set is never read
 here for a choice: every choice is made on validation.  The test set is scored once per run, at
 its end, for the model validation chose (the best epoch), and kept in the row (``best_epoch``,
-``test_acc``) for the accuracy pairs against one Pi, by seed (``--pairs``).  The report gives, per variant and worker count: the
-seeds whose validation reached the target within the epochs, the distribution of the epochs it
-took (first epoch >= target; and two epochs in a row), and validation's mean and its swing (the
-mean absolute change from one epoch to the next) over the last half of the epochs.
+``test_acc``) for the accuracy pairs against one Pi, by seed (``--pairs``).  The report gives,
+per variant and worker count: the seeds whose validation reached the target within the epochs,
+the distribution of the epochs it took (first epoch >= target; and two epochs in a row), and
+validation's mean and its swing (the mean absolute change from one epoch to the next) over the
+last half of the epochs.
 
     .venv/bin/python benchmarks/har_recipes.py --rows benchmarks/results/har_recipes.csv --workers 1,8,16 \\
         --seeds 1-30 --variant "base=" --variant "beta2-0.99=--adam-beta2 0.99"

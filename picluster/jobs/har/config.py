@@ -281,30 +281,30 @@ MODEL_DEFAULTS: dict[str, dict] = {
 
 # The recipe's choices for a sync update that averages many workers, chosen on validation with the
 # statistics emulator over 30 seeds a variant (docs/lab.md "The recipe for few, large updates"):
-# (from this many workers, {field: value}), the last that applies taken, each where its option is
-# not given.  Fewer workers, async and standalone runs keep the defaults above.
+# (from this many workers, {field: value}), each that applies adding to the ones before, each
+# where its option is not given.  Fewer workers, async and standalone runs keep the defaults above.
 FOR_WORKERS: tuple[tuple[int, dict[str, Any]], ...] = (
     # Adam's squared-gradient average over the last ~20 updates, not ~1,000: an epoch holds 4-7.
     (8, {"adam_beta2": 0.95}),
     # From 16 on, a fixed update of 400 windows split over the workers (14-15 updates an epoch
     # whatever their number: one Pi's statistics) at the rate sqrt scaling gives 4 x one Pi's 100
-    # windows.  16 x 100 windows (3 updates an epoch) left 8 of 29 seeds without 96 % in 40 epochs.
-    (16, {"adam_beta2": 0.95, "batch_per_worker": False, "batch": 400, "learning_rate": 0.002}),
+    # windows.  16 x 100 windows (3 updates an epoch) left 9 of 30 seeds without 96 % in 40 epochs.
+    (16, {"batch_per_worker": False, "batch": 400, "learning_rate": 0.002}),
 )
-# The update's size is one choice: --batch or --global-batch/--batch-per-worker given drops all of
-# it (a --batch given keeps meaning windows per worker; 0.002 is the 400-window update's rate).
-UPDATE_SIZE = ("batch_per_worker", "batch", "learning_rate")
+# The update's size is one choice: either of its fields given drops all of it with the rate (a
+# --batch given keeps meaning windows per worker; 0.002 is the 400-window update's rate).
+UPDATE_SIZE = ("batch_per_worker", "batch")
 
 
 def for_workers(workers: int, given=()) -> dict[str, Any]:
     """The recipe's values for a sync update of ``workers`` workers (FOR_WORKERS), less the options
-    ``given`` and, when the update's size is given, the rest of its choice (UPDATE_SIZE)."""
+    ``given`` and, when the update's size is given, the rest of its choice (UPDATE_SIZE and the rate)."""
     chosen: dict[str, Any] = {}
     for least, values in FOR_WORKERS:
         if workers >= least:
-            chosen = values
-    sized = {"batch", "batch_per_worker"} & set(given)
-    return {name: value for name, value in chosen.items() if name not in given and not (sized and name in UPDATE_SIZE)}
+            chosen |= values
+    dropped = set(given) | ({*UPDATE_SIZE, "learning_rate"} if set(UPDATE_SIZE) & set(given) else set())
+    return {name: value for name, value in chosen.items() if name not in dropped}
 
 
 def _not_for(name: str, model: str) -> str:
