@@ -46,6 +46,50 @@ def test_the_evaluator_reads_whole_lines_of_its_own_launch(tmp_path):
     assert [r.get("epoch") for r in got] == [None, 2] and got[0]["begin"] is True
 
 
+class _KilledAt(trained.Trained):
+    """The chief's record of each epoch, its process gone while recording epoch ``epoch``."""
+
+    def __init__(self, path, launch, epoch):
+        super().__init__(path, launch)
+        self.epoch = epoch
+
+    def add(self, **record):
+        if record.get("epoch") == self.epoch:
+            raise OSError("the chief was killed here")
+        super().add(**record)
+
+
+def test_a_checkpoint_the_evaluator_was_not_told_of_is_never_the_one_a_resume_restores(tmp_path):
+    """The chief's thread writes each epoch's checkpoint, hands it over and records it: killed before
+    the record, the next launch must train that epoch again, not restore it (nothing would score it)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from picluster.jobs.har import checkpoints
+    from picluster.jobs.har.saving import Snapshots
+
+    tf.compat.v1.disable_eager_execution()  # the chief's graph mode
+    with tf.Graph().as_default():
+        weights = [tf.compat.v1.Variable(tf.zeros([3]), name="w"), tf.compat.v1.Variable(tf.zeros([2, 2]), name="b")]
+    folder, handed = tmp_path / "checkpoints", tmp_path / "to-evaluate"
+    folder.mkdir()
+    record = _KilledAt(tmp_path / "trained.jsonl", "a1", epoch=4)
+    snapshots = Snapshots(weights, folder, handed, record)
+    for epoch in (1, 2, 3, 4):
+        snapshots.take([np.full([3], epoch, np.float32), np.full([2, 2], epoch, np.float32)], 10 * epoch, epoch, {"loss": 1.0})
+    with pytest.raises(OSError, match="killed"):
+        snapshots.close()
+    assert [r["epoch"] for r in trained.read(record.path, "a1")] == [1, 2, 3]
+    assert checkpoints.prepare(folder, has_records=True).checkpoint == "model.ckpt-30"  # the last one recorded
+    assert checkpoints.epoch_of(folder, "model.ckpt-30") == 3
+    restored = tf.compat.v1.train.load_checkpoint(str(folder / "model.ckpt-30"))
+    assert restored.get_tensor("w").tolist() == [3.0, 3.0, 3.0]
+    # The Saver keeps its last two as before; each recorded one was handed over.
+    assert sorted(p.name for p in folder.glob("*.index")) == ["model.ckpt-20.index", "model.ckpt-30.index", "model.ckpt-40.index"]
+    assert sorted(p.name for p in handed.glob("*.index")) == ["model.ckpt-10.index", "model.ckpt-20.index",
+                                                                "model.ckpt-30.index", "model.ckpt-40.index"]
+
+
 def test_where_the_evaluation_runs():
     here = coordinator.evaluator_place
     assert here("auto", False, None) == "chief"  # standalone: one process does everything

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.checkpoint import checkpoint_management  # Saver.save's own state writer (_name_latest)
 
 from picluster.jobs.har import metrics
 from picluster.jobs.har.checkpoints import Restore, record_epoch
@@ -203,20 +204,39 @@ def per_ps(g: Graph) -> dict[str, int]:
     return dict(sorted(placed.items()))
 
 
-def save(with_raw, saver, path: Path, step: int, epoch: int | None = None) -> None:
+def save(with_raw, saver, path: Path, step: int, epoch: int | None = None,
+         recorded: Callable[[Path], None] | None = None) -> None:
     """``saver``'s checkpoint of step ``step`` at ``path``; a refusal of the storage in one line.
     ``epoch``: the epoch it ends, recorded beside it (checkpoints.record_epoch), since the steps of
-    an epoch change with the workers when a run goes on with fewer or more of them."""
+    an epoch change with the workers when a run goes on with fewer or more of them.
+    ``recorded``: called with the checkpoint's prefix once its files are written and before the
+    state file names it, the checkpoint a resume restores (the record for the evaluator beside the
+    coordinator): a chief killed between the two leaves an epoch trained again, never one restored
+    that the evaluator was not told of and no launch ever scores."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with_raw(lambda s: saver.save(s, str(path), global_step=step, write_meta_graph=False))
+        prefix = with_raw(lambda s: saver.save(s, str(path), global_step=step, write_meta_graph=False,
+                                               write_state=recorded is None))
         if epoch is not None:
             record_epoch(path.parent, f"{path.name}-{step}", epoch)
+        if recorded is not None:
+            recorded(Path(prefix))
+            _name_latest(saver, prefix)
     except tf.errors.OpError as exc:  # a full disk is ResourceExhaustedError "...; No space left on device"
         cause = next((c for c in STORAGE_CAUSES if c in str(exc)), None)
         if cause is None:
             raise
         raise StorageError(f"{path}-{step}", cause) from None
+
+
+def _name_latest(saver, prefix: str) -> None:
+    """What Saver.save does after the files when asked to write the state (TF 1's saver.py, kept
+    as it is): the checkpoint becomes the newest in the state file, and those past max_to_keep go."""
+    saver._RecordLastCheckpoint(prefix)
+    checkpoint_management.update_checkpoint_state_internal(
+        save_dir=str(Path(prefix).parent), model_checkpoint_path=prefix, all_model_checkpoint_paths=saver.last_checkpoints,
+        save_relative_paths=saver._save_relative_paths)
+    saver._MaybeDeleteOldCheckpoints()
 
 
 def _load_state(path: Path) -> dict:

@@ -26,6 +26,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +45,7 @@ from picluster.jobs.har.graph import Graph, Tower
 from picluster.jobs.har.rundir import RunDir
 from picluster.jobs.har.saving import Snapshots
 from picluster.jobs.har.straggler import Arrivals
-from picluster.jobs.har.trained import Trained, clear_handed_over, hand_over
+from picluster.jobs.har.trained import Trained, clear_handed_over
 from picluster.util import atomic, cpus
 from picluster.util.atomic import STORAGE_ERRNOS
 from picluster.util.errors import STORAGE_EXIT, ClusterError, PiclusterError, StorageError, UsageError
@@ -156,9 +157,8 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
                 # Post-local SGD's epochs end in a sync of models, not an update: saved here.  In sync
                 # mode nothing moves the weights until this chief's next step applies the next update.
                 step = int(raw(g.global_step))
-                save(with_raw, g.saver, run.checkpoints / "model.ckpt", step, epoch)
-                hand_over(run.checkpoints / f"model.ckpt-{step}", run.to_evaluate)
-                trained.add(epoch=epoch, checkpoint=f"model.ckpt-{step}", **stats)
+                save(with_raw, g.saver, run.checkpoints / "model.ckpt", step, epoch,
+                     recorded=partial(trained.handed_over, folder=run.to_evaluate, epoch=epoch, **stats))
             elif duties is not None and duties.end_epoch(epoch, stats):
                 break
         if snapshots is not None:

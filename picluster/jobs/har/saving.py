@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from picluster.jobs.har.chief import save
-from picluster.jobs.har.trained import Trained, hand_over
+from picluster.jobs.har.trained import Trained
 
 
 class Snapshots:
@@ -53,9 +53,8 @@ class Snapshots:
     def _write(self, values, step: int, epoch: int, stats: dict) -> None:
         with self.lock:
             self.session.run(self.assign, dict(zip(self.feeds, values)))
-            save(lambda fn: fn(self.session), self.saver, self.directory / "model.ckpt", step, epoch)
-            hand_over(self.directory / f"model.ckpt-{step}", self.to_evaluate)
-            self.trained.add(epoch=epoch, checkpoint=f"model.ckpt-{step}", **stats)
+            save(lambda fn: fn(self.session), self.saver, self.directory / "model.ckpt", step, epoch,
+                 recorded=lambda prefix: self.trained.handed_over(prefix, self.to_evaluate, epoch=epoch, **stats))
 
     def check(self) -> None:
         """Raise what a finished write raised (a full disk: a StorageError)."""

@@ -4,7 +4,9 @@ One JSON line per record, tagged with the launch (a resumed run's file holds ear
 lines too): a launch's first line says where it began (its start epoch and step, the checkpoint
 it restored, the data set's checksum, the parameters on each ps), then one line per epoch (its
 training figures and the checkpoint of its weights), and a last line once the chief has finished
-its epochs.  The chief appends each line in one write after the checkpoint it names is saved.
+its epochs.  The chief appends each line in one write after the checkpoint it names is saved and
+before the Saver's state file names it (chief.save): a resume restores a recorded epoch (unless
+the state file itself is lost, when the checkpoints present are taken).
 
 Each epoch's checkpoint is handed over in a folder of its own (``to-evaluate/``, a hard link to
 the chief's files): the chief's Saver keeps only its last two for a resume, and an evaluator that
@@ -32,6 +34,13 @@ class Trained:
             f.write(line)
             f.flush()
             os.fsync(f.fileno())
+
+
+    def handed_over(self, prefix: Path, folder: Path, **record) -> None:
+        """An epoch's checkpoint at ``prefix`` handed over in ``folder`` and its line appended,
+        before the checkpoint is the one a resume restores (chief.save's ``recorded``)."""
+        hand_over(prefix, folder)
+        self.add(checkpoint=prefix.name, **record)
 
 
 def read(path: Path, launch: str) -> list[dict]:
