@@ -62,6 +62,7 @@ from picluster.lab.limits import Limits, fair_share, machine, resolve
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TABLE = RESULTS / "har_wall.csv"
+RUNS = RESULTS / "har_wall"
 COLUMNS = ("config", "workers", "seed", "cpu_per_host", "link", "target", "wall_s", "to_target_s", "epochs", "startup_s",
            "steps_s", "probe_s", "eval_s", "rest_s", "val_acc", "test_acc", "process_s", "data_s", "graph_s", "session_s",
            "barrier_s", "ok", "evaluator", "worker_steps", "ps_cpu_s", "ps_ms_per_worker_step", "ps_rx_bytes", "ps_tx_bytes",
@@ -250,12 +251,16 @@ def main() -> None:
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--no-pi", action="store_true", help="leave out the one-Pi baseline")
     parser.add_argument("--variants-only", action="store_true", help="run the --variant configurations only (on the first runtime), not the runtimes' own")
+    parser.add_argument("--variant-workers", default=None,
+                        help="run the --variant configurations only at these worker counts, comma-separated [every one of --workers]")
     parser.add_argument("--target", type=float, default=0.96, help="validation accuracy to reach [0.96]")
     parser.add_argument("--epochs", type=int, default=40, help="at most this many epochs per run [40]")
     parser.add_argument("--link", default="300mbit", help="each host's link rate, as tc writes it [300mbit: a Pi 3B+]")
     parser.add_argument("--report", action="store_true", help="only print the table of the rows kept")
     parser.add_argument("--keep", type=Path, help="also write the rows kept to this CSV (to commit beside the docs)")
     parser.add_argument("--rows", type=Path, default=TABLE, help=f"the rows kept [{TABLE.relative_to(TABLE.parents[1])}]")
+    parser.add_argument("--runs", type=Path, default=RUNS,
+                        help=f"each run's folder goes under this one, as CONFIG-WORKERS-SEED [{RUNS.relative_to(RUNS.parents[1])}]")
     args = parser.parse_args()
     rows = load(args.rows)
     if args.report:
@@ -275,6 +280,8 @@ def main() -> None:
             raise SystemExit(f"--variant {given!r}: give NAME=OPTIONS, NAME not pi or a runtime")
         variants[name] = shlex.split(options)
     compare = {int(s) for s in args.compare_seeds.split(",")} if args.compare_seeds else None
+    # A variant tried beside the defaults at some worker counts only, on the lab of the largest.
+    variant_counts = {int(w) for w in args.variant_workers.split(",")} if args.variant_workers else set(counts)
     common = ["--target-val-accuracy", str(args.target), "--epochs", str(args.epochs), "--no-live", "--json"]
     with lab_cluster(hosts, limits, rate=args.link) as (lab, inventory, inv):
         har = stage_har(lab.hosts[1:], inv, lab.host(inv.nfs_master))
@@ -288,11 +295,12 @@ def main() -> None:
             runtimes = args.runtimes.split(",")
             compared = seed in compare if compare is not None else True
             configs = list(variants) if args.variants_only else [*runtimes, *variants]
-            wanted = ([] if args.no_pi else [("pi", 1)]) + [(r, w) for w in counts for r in configs if r == runtimes[0] or compared]
+            wanted = ([] if args.no_pi else [("pi", 1)]) + [(r, w) for w in counts for r in configs
+                                                             if (r == runtimes[0] or compared) and (r not in variants or w in variant_counts)]
             for config, workers in wanted:
                 if not args.again and rows.get((config, workers, seed), {}).get("ok") == "yes":
                     continue
-                run_dir = RESULTS / "har_wall" / f"{config}-{workers}-{seed}"
+                run_dir = args.runs.resolve() / f"{config}-{workers}-{seed}"
                 base = [sys.executable, "-m", "picluster", "train", "har", "--seed", str(seed), "--run-dir", str(run_dir), *common]
                 t0 = time.perf_counter()
                 if config == "pi":

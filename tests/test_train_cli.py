@@ -44,8 +44,9 @@ def _one_line_usage_error(result):
         (["--worker-runtime", "shared"], "--worker-runtime shared needs an inventory cluster"),
         (["--warmup-updates", "6", "--warmup-epochs", "1"], "--warmup-updates 6 and --warmup-epochs 1 both set the warm-up: give one"),
         (["--warmup-updates", "1.5"], "--warmup-updates"),
-        # From 16 sync workers an update is 400 windows whatever their number (the recipe), which
+        # From 8 sync workers an update is 400 windows whatever their number (the recipe), which
         # the tiny set's 240 do not hold; a --batch given stays windows per worker (16 x 20).
+        (["--emulate", "--workers", "8"], "240 training windows are fewer than one update takes (400"),
         (["--emulate", "--workers", "16"], "240 training windows are fewer than one update takes (400"),
         (["--emulate", "--workers", "16", "--batch", "20"], "240 training windows are fewer than one update takes (320"),
     ],

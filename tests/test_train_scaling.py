@@ -153,16 +153,18 @@ def test_a_sync_update_of_eight_workers_or_more_takes_the_recipes_adam_beta2_unl
     assert TrainConfig.for_model(workers=16, adam_beta2=0.999).adam_beta2 == 0.999
 
 
-def test_sixteen_sync_workers_or_more_split_a_fixed_update_of_400_windows_unless_its_size_is_given():
-    """From 16 workers the recipe's update is 400 windows split over them at rate 0.002 (one Pi's
+def test_eight_sync_workers_or_more_split_a_fixed_update_of_400_windows_unless_its_size_is_given():
+    """From 8 workers the recipe's update is 400 windows split over them at rate 0.002 (one Pi's
     statistics, chosen on validation with the emulator); --batch or --global-batch given drops the
     whole size choice, --lr given replaces the rate only; fewer workers keep a batch per worker."""
-    for workers in (16, 64):
+    for workers in (8, 16, 64):
         c = TrainConfig.for_model(workers=workers)
         assert (c.batch, c.batch_per_worker, c.learning_rate, c.adam_beta2) == (400, False, 0.002, 0.95)
         assert c.worker_batch(workers) == 400 // workers
         assert c.lr_scale(workers) == pytest.approx((400 // workers * workers / 400) ** 0.5)
     assert TrainConfig.for_model(workers=16, emulate=True, standalone=True).batch_per_worker is False  # the emulator makes them too
+    c = TrainConfig.for_model(workers=4)  # fewer: 100 windows each
+    assert (c.batch, c.batch_per_worker, c.learning_rate) == (100, True, 0.001)
     for other in ({"mode": "async"}, {"standalone": True}):
         c = TrainConfig.for_model(workers=16, **other)
         assert (c.batch, c.batch_per_worker, c.learning_rate) == (100, True, 0.001)

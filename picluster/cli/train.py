@@ -40,10 +40,10 @@ def train() -> None:
         show_default="convlstm: rotate:45,scale:0.1,shift:8; resbidir: none", help="Augment training windows: rotate:DEG,mirror:P,scale:S,shift:STEPS; '' = none.")
 @option("--label-smoothing", type=Real(), default=None, show_default="0", help="Label smoothing of the training loss's targets.")
 @option("--epochs", type=Whole(), default=None, show_default="convlstm: 60; resbidir: 40", help="Training epochs.")
-@option("--batch", type=Whole(), default=None, show_default="100; 400 an update from 16 sync workers",
+@option("--batch", type=Whole(), default=None, show_default="100; 400 an update from 8 sync workers",
         help="Windows per worker step; with --global-batch, per sync update.")
 @option("--batch-per-worker/--global-batch", "batch_per_worker", default=None,
-        show_default="batch-per-worker; global-batch from 16 sync workers", help="sync: each worker feeds --batch windows (an update sees workers x batch), "
+        show_default="batch-per-worker; global-batch from 8 sync workers", help="sync: each worker feeds --batch windows (an update sees workers x batch), "
                                               "or --batch is split across the workers, as in the thesis.")
 @option("--lr-scaling", type=click.Choice(["none", "sqrt", "linear"]), default=None,
         show_default="sqrt", help="The rate times (an update's windows / --batch) to the power 0, 1/2 or 1.")
@@ -56,7 +56,7 @@ def train() -> None:
         show_default="staleness", help="async: divide each update's rate by its staleness (updates since it read the weights).")
 @option("--adam-beta1", type=Real(), default=None, show_default="0.9", help="Adam's momentum (beta1).")
 @option("--adam-beta2", type=Real(), default=None, show_default="0.999; 0.95 from 8 sync workers", help="Adam's decay of the squared gradients' average (beta2).")
-@option("--lr", "learning_rate", type=Real(), default=None, show_default="0.001; 0.002 from 16 sync workers", help="Adam learning rate.")
+@option("--lr", "learning_rate", type=Real(), default=None, show_default="0.001; 0.002 from 8 sync workers", help="Adam learning rate.")
 @option("--lr-schedule", type=click.Choice(["constant", "cosine"]), default=None, show_default="constant", help="Learning rate over the epochs.")
 @option("--l2", type=Real(), default=None, show_default="convlstm: 0.0005; resbidir: 0.005", help="L2 weight on the weights.")
 @option("--ema", type=Real(), default=None, show_default="0", help="Evaluate a moving average of the weights with this decay; 0 = off.")
