@@ -153,29 +153,42 @@ def report(args) -> None:
 
 def pairs(args) -> None:
     """Test accuracy of each variant against one Pi (1 worker, the baseline variant), seed by seed:
-    the test set scored once per run, for the epoch validation chose."""
+    the test set scored once per run, for the epoch validation chose.  With ``--against NAME``:
+    each variant against NAME at its own worker count instead (e.g. a wire against float32's)."""
     with open(args.pairs) as f:
         rows = [r for r in csv.DictReader(f) if r.get("test_acc")]
-    pi = {int(r["seed"]): float(r["test_acc"]) for r in rows if int(r["workers"]) == 1 and r["variant"] == args.baseline}
     groups: dict[tuple, dict[int, float]] = {}
     for r in rows:
-        if int(r["workers"]) > 1:
-            groups.setdefault((int(r["workers"]), r["variant"]), {})[int(r["seed"])] = float(r["test_acc"])
+        groups.setdefault((int(r["workers"]), r["variant"]), {})[int(r["seed"])] = float(r["test_acc"])
+    if args.against:
+        print(f"| workers | variant | pairs | test acc, mean ± sd | minus {args.against}: mean ± sd | its 95 % interval | seeds below it by > 0.5 points |")
+        print("|---|---|---|---|---|---|---|")
+        for (workers, variant), by_seed in sorted(groups.items()):
+            if variant != args.against and (workers, args.against) in groups:
+                _paired(workers, variant, by_seed, groups[(workers, args.against)])
+        return
+    pi = groups.get((1, args.baseline), {})
     if len(pi) < 2:
         raise SystemExit(f"{args.pairs}: fewer than 2 one-Pi rows ({args.baseline}, 1 worker) with a test score: nothing to pair")
     print(f"one Pi ({args.baseline}): {len(pi)} seeds, test {statistics.fmean(pi.values()):.2%} ± {statistics.stdev(pi.values()):.2%}")
     print("| workers | variant | pairs | test acc, mean ± sd | minus one Pi: mean ± sd | its 95 % interval | seeds below one Pi by > 0.5 points |")
     print("|---|---|---|---|---|---|---|")
     for (workers, variant), by_seed in sorted(groups.items()):
-        common = sorted(set(by_seed) & set(pi))
-        if len(common) < 2:
-            continue
-        diff = [100 * (by_seed[s] - pi[s]) for s in common]
-        mean, sd = statistics.fmean(diff), statistics.stdev(diff)
-        half = 2.045 * sd / len(diff) ** 0.5 if len(diff) >= 30 else 2.26 * sd / len(diff) ** 0.5  # t(29) / t(9), near enough for 10-30
-        acc = [100 * by_seed[s] for s in common]
-        print(f"| {workers} | {variant} | {len(common)} | {statistics.fmean(acc):.2f} ± {statistics.stdev(acc):.2f} % | {mean:+.2f} ± {sd:.2f} | "
-              f"{mean - half:+.2f} to {mean + half:+.2f} | {sum(d < -0.5 for d in diff)} |")
+        if workers > 1:
+            _paired(workers, variant, by_seed, pi)
+
+
+def _paired(workers: int, variant: str, by_seed: dict[int, float], base: dict[int, float]) -> None:
+    """One row: ``by_seed``'s test accuracy less ``base``'s over their common seeds (at least 2)."""
+    common = sorted(set(by_seed) & set(base))
+    if len(common) < 2:
+        return
+    diff = [100 * (by_seed[s] - base[s]) for s in common]
+    mean, sd = statistics.fmean(diff), statistics.stdev(diff)
+    half = 2.045 * sd / len(diff) ** 0.5 if len(diff) >= 30 else 2.26 * sd / len(diff) ** 0.5  # t(29) / t(9), near enough for 10-30
+    acc = [100 * by_seed[s] for s in common]
+    print(f"| {workers} | {variant} | {len(common)} | {statistics.fmean(acc):.2f} ± {statistics.stdev(acc):.2f} % | {mean:+.2f} ± {sd:.2f} | "
+          f"{mean - half:+.2f} to {mean + half:+.2f} | {sum(d < -0.5 for d in diff)} |")
 
 
 def main() -> None:
@@ -193,6 +206,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="with --report: the summaries as JSON too")
     parser.add_argument("--pairs", help="print each variant's test accuracy against one Pi's, paired by seed, from a rows CSV")
     parser.add_argument("--baseline", default="base", help="with --pairs: the one-Pi variant [base]")
+    parser.add_argument("--against", help="with --pairs: pair each variant with this one at the same worker count, not with one Pi")
     args = parser.parse_args()
     if args.report:
         report(args)

@@ -239,6 +239,57 @@ def test_a_killed_chief_then_a_killed_ps_each_restart_the_run_and_it_finishes(st
         picluster("cluster", "down")
 
 
+def _evaluator(run_dir):
+    """The evaluator beside the coordinator (a psutil.Process, not its tether), or None."""
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "picluster.jobs.har.evaluator" in cmd and "picluster.cluster.tether" not in cmd and str(run_dir) in cmd:
+            return proc
+    return None
+
+
+@pytest.mark.e2e
+def test_a_stall_restarts_the_run_once_the_evaluator_has_scored_every_epoch_the_chief_recorded(state, tiny, tmp_path):
+    """A worker that stops stepping (SIGSTOP: a hung process) stalls a sync run past --worker-deadline;
+    the restart waits for the evaluator, behind the chief as on a busy coordinator, to score the
+    epochs the chief recorded, or the next launch would go on past epochs nothing ever scored."""
+    assert picluster("cluster", "up", "--ps", "1", "--workers", "2").returncode == 0
+    run_dir = tmp_path / "run"
+    held = []
+    try:
+        proc = picluster_popen("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "60",
+                               "--worker-deadline", "6", "--json")
+        try:
+            _wait_for(run_dir, proc, 2)
+            evaluator, stalled = _evaluator(run_dir), client_process(run_dir, 1)
+            assert evaluator is not None and stalled is not None
+            evaluator.suspend()
+            held.append(evaluator)
+            time.sleep(1.5)  # the chief records epochs the evaluator has not scored
+            stalled.suspend()
+            held.append(stalled)
+            time.sleep(6 + 7)  # past the deadline: the run has lost the worker and waits for the evaluator
+            try:
+                evaluator.resume()
+            except psutil.NoSuchProcess:
+                pass  # stopped with its launch: what it had not scored is asserted below
+            out, err = proc.communicate(timeout=300)
+        finally:
+            for p in held:
+                try:
+                    p.resume()
+                except psutil.Error:
+                    pass
+            proc.kill()
+        assert proc.returncode == 0, err
+        assert "lost during epoch" in err and "(no step for 6 s): restart 1 of 3" in err, err
+        assert _epochs(run_dir) == list(range(1, 61)), err
+        assert json.loads(out)["elastic"]["restarts"] == 1
+        _no_clients_left(run_dir)
+    finally:
+        picluster("cluster", "down")
+
+
 @pytest.mark.e2e
 def test_past_its_restarts_the_run_stops_with_the_command_that_resumes_it(state, tiny, tmp_path):
     run_dir = tmp_path / "run"
