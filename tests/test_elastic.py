@@ -15,7 +15,7 @@ from picluster.model.clusterspec import Layout, Task
 from picluster.util.errors import UsageError
 
 from conftest import picluster, picluster_popen
-from train_fixtures import TINY_MODEL, client_process, relaunched
+from train_fixtures import TINY_MODEL, client_process, evaluator_process, relaunched
 from train_fixtures import error_line as _error_line
 
 LAYOUT = Layout((Task("ps", 0, "node01", "10.0.0.1", 2222), Task("worker", 0, "node02", "10.0.0.2", 2222),
@@ -239,15 +239,6 @@ def test_a_killed_chief_then_a_killed_ps_each_restart_the_run_and_it_finishes(st
         picluster("cluster", "down")
 
 
-def _evaluator(run_dir):
-    """The evaluator beside the coordinator (a psutil.Process, not its tether), or None."""
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = proc.info["cmdline"] or []
-        if "picluster.jobs.har.evaluator" in cmd and "picluster.cluster.tether" not in cmd and str(run_dir) in cmd:
-            return proc
-    return None
-
-
 @pytest.mark.e2e
 def test_a_stall_restarts_the_run_once_the_evaluator_has_scored_every_epoch_the_chief_recorded(state, tiny, tmp_path):
     """A worker that stops stepping (SIGSTOP: a hung process) stalls a sync run past --worker-deadline;
@@ -261,7 +252,7 @@ def test_a_stall_restarts_the_run_once_the_evaluator_has_scored_every_epoch_the_
                                "--worker-deadline", "6", "--json")
         try:
             _wait_for(run_dir, proc, 2)
-            evaluator, stalled = _evaluator(run_dir), client_process(run_dir, 1)
+            evaluator, stalled = evaluator_process(run_dir), client_process(run_dir, 1)
             assert evaluator is not None and stalled is not None
             evaluator.suspend()
             held.append(evaluator)

@@ -17,7 +17,7 @@ from picluster.lab.limits import Limits
 from picluster.model.clusterspec import Layout
 
 from conftest import picluster, picluster_popen
-from train_fixtures import TINY_CONV, TINY_MODEL, checkpointed_step, client_process
+from train_fixtures import TINY_CONV, TINY_MODEL, checkpointed_step, client_process, evaluator_process
 from train_fixtures import error_line as _error_line
 
 
@@ -239,14 +239,6 @@ def test_async_training_goes_on_without_a_killed_worker(state, tiny, tmp_path):
     _no_clients_left(run_dir)
 
 
-def _evaluator(run_dir):
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = proc.info["cmdline"] or []
-        if "picluster.jobs.har.evaluator" in cmd and "picluster.cluster.tether" not in cmd and str(run_dir) in cmd:
-            return proc
-    return None
-
-
 def _epochs_trained(run_dir):
     lines = (run_dir / "trained.jsonl").read_text().splitlines() if (run_dir / "trained.jsonl").exists() else []
     return sum('"epoch"' in line for line in lines)
@@ -260,7 +252,7 @@ def test_an_evaluator_that_falls_behind_still_records_every_epoch(state, tiny, t
     proc = _start("--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "24", "--mode", "sync", "--evaluator", "coordinator")
     try:
         _wait_for_epochs(run_dir, 1, proc)
-        evaluator = _evaluator(run_dir)
+        evaluator = evaluator_process(run_dir)
         evaluator.suspend()
         # The tiny model's epochs are short: the evaluator may have read several before it stopped,
         # never one trained after this count.

@@ -72,6 +72,17 @@ def client_process(run_dir, task):
     return None
 
 
+def evaluator_process(run_dir):
+    """The evaluator beside the coordinator for ``run_dir`` (a psutil.Process, not its tether), or None."""
+    import psutil
+
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if "picluster.jobs.har.evaluator" in cmd and "picluster.cluster.tether" not in cmd and str(run_dir) in cmd:
+            return proc
+    return None
+
+
 def relaunched(run: Path, proc, seen: set, timeout: float = 240) -> dict:
     """Wait for a new launch of an elastic run (one not in ``seen``, added to it) that restored a
     checkpoint and trained an epoch past it: the chief's resume note (mirrored back from a node),

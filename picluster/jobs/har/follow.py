@@ -45,9 +45,8 @@ def follow(run: RunDir, config: TrainConfig, running: list, job: Running, quiet:
     except elastic.Rejoin:
         training.settle()
         raise
-    except elastic.Lost as lost:  # a stall past the deadline, raised by the loop itself: settled alike
-        training.settle(lost)
-        raise
+    except elastic.Lost as lost:  # a stall past the deadline, raised by the loop itself: a loss like the others
+        failure = lost
     if isinstance(failure, elastic.Lost):
         training.settle(failure)
     if failure is not None:
