@@ -67,6 +67,34 @@ def test_two_ps_tasks_hold_even_shares_of_the_bytes():
     assert max(share.values()) <= 1.25 * min(share.values()), share
 
 
+def test_only_the_chief_builds_what_saves_and_only_an_evaluating_one_the_best_saver():
+    """Each Saver or snapshot costs a Pi-shaped host about half a second of its start-up: a worker
+    that is not the launch's chief neither saves nor restores, and a chief whose evaluator runs
+    beside the coordinator keeps no best model (that evaluator does)."""
+    import tensorflow as tf
+
+    from picluster.jobs.har.graph import Graph
+
+    tf.compat.v1.disable_eager_execution()
+    data = types.SimpleNamespace(x_train=np.zeros((1600, 128, 9), np.float32))
+
+    def built(rank: int, evaluator: str) -> tuple[Graph, set[str]]:
+        g = Graph(TrainConfig(workers=2, evaluator=evaluator), rank, data, cluster=CLUSTER, rank=rank)
+        return g, {op.type for op in g.graph.get_operations()}
+
+    worker, kinds = built(1, "coordinator")
+    assert worker.saver is None and worker.best_saver is None and worker.snapshot == []
+    assert "SaveV2" not in kinds and "RestoreV2" not in kinds
+    assert not hasattr(worker, "announce") and len(worker.arrive) == 3
+    chief, kinds = built(0, "coordinator")
+    assert chief.saver is not None and chief.best_saver is None and len(chief.snapshot) == len(chief.saved)
+    assert "SaveV2" in kinds and not hasattr(chief, "arrive")
+    evaluating, _ = built(0, "chief")
+    assert evaluating.saver is not None and evaluating.best_saver is not None and evaluating.snapshot == []
+    alone = Graph(TrainConfig(standalone=True), 0, data)
+    assert alone.saver is not None and alone.best_saver is not None
+
+
 def test_the_rate_warms_up_to_the_scaled_rate_then_stays():
     import tensorflow as tf
 

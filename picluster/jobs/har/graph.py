@@ -10,6 +10,7 @@ the cluster's update from them.  The dropout and the initial weights draw from n
 
 import contextlib
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -93,13 +94,9 @@ class Graph:
                     # The epoch this launch starts after, as the chief's restored checkpoint says it
                     # (its step alone does not once the workers changed): the others read it once
                     # ready, so every worker runs the same epochs.  Not in checkpoints either.
-                    self.start_epoch = tf.compat.v1.get_variable("start_epoch", [], tf.int64, trainable=False, collections=["picluster_ready"],
-                                                                 initializer=tf.compat.v1.zeros_initializer())
                     self.start_epoch_in = tf.compat.v1.placeholder(tf.int64, [], name="start_epoch_in")
-                    self.set_start_epoch = self.start_epoch.assign(self.start_epoch_in, read_value=False)
-                    # The barrier counts this launch's workers from 0 whatever a checkpoint restored
-                    # (an earlier launch may have had more or fewer workers).
-                    self.join_afresh = self.joined.assign(0, read_value=False)
+                    self.start_epoch = tf.compat.v1.get_variable("start_epoch", trainable=False, collections=["picluster_ready"],
+                                                                 initializer=self.start_epoch_in, validate_shape=True)
                 self.x = tf.compat.v1.placeholder(tf.float32, [None, STEPS, self.shape.inputs], name="x")
                 self.y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
                 self.keep = tf.compat.v1.placeholder_with_default(1.0, [], name="keep_prob")
@@ -209,19 +206,58 @@ class Graph:
                 self.local: LocalSteps | None = None  # post-local SGD's ops (localsgd.py), with --local-steps above 1
                 if self.sync and fused_on and config.local_steps > 1:
                     self._local_steps(made, opt, fused_on, config, per_epoch, workers, rank, launch, data, on_ps)
+                if self.ready is not None:
+                    self._announce(rank == 0)
+            # A session's reports of uninitialised variables, replaced (open_session): on a cluster
+            # the chief's announce comes after every variable is initialised or restored, and the
+            # others open their sessions only once its flag is up; each report asks the ps about
+            # every variable, twice a session.
+            self.nothing_missing = tf.constant([], tf.string, name="nothing_missing")
             self.variables = tf.compat.v1.trainable_variables()
             if cluster is not None:
                 check_shards(tf.train.ClusterSpec(cluster).num_tasks("ps"), tf.compat.v1.global_variables())
             self.parameters = int(sum(np.prod(v.shape) for v in self.variables))
+            # Only what this replica runs is built: each piece below costs a Pi-shaped host about
+            # half a second, and the chief's graph is on every worker's path to the first step.
+            # Only the chief of a launch (or a process alone) saves and restores; the others read
+            # what it initialised or restored.
+            keeps = cluster is None or rank == 0
             # The last two: a resume's fallback when the newest is damaged (checkpoints.py); an
             # evaluator beside the coordinator gets each epoch's handed over (trained.hand_over).
-            self.saver = tf.compat.v1.train.Saver(max_to_keep=2)
-            self.best_saver = tf.compat.v1.train.Saver(max_to_keep=1)
+            self.saver: Any = tf.compat.v1.train.Saver(max_to_keep=2) if keeps else None
+            # The best epoch's weights: kept and scored where validation runs, not by a chief whose
+            # evaluator runs beside the coordinator (that one builds its graph alone).
+            evaluates = cluster is None or config.evaluator != "coordinator"
+            self.best_saver: Any = tf.compat.v1.train.Saver(max_to_keep=1) if keeps and evaluates else None
             # What the Saver saves, read again once a step's update has landed: the chief fetches
             # them with an epoch's last step, for a checkpoint written beside the training (saving.py).
             self.saved = tf.compat.v1.global_variables()
-            with tf.control_dependencies([self.train]):
-                self.snapshot = [tf.identity(v.read_value()) for v in self.saved]
+            self.snapshot = []
+            if keeps and not evaluates:
+                with tf.control_dependencies([self.train]):
+                    self.snapshot = [tf.identity(v.read_value()) for v in self.saved]
+
+    def _announce(self, chief: bool) -> None:
+        """The start of a launch, each side in one run (each run of a new kind costs a Pi-shaped
+        host a tenth of a second or more to set up).  The chief's ``announce`` (fed start_epoch_in):
+        the 16-bit copies from the weights it initialised or restored, the epoch this launch
+        starts after, the barrier's count from 0 whatever a checkpoint restored (an earlier launch
+        may have had more or fewer workers), its own join, and only then the one flag the other
+        workers wait for; it returns the count after its join.  The others' ``arrive``: (the step,
+        their join's count, the epoch to start after), once they have seen the flag."""
+        assert self.ready is not None  # on a cluster
+        first = [self.start_epoch.initializer, self.joined.assign(0, read_value=False)]
+        if self.weights is not None and self.weights.start is not None:
+            first.append(self.weights.start)
+        if chief:
+            with tf.control_dependencies(first):
+                mine = self.joined.assign_add(1)
+            with tf.control_dependencies([mine]):
+                flag = self.ready.initializer
+            with tf.control_dependencies([flag]):
+                self.announce = tf.identity(mine)
+        else:
+            self.arrive = [self.global_step.read_value(), self.join, self.start_epoch.read_value()]
 
     def _tower(self, config: TrainConfig, data, worker: int, value, getter=None):
         """(the emulated ``worker``'s tower, its training loss): the model again, on the worker's

@@ -103,24 +103,25 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
         def raw(fetches, feed=None):
             return with_raw(lambda s: s.run(fetches, feed))
 
-        start_step = int(raw(g.global_step))
-        start_epoch = 0
+        joined = 0  # the barrier's count after this worker's join
         if chief:
+            start_step = int(raw(g.global_step))
             # The epoch the restored checkpoint ends, as recorded beside it; a run from before the
             # record (its workers never changed) counts it from the step.
             recorded = checkpoints.epoch_of(run.checkpoints, restore.checkpoint if restore is not None else None)
             start_epoch = recorded if recorded is not None else start_step // global_per_epoch
-        if chief and g.weights is not None and g.weights.start is not None:
-            raw(g.weights.start)  # the 16-bit copies the workers read, from the weights initialised or restored
-        if chief and g.ready is not None:
-            raw(g.start_epoch.initializer)
-            raw(g.set_start_epoch, {g.start_epoch_in: start_epoch})
-            raw(g.join_afresh)  # no worker has joined yet: they wait for the flag below
-            raw(g.ready.initializer)  # after every variable: the workers' one flag to look at
+            if g.ready is not None:
+                # The 16-bit copies, the start epoch, the barrier from 0 and the chief's join, then
+                # the flag the others wait for (Graph._announce): no worker has joined before it.
+                joined = int(raw(g.announce, {g.start_epoch_in: start_epoch}))
+            elif g.weights is not None and g.weights.start is not None:
+                raw(g.weights.start)  # the 16-bit copies the workers read, from the weights initialised or restored
+        elif g.ready is not None:
+            start_step, joined, start_epoch = (int(v) for v in raw(g.arrive))
+        else:
+            start_step, start_epoch = int(raw(g.global_step)), 0
         t1 = time.perf_counter()
-        barrier(raw, g, workers if cluster else 1, job)
-        if not chief:
-            start_epoch = int(raw(g.start_epoch))
+        barrier(raw, g, workers if cluster else 1, joined, job)
         say(f"replica {task}: start-up: process {process_s:.1f} s, data {t_data - t0:.1f} s, graph {t_graph - t_data:.1f} s, "
             f"session {t1 - t_graph:.1f} s, barrier {time.perf_counter() - t1:.1f} s"
             + (f" ({workers} workers, tasks {','.join(map(str, members))})" if cluster and members != list(range(len(cluster["worker"]))) else ""))
@@ -256,7 +257,11 @@ def open_session(g: Graph, cfg: TrainConfig, cluster: dict | None, task: int, ch
                 if job is not None and job.cancelled.is_set():
                     raise Cancelled()
                 time.sleep(READY_POLL_S)
-    scaffold = tf.compat.v1.train.Scaffold(saver=g.saver)
+    # No reports of uninitialised variables on a cluster (Graph.nothing_missing); a worker's
+    # scaffold gets no Saver (it neither saves nor restores; Scaffold would build one).
+    missing = g.nothing_missing if g.ready is not None else None
+    scaffold = tf.compat.v1.train.Scaffold(saver=g.saver if g.saver is not None else _NoSaver(), ready_op=missing,
+                                           ready_for_local_init_op=missing)
     if chief:
         creator = tf.compat.v1.train.ChiefSessionCreator(scaffold=scaffold, master=target, config=config,
                                                          checkpoint_dir=str(checkpoint_dir))
@@ -266,18 +271,24 @@ def open_session(g: Graph, cfg: TrainConfig, cluster: dict | None, task: int, ch
     return tf.compat.v1.train.MonitoredSession(session_creator=_Kept(creator, job), hooks=[], stop_grace_period_secs=2)
 
 
+class _NoSaver:
+    """A worker's scaffold's saver: never used, and nothing to build."""
+
+    def build(self) -> None:
+        pass
+
+
 def session_fn(session):
     """Evaluation, probes and saves run on the raw session, outside the training hooks."""
     return lambda fn: session.run_step_fn(lambda step_context: fn(step_context.session))
 
 
-def barrier(raw, g: Graph, workers: int, job: JobContext | None = None) -> None:
-    """Wait until every worker of this launch has its session: sync steps then take all of them."""
+def barrier(raw, g: Graph, workers: int, mine: int, job: JobContext | None = None) -> None:
+    """Wait until every worker of this launch has its session (``mine``: the count after this
+    worker's join): sync steps then take all of them."""
     if workers == 1:
         return
-    # Checkpoints are written after the barrier, so a restored count is a multiple of the
-    # worker count; our own increment tells which round of joining this launch is.
-    mine = int(raw(g.join))
+    # The chief counts each launch from 0 (Graph._announce); the round is told by our own increment.
     want = (mine - 1) // workers * workers + workers
     joined = mine
     while joined < want:
