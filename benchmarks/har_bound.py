@@ -17,6 +17,14 @@ seed reaches the target within that many epochs.
 
     .venv/bin/python benchmarks/har_bound.py --wall docs/data/har_wall_defaults.csv \\
         --runs benchmarks/results/har_wall --recipes docs/data/har_recipes.csv --variant default --speedups 4,6
+
+``--paired`` needs no run directories: each configuration's epoch (time to the target less
+start-up, over its epochs) and start-up, the medians of its rows, one Pi's likewise, give the
+speedup each of the emulator's seeds would get on that lab, pairing its epochs to the target with
+one Pi's of the same seed (``--pi-variant``'s rows, worker count 1; never reached: 41 epochs):
+
+    .venv/bin/python benchmarks/har_bound.py --paired --wall docs/data/har_wall_h9_gb400.csv \\
+        --recipes docs/data/har_recipes.csv --variant gb400-b2-0.95 --config gb400 --workers 8
 """
 
 import argparse
@@ -55,10 +63,44 @@ def per_run(run_dir: Path, wall: dict) -> dict | None:
             "f": (after_startup - float(wall["steps_s"])) / epochs, "epoch": after_startup / epochs}
 
 
+def paired(args, wall: list[dict]) -> None:
+    """The --paired projection (see the module's text)."""
+    def shape(config: str, workers: int) -> tuple[float, float, int]:
+        rows = [r for r in wall if r["config"] == config and int(r["workers"]) == workers and r.get("to_target_s")]
+        if not rows:
+            raise SystemExit(f"{args.wall}: no run of {config} at {workers} workers reached the target")
+        epoch = statistics.median((float(r["to_target_s"]) - float(r["startup_s"])) / int(r["epochs"]) for r in rows)
+        return statistics.median(float(r["startup_s"]) for r in rows), epoch, len(rows)
+
+    def epochs(variant: str, workers: int) -> dict[int, int]:
+        with open(args.recipes) as f:
+            return {int(r["seed"]): first_reach([float(v) for v in r["val_acc"].split(";")], args.target) or 41
+                    for r in csv.DictReader(f) if r["variant"] == variant and int(r["workers"]) == workers}
+
+    pi_start, pi_epoch, pi_runs = shape("pi", 1)
+    start, epoch, runs = shape(args.config, args.workers)
+    one, many = epochs(args.pi_variant, 1), epochs(args.variant, args.workers)
+    seeds = sorted(set(one) & set(many))
+    if not seeds:
+        raise SystemExit(f"{args.recipes}: no seed has rows of both {args.pi_variant} (1) and {args.variant} ({args.workers})")
+    speedups = [(pi_start + pi_epoch * one[s]) / (start + epoch * many[s]) for s in seeds]
+    q1, _, q3 = statistics.quantiles(speedups, n=4)
+    print(f"one Pi: start-up {pi_start:.1f} s, {pi_epoch:.2f} s an epoch ({pi_runs} runs); {args.config} x {args.workers}: "
+          f"start-up {start:.1f} s, {epoch:.2f} s an epoch ({runs} runs)")
+    print(f"{len(seeds)} emulator seeds: speedup median {statistics.median(speedups):.2f}x (q1-q3 {q1:.2f}-{q3:.2f}); "
+          + ", ".join(f"{sum(x >= float(v) for x in speedups)} at >= {v}x" for v in args.speedups.split(",")))
+    same = [(pi_start + pi_epoch * one[s]) / (start + epoch * one[s]) for s in seeds]
+    print(f"if {args.workers} workers needed one Pi's epochs, seed by seed: median {statistics.median(same):.2f}x; "
+          f"with no start-up either: {statistics.median((pi_start + pi_epoch * one[s]) / (epoch * one[s]) for s in seeds):.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--wall", type=Path, required=True, help="har_wall.py's rows (one Pi's and the clusters' times)")
-    parser.add_argument("--runs", type=Path, required=True, help="the folder of their run directories (CONFIG-WORKERS-SEED)")
+    parser.add_argument("--runs", type=Path, help="the folder of their run directories (CONFIG-WORKERS-SEED); not with --paired")
+    parser.add_argument("--paired", action="store_true", help="project the emulator's seeds onto the lab's epochs and start-ups")
+    parser.add_argument("--workers", type=int, default=8, help="--paired: the worker count [8]")
+    parser.add_argument("--pi-variant", default="base", help="--paired: one Pi's rows in --recipes [base]")
     parser.add_argument("--recipes", type=Path, help="har_recipes.py's rows: the emulator's epochs to the target")
     parser.add_argument("--variant", default=None, help="the recipes' variant the lab ran [each worker count's best row]")
     parser.add_argument("--config", default="resident", help="the lab's configuration to fit [resident]")
@@ -67,6 +109,13 @@ def main() -> None:
     args = parser.parse_args()
     with open(args.wall) as f:
         wall = list(csv.DictReader(f))
+    if args.paired:
+        if not args.recipes or not args.variant:
+            parser.error("--paired needs --recipes and --variant")
+        paired(args, wall)
+        return
+    if args.runs is None:
+        parser.error("--runs is needed (or --paired)")
     pi = [float(r["to_target_s"]) for r in wall if r["config"] == "pi" and r.get("to_target_s")]
     if not pi:
         raise SystemExit(f"{args.wall}: no one-Pi run reached the target")

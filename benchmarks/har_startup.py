@@ -104,18 +104,19 @@ def report(rows: list[dict]) -> None:
         if not later:
             continue
         start = [float(r["startup_s"]) for r in later]
-
-        def med(key: str) -> str:
-            return f"{statistics.median(float(r[key]) for r in later if r.get(key)):.1f}"
-
         print(f"| {name} | {later[0]['commit'][:7]} | {len(later)} | {statistics.median(start):.1f} ({min(start):.1f}-{max(start):.1f}) | "
-              f"{', '.join(r['startup_s'] for r in first)} | {med('graph_s')} / {med('session_s')} / {med('barrier_s')} | {med('wall_s')} |")
+              f"{', '.join(r['startup_s'] for r in first)} | {_median(later, 'graph_s')} / {_median(later, 'session_s')} / "
+              f"{_median(later, 'barrier_s')} | {_median(later, 'wall_s')} |")
     if len(names) == 2:
         pairs = [(a, b) for a, b in zip(*([r for r in rows if r["revision"] == n and r["ok"] == "yes" and r["first"] == "no"] for n in names))]
         if pairs:
             saved = [float(a["startup_s"]) - float(b["startup_s"]) for a, b in pairs]
             print(f"\n{names[0]} minus {names[1]}, run by run ({len(saved)} pairs): median {statistics.median(saved):.1f} s "
                   f"({min(saved):.1f} to {max(saved):.1f})")
+
+
+def _median(rows: list[dict], key: str) -> str:
+    return f"{statistics.median(float(r[key]) for r in rows if r.get(key)):.1f}"
 
 
 def main() -> None:

@@ -6,15 +6,16 @@ Run as root, on a quiet machine (a run of every configuration over 3 seeds takes
     .venv/bin/python benchmarks/har_wall.py --workers 8 --runtimes resident,shared --seeds 1,2,3
     .venv/bin/python benchmarks/har_wall.py --report       # the tables, from the rows kept
 
-The lab: 1 + max(--workers) hosts (node01 the ps, the others a worker each), each limited to an
+The lab: --ps-hosts (1) + max(--workers) hosts (node01 the ps, or node01.. the --ps-hosts ps hosts,
+the others a worker each), each limited to an
 equal share of this machine's cores (2/9 of a core for 9 hosts: the hosts compute side by side)
 and the pi3b profile's 1 GiB, every link shaped to --link (a Pi 3B+'s Ethernet carries about
 300 Mbit/s, a Pi 4's 1 Gbit/s).  `cluster up` once, as a cluster's owner does before the jobs.
 Then, seed by seed, configurations back to back (a drift of the machine hits them alike):
 
 - ``pi``: the best a user with one Pi could do, `picluster train har --standalone --threads 1`
-  run on node02 itself, inside its limits, reading the data set from its disk.  node02's worker
-  server is stopped for it (a Pi alone runs none; in 1 GiB the kernel killed the idle server
+  run on the first worker's host itself (node02 with one ps host), inside its limits, reading the
+  data set from its disk.  That host's worker server (the chief's) is stopped for it (a Pi alone runs none; in 1 GiB the kernel killed the idle server
   beside the training) and `cluster up` starts it again after, outside the row's time;
 - ``RUNTIME`` x N: `picluster train har -i INV --workers N` from this machine (the coordinator,
   not limited), with ``--worker-runtime RUNTIME`` (resident: each client inside its node's server,
@@ -66,7 +67,7 @@ RUNS = RESULTS / "har_wall"
 COLUMNS = ("config", "workers", "seed", "cpu_per_host", "link", "target", "wall_s", "to_target_s", "epochs", "startup_s",
            "steps_s", "probe_s", "eval_s", "rest_s", "val_acc", "test_acc", "process_s", "data_s", "graph_s", "session_s",
            "barrier_s", "ok", "evaluator", "worker_steps", "ps_cpu_s", "ps_ms_per_worker_step", "ps_rx_bytes", "ps_tx_bytes",
-           "ps_kb_in_per_worker_step", "ps_kb_out_per_worker_step", "options")
+           "ps_kb_in_per_worker_step", "ps_kb_out_per_worker_step", "options", "ps_hosts")
 START_UP = re.compile(r"replica 0: start-up: process ([\d.]+) s, data ([\d.]+) s, graph ([\d.]+) s, session ([\d.]+) s, barrier ([\d.]+) s")
 
 
@@ -171,6 +172,18 @@ def link_bytes(lab, index: int) -> tuple[int, int] | None:
         return None
 
 
+def _summed(values) -> float | None:
+    """The sum over the ps hosts, or None when one of them could not be read."""
+    values = list(values)
+    return None if any(v is None for v in values) else sum(values)
+
+
+def _summed_links(lab, ps_hosts: int) -> tuple[int, int] | None:
+    """(received, sent) bytes of the ps hosts' links together (link_bytes)."""
+    links = [link_bytes(lab, i) for i in range(1, ps_hosts + 1)]
+    return None if any(b is None for b in links) else (sum(b[0] for b in links), sum(b[1] for b in links))
+
+
 def ps_load(row: dict, run_dir: Path, workers: int, before: float | None, after: float | None,
             bytes_before: tuple[int, int] | None = None, bytes_after: tuple[int, int] | None = None) -> dict:
     """The ps's CPU and the bytes its link carried over the whole run, per worker-step (sync: each
@@ -255,6 +268,8 @@ def main() -> None:
                         help="run the --variant configurations only at these worker counts, comma-separated [every one of --workers]")
     parser.add_argument("--target", type=float, default=0.96, help="validation accuracy to reach [0.96]")
     parser.add_argument("--epochs", type=int, default=40, help="at most this many epochs per run [40]")
+    parser.add_argument("--ps-hosts", type=int, default=1,
+                        help="hosts that hold a ps each, apart from the workers (node01..); the runs use them all unless a variant passes --ps [1]")
     parser.add_argument("--link", default="300mbit", help="each host's link rate, as tc writes it [300mbit: a Pi 3B+]")
     parser.add_argument("--report", action="store_true", help="only print the table of the rows kept")
     parser.add_argument("--keep", type=Path, help="also write the rows kept to this CSV (to commit beside the docs)")
@@ -270,7 +285,7 @@ def main() -> None:
         return
     prepared_har()  # before a lab is built for nothing
     counts = [int(w) for w in args.workers.split(",")]
-    hosts = 1 + max(counts)
+    hosts = args.ps_hosts + max(counts)
     cpu = fair_share(machine()[0], hosts)
     limits = Limits(cpu=cpu, memory=resolve(hosts, profile="pi3b").memory)
     variants = {}
@@ -283,9 +298,9 @@ def main() -> None:
     # A variant tried beside the defaults at some worker counts only, on the lab of the largest.
     variant_counts = {int(w) for w in args.variant_workers.split(",")} if args.variant_workers else set(counts)
     common = ["--target-val-accuracy", str(args.target), "--epochs", str(args.epochs), "--no-live", "--json"]
-    with lab_cluster(hosts, limits, rate=args.link) as (lab, inventory, inv):
-        har = stage_har(lab.hosts[1:], inv, lab.host(inv.nfs_master))
-        pi_host = lab.hosts[1]
+    with lab_cluster(hosts, limits, rate=args.link, ps_hosts=args.ps_hosts, beside=False) as (lab, inventory, inv):
+        har = stage_har(lab.hosts[args.ps_hosts:], inv, lab.host(inv.nfs_master))
+        pi_host = lab.hosts[args.ps_hosts]  # the first worker's host
 
         def on_pi(command: list[str]) -> tuple[int, str]:
             proc = pi_host.run(command, check=False, timeout=3 * 3600)
@@ -304,7 +319,7 @@ def main() -> None:
                 base = [sys.executable, "-m", "picluster", "train", "har", "--seed", str(seed), "--run-dir", str(run_dir), *common]
                 t0 = time.perf_counter()
                 if config == "pi":
-                    # One Pi alone holds no worker server: node02's is stopped for the run (in 1 GiB the
+                    # One Pi alone holds no worker server: its host's is stopped for the run (in 1 GiB the
                     # two did not fit, and the kernel killed the server), and started again after it.
                     pid = pi_host.path(f"{lab.user.home}/{RUN_DIR}/worker-0.pid")
                     if pid.exists():
@@ -316,14 +331,15 @@ def main() -> None:
                         raise SystemExit(f"cluster up after the one-Pi run: {up.stderr.strip()}")
                 else:
                     runtime, extra = (runtimes[0], variants[config]) if config in variants else (config, [])
-                    ps_pid = lab.hosts[0].path(f"{lab.user.home}/{RUN_DIR}/ps-0.pid")
-                    before, bytes_before = cpu_seconds(ps_pid), link_bytes(lab, 1)
+                    ps_pids = [lab.hosts[i].path(f"{lab.user.home}/{RUN_DIR}/ps-{i}.pid") for i in range(args.ps_hosts)]
+                    before, bytes_before = _summed(cpu_seconds(p) for p in ps_pids), _summed_links(lab, args.ps_hosts)
                     row = measure([*base, "-i", str(inventory), "--workers", str(workers), "--worker-runtime", runtime, *extra],
                                   run_dir, args.target, _local)
-                    row = ps_load(row, run_dir, workers, before, cpu_seconds(ps_pid), bytes_before, link_bytes(lab, 1))
+                    row = ps_load(row, run_dir, workers, before, _summed(cpu_seconds(p) for p in ps_pids), bytes_before,
+                                  _summed_links(lab, args.ps_hosts))
                     row["options"] = shlex.join(extra)
                 row |= {"config": config, "workers": workers, "seed": seed, "cpu_per_host": f"{cpu:g}", "link": args.link,
-                        "target": f"{args.target:g}"}
+                        "target": f"{args.target:g}", "ps_hosts": args.ps_hosts}
                 rows[(config, workers, seed)] = row
                 save(rows, args.rows)
                 print(f"{config} x{workers} seed {seed}: {json.dumps(row)} ({time.perf_counter() - t0:.0f} s)", flush=True)
