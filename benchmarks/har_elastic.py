@@ -42,11 +42,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from har_wall import RESULTS, measure, prepared_har, stage_har
-from labcluster import lab_cluster
+from labcluster import lab_cluster, pi_shaped
 
 from picluster.cluster.nodecluster import RUN_DIR
 from picluster.jobs.har.metrics import read_rows
-from picluster.lab.limits import Limits, fair_share, machine, resolve
 
 TABLE = RESULTS / "har_elastic.csv"
 COLUMNS = ("config", "workers", "seed", "cpu_per_host", "link", "target", "wall_s", "to_target_s", "epochs", "startup_s",
@@ -148,8 +147,8 @@ def main() -> None:
         return
     prepared_har()
     hosts = 1 + args.workers
-    cpu = fair_share(machine()[0], hosts)
-    limits = Limits(cpu=cpu, memory=resolve(hosts, profile="pi3b").memory)
+    limits = pi_shaped(hosts)
+    cpu = limits.cpu
     common = ["--target-val-accuracy", str(args.target), "--epochs", str(args.epochs), "--no-live", "--json"]
     with lab_cluster(hosts, limits, rate=args.link) as (lab, inventory, inv):
         stage_har(lab.hosts[1:], inv, lab.host(inv.nfs_master))

@@ -51,11 +51,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from labcluster import lab_cluster
+from labcluster import lab_cluster, pi_shaped
 
 from picluster.data.har import har_dir
 from picluster.data.har.dataset import CACHE_NAME
-from picluster.lab.limits import Limits, fair_share, machine, resolve
 from picluster.plots import plot
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -186,8 +185,8 @@ def main() -> None:
     if not har.exists():
         raise SystemExit(f"no prepared HAR data at {har}: run 'picluster data har' first")
     hosts = (args.ps_hosts if args.ps_apart else 1) + args.hosts_for
-    cpu = fair_share(machine()[0], hosts)
-    limits = Limits(cpu=cpu, memory=resolve(hosts, profile="pi3b").memory)
+    limits = pi_shaped(hosts)
+    cpu = limits.cpu
     variants = dict(v.split("=", 1) for v in args.variants.split(";"))
     # Interleaved: variants of one configuration back to back, so a drift of the machine hits them alike.
     wanted = [(v, m, int(w)) for m in args.modes.split(",") for w in args.workers.split(",") for v in variants]

@@ -34,10 +34,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from har_wall import fair_share, machine, prepared_har, resolve, stage_har
-from labcluster import lab_cluster
-
-from picluster.lab.limits import Limits
+from har_wall import prepared_har, stage_har
+from labcluster import lab_cluster, pi_shaped
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -138,8 +136,8 @@ def main() -> None:
     revisions = [r.partition("=")[::2] for r in args.revision] or [("head", "HEAD")]
     exported = {name: export(name, rev) for name, rev in revisions}
     hosts = 1 + args.workers
-    cpu = fair_share(machine()[0], hosts)
-    limits = Limits(cpu=cpu, memory=resolve(hosts, profile="pi3b").memory)
+    limits = pi_shaped(hosts)
+    cpu = limits.cpu
     with lab_cluster(hosts, limits, rate=args.link, start=False) as (lab, inventory, inv):
         stage_har(lab.hosts[1:], inv, lab.host(inv.nfs_master))
         text = inventory.read_text()

@@ -52,14 +52,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from labcluster import lab_cluster
+from labcluster import lab_cluster, pi_shaped
 
 from picluster.cluster.nodecluster import RUN_DIR
 from picluster.data.har import har_dir
 from picluster.data.har.dataset import CACHE_NAME
 from picluster.jobs.har.coordinator import RUNTIMES
 from picluster.jobs.har.metrics import read_rows
-from picluster.lab.limits import Limits, fair_share, machine, resolve
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TABLE = RESULTS / "har_wall.csv"
@@ -286,8 +285,8 @@ def main() -> None:
     prepared_har()  # before a lab is built for nothing
     counts = [int(w) for w in args.workers.split(",")]
     hosts = args.ps_hosts + max(counts)
-    cpu = fair_share(machine()[0], hosts)
-    limits = Limits(cpu=cpu, memory=resolve(hosts, profile="pi3b").memory)
+    limits = pi_shaped(hosts)
+    cpu = limits.cpu
     variants = {}
     for given in args.variant:
         name, _, options = given.partition("=")

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from picluster.lab import Lab  # noqa: E402
-from picluster.lab.limits import Limits  # noqa: E402
+from picluster.lab.limits import Limits, fair_share, machine, resolve  # noqa: E402
 from picluster.model.inventory import Inventory, load_inventory  # noqa: E402
 
 
@@ -27,6 +27,12 @@ def cli(*args: str, timeout: float = 900) -> str:
     if proc.returncode != 0:
         raise SystemExit(f"picluster {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
     return proc.stdout
+
+
+def pi_shaped(hosts: int) -> Limits:
+    """Each of ``hosts`` an equal share of this machine's cores (they compute side by side) and
+    the pi3b profile's memory: the lab shape of the HAR benchmarks."""
+    return Limits(cpu=fair_share(machine()[0], hosts), memory=resolve(hosts, profile="pi3b").memory)
 
 
 def lab_inventory(lab: Lab, ps_hosts: int = 1, beside: bool = True) -> Path:

@@ -208,11 +208,11 @@ class Graph:
                     self._local_steps(made, opt, fused_on, config, per_epoch, workers, rank, launch, data, on_ps)
                 if self.ready is not None:
                     self._announce(rank == 0)
-            # A session's reports of uninitialised variables, replaced (open_session): on a cluster
+            # A session's reports of uninitialised variables, replaced on a cluster (open_session):
             # the chief's announce comes after every variable is initialised or restored, and the
             # others open their sessions only once its flag is up; each report asks the ps about
-            # every variable, twice a session.
-            self.nothing_missing = tf.constant([], tf.string, name="nothing_missing")
+            # every variable, twice a session.  None: TensorFlow's own reports (a process alone).
+            self.nothing_missing = tf.constant([], tf.string, name="nothing_missing") if self.ready is not None else None
             self.variables = tf.compat.v1.trainable_variables()
             if cluster is not None:
                 check_shards(tf.train.ClusterSpec(cluster).num_tasks("ps"), tf.compat.v1.global_variables())

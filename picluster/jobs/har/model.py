@@ -196,6 +196,9 @@ def logits(x, shape: Shape, noise: Noise, cell: str = "block"):
     return tf.nn.relu(out) if shape.relu_logits else out
 
 
+_MOMENTS: list = []  # [(the array, its moments)]: channel_moments' last read-only array
+
+
 def channel_moments(x_train):
     """Per-channel mean and standard deviation over every training window and step (float32).
 
@@ -208,9 +211,6 @@ def channel_moments(x_train):
     if isinstance(x_train, np.ndarray) and not x_train.flags.writeable:
         _MOMENTS[:] = [(x_train, moments)]
     return moments
-
-
-_MOMENTS: list = []  # [(the array, its moments)]
 
 
 def standardise(x, mean, std):

@@ -259,9 +259,8 @@ def open_session(g: Graph, cfg: TrainConfig, cluster: dict | None, task: int, ch
                 time.sleep(READY_POLL_S)
     # No reports of uninitialised variables on a cluster (Graph.nothing_missing); a worker's
     # scaffold gets no Saver (it neither saves nor restores; Scaffold would build one).
-    missing = g.nothing_missing if g.ready is not None else None
-    scaffold = tf.compat.v1.train.Scaffold(saver=g.saver if g.saver is not None else _NoSaver(), ready_op=missing,
-                                           ready_for_local_init_op=missing)
+    scaffold = tf.compat.v1.train.Scaffold(saver=g.saver if g.saver is not None else _NoSaver(), ready_op=g.nothing_missing,
+                                           ready_for_local_init_op=g.nothing_missing)
     if chief:
         creator = tf.compat.v1.train.ChiefSessionCreator(scaffold=scaffold, master=target, config=config,
                                                          checkpoint_dir=str(checkpoint_dir))
