@@ -15,7 +15,12 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("unit", "e2e", "lab", "vm", "long")  # by cost, cheapest first (pyproject.toml's markers)
-_part_of: dict[str, str] = {}
+# `./dev test` runs two pytest-xdist workers (`-n 2 --dist loadgroup`), and each group below runs
+# on one of them, a test after the other, as a single process would run them: the e2e part (servers
+# on this machine's loopback) on one worker, then the unit part; the lab and vm parts (test hosts in
+# namespaces, VMs) on the other.  Two tests of one group at once would share ports, a lab's daemons
+# or a host's share of the cores; the two groups meet neither (the hosts have loopbacks of their own).
+GROUP = {"e2e": "on-loopback", "lab": "on-test-hosts", "vm": "on-test-hosts"}
 _spent: dict[str, list[float]] = {}
 
 
@@ -24,6 +29,7 @@ def pytest_addoption(parser):
                      help="also run the long part (hour-scale VM runs CI leaves out; their results are in docs/)")
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m selects by part, and before xdist reads the group
 def pytest_collection_modifyitems(config, items):
     """Each test's part: its costliest marker, else unit.  ``slow`` is derived, never written.
 
@@ -41,12 +47,24 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(part)
         if part != "unit":
             item.add_marker("slow")
-        _part_of[item.nodeid] = part
+            item.add_marker(pytest.mark.xdist_group(GROUP[part]))
+        item.user_properties.append(("part", part))  # on its reports, which xdist's workers send on
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    """On a worker of `--dist loadgroup`: every grouped test carries its group, or the run stops
+    (else the groups' tests would run side by side, silently)."""
+    if getattr(session.config.option, "loadgroup", False):
+        loose = [item.nodeid for item in session.items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+        if loose:
+            raise pytest.UsageError(f"pytest-xdist did not group {len(loose)} tests (e.g. {loose[0]}): "
+                                    "install pyproject.toml's test extras (./dev test does)")
 
 
 def pytest_runtest_logreport(report):
     # Setup and teardown count too: a module's lab or VMs are made in its first test's setup.
-    part = _part_of.get(report.nodeid)
+    part = dict(report.user_properties).get("part")
     if part is not None:
         spent = _spent.setdefault(part, [0.0, 0])
         spent[0] += report.duration
@@ -58,7 +76,7 @@ def pytest_terminal_summary(terminalreporter):
     if not _spent:
         return
     parts = [f"{p} {int(_spent[p][1])} tests {_spent[p][0] / 60:.1f} min" for p in PARTS if p in _spent]
-    total = sum(s for s, _ in _spent.values())
+    total = sum(s for s, _ in _spent.values())  # with two workers, more than the run's own time
     terminalreporter.write_line(f"time by part: {'; '.join(parts)}; all {total / 60:.1f} min")
 
 
