@@ -126,6 +126,30 @@ def test_in_a_relaunchs_start_up_a_killed_client_or_a_lost_node_is_a_loss_and_it
     assert training._mid_run(1)
 
 
+def test_a_relaunch_times_its_steps_from_its_own_live_json_not_the_last_launchs(tmp_path):
+    """The last launch's live.json is still in the run folder as the next launch starts: it is no
+    step of the new one, whose start-up --worker-deadline does not time (and a client's own error
+    in it ends the run); the new chief's first live.json is its first step."""
+    from types import SimpleNamespace
+
+    from picluster.jobs.har.follow import _live_time, _Training
+    from picluster.jobs.har.progress import Follower
+    from picluster.jobs.har.rundir import RunDir
+    from picluster.util import atomic
+
+    run = RunDir(tmp_path)
+    atomic.write_json(run.live, {"epoch": 27, "epochs": 40, "step": 3, "steps": 15, "time": 1000.0})  # the lost launch's
+    training = _Training.__new__(_Training)  # what __init__ keeps of the folder, then the records' look
+    training.run, training.stamps, training.shown, training.moved = run, {}, set(), 0.0
+    training.earlier_live, training.started = _live_time(run), False
+    training.shown_progress = Follower(None, SimpleNamespace(live=False), quiet=True)
+    training._records()
+    assert not training.started and training.moved == 0.0
+    atomic.write_json(run.live, {"epoch": 27, "epochs": 40, "step": 1, "steps": 15, "time": 1100.0})  # the new chief's
+    training._records()
+    assert training.started and training.moved > 0
+
+
 # -- real runs on the embedded local cluster -----------------------------------------------------
 
 

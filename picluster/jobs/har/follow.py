@@ -76,6 +76,7 @@ class _Training:
         self.shown = {r.get("time") for r in metrics.read_rows(run.metrics)}
         self.lost: set[int] = set()
         self.stamps: dict[Path, tuple] = {}
+        self.earlier_live = _live_time(run)  # an earlier launch's live.json, still here: not this launch's step
         self.started = False  # the chief is training (live.json, or an epoch's row): deaths from now on are mid-run
         self.relaunch = relaunch
         self.chief_done = False  # the chief finished its epochs and its files are here: the evaluator finishes the rest
@@ -134,7 +135,7 @@ class _Training:
                 self.job.note(_resume_line(note))
         if _changed(run.live, stamps):
             live = read_json(run.live)
-            if live:
+            if isinstance(live, dict) and live and live.get("time") != self.earlier_live:
                 self.started = True
                 self.moved = time.monotonic()
                 self.shown_progress.live(live)
@@ -307,6 +308,12 @@ def _storage_failure(client, run: RunDir) -> StorageError:
         full = False
     why = "No space left on device" if full else f"{client.label} could not write its files (log: {client.log})"
     return StorageError(run.path, why + hint)
+
+
+def _live_time(run: RunDir) -> float | None:
+    """When the chief wrote the live.json here, if any: a relaunch (or --resume) finds its last one."""
+    live = read_json(run.live)
+    return live.get("time") if isinstance(live, dict) else None
 
 
 def _changed(path: Path, stamps: dict) -> bool:
