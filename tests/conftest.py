@@ -56,7 +56,8 @@ def pytest_collection_finish(session):
     """On a worker of `--dist loadgroup`: every grouped test carries its group, or the run stops
     (else the groups' tests would run side by side, silently)."""
     if getattr(session.config.option, "loadgroup", False):
-        loose = [item.nodeid for item in session.items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+        loose = [item.nodeid for item in session.items
+                 if (group := item.get_closest_marker("xdist_group")) and not item.nodeid.endswith("@" + group.args[0])]
         if loose:
             raise pytest.UsageError(f"pytest-xdist did not group {len(loose)} tests (e.g. {loose[0]}): "
                                     "install pyproject.toml's test extras (./dev test does)")
