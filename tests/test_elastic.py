@@ -111,6 +111,32 @@ def test_a_loss_before_any_checkpoint_came_here_starts_the_run_over_and_counts_a
     assert (failure["restored_epoch"], failure["epochs_repeated"], failure["seconds_lost"]) == (0, 3, 38.0)
 
 
+def test_past_the_budget_the_last_line_names_the_checkpoint_the_clean_up_copied_back(tmp_path):
+    """A node's chief's checkpoint may reach this machine only once the clients have stopped (each
+    round mid-epoch can miss one the chief is rewriting): the run's last line is written after
+    that, so it says how to resume from it."""
+    from types import SimpleNamespace
+
+    from picluster.jobs.har import coordinator
+    from picluster.jobs.har.rundir import RunDir
+    from picluster.util.errors import ClusterError
+
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    lost = elastic.Lost("worker 2 on node04 died (signal 9); sync training cannot go on without it",
+                        LAYOUT.task("worker", 2), "signal 9", run.resume_hint())
+    assert lost.hint == ""  # as the loss was seen: no checkpoint here yet
+    run.checkpoints.mkdir()  # then the clean-up's last copy
+    (run.checkpoints / RunDir.CHECKPOINT_STATE).write_text('model_checkpoint_path: "model.ckpt-8"\n')
+    (run.checkpoints / "model.ckpt-8.index").write_bytes(b"")
+    record = elastic.Record(max_restarts=0)
+    record.launched([0, 1, 2])
+    with pytest.raises(ClusterError) as stopped:
+        coordinator._after_loss(lost, record, None, LAYOUT, SimpleNamespace(note=print), run)
+    assert str(stopped.value) == ("worker 2 on node04 died (signal 9); sync training cannot go on without it"
+                                  f"; continue with 'picluster train har --resume {run}'")
+
+
 def test_in_a_relaunchs_start_up_a_killed_client_or_a_lost_node_is_a_loss_and_its_own_failure_is_not():
     """The run trained before: a Pi that dies while the next launch starts is one more loss; a
     client's own error (exit 1, a usage error's 2) would fail again in every launch, and ends the run."""

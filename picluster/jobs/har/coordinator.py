@@ -144,7 +144,7 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", job: Runn
                     # A sync run lost a task: every client has stopped; start again from the last
                     # checkpoint with the workers that answer, within the budget.
                     cluster.release()  # a lost node's connection may be dead: each launch reaches its nodes anew
-                    members = _after_loss(lost, record, cluster, used, job)
+                    members = _after_loss(lost, record, cluster, used, job, run)
                     if not run.has_checkpoint():
                         _start_over(run, record, job)
                         resume = False
@@ -169,9 +169,13 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", job: Runn
     return result
 
 
-def _after_loss(lost: "elastic.Lost", record: "elastic.Record", cluster: "Cluster", used: Layout, job: Running) -> list[int]:
+def _after_loss(lost: "elastic.Lost", record: "elastic.Record", cluster: "Cluster", used: Layout, job: Running,
+                run: RunDir) -> list[int]:
     """The workers to go on with after ``lost``, said in a line; the run's last line when the
     budget is spent or a ps does not come back."""
+    # The hint as the launch's clean-up left the run: a node's chief's last checkpoint is copied
+    # back once its clients have stopped, and the rounds before may all have missed one.
+    lost.hint = run.resume_hint()
     if not record.lost(lost, lost.epochs_done, lost.row_times):
         if record.max_restarts:
             raise ClusterError(f"{lost.message}, after {record.restarts} restart{'s' if record.restarts != 1 else ''} "

@@ -170,7 +170,7 @@ class _Training:
     def _lost(self, task, cause: str, message: str) -> "elastic.Lost":
         """A loss once training has begun: elastic.Lost (the coordinator may go on), its message
         the one line the run ends with when it cannot."""
-        return elastic.Lost(message, task, cause, _resume_hint(self.run))
+        return elastic.Lost(message, task, cause, self.run.resume_hint())
 
     def judge(self, label: str, code: int):
         client = self.clients[label]
@@ -189,7 +189,7 @@ class _Training:
             message = f"the chief ({client.label}) failed: {_message(client.log)} (log: {client.log})"
             if self.sync and self._mid_run(code):
                 return self._lost(self.workers.get(client.task), clients.describe(code), message)
-            return ClusterError(message + _resume_hint(self.run))
+            return ClusterError(message + self.run.resume_hint())
         # Once the chief has finished, others may fail as it closes the queues: not a loss.
         if code == 0 or self.run.result.exists():
             return DONE
@@ -202,7 +202,7 @@ class _Training:
             message = f"{client.label} died ({why}: {last_line(client.log)}); sync training cannot go on without it"
             if self._mid_run(code):
                 return self._lost(self.workers.get(client.task), why, message)
-            return ClusterError(message + _resume_hint(self.run))
+            return ClusterError(message + self.run.resume_hint())
         self.lost.add(client.task)
         self.job.note(f"{client.label} died ({why}); async training goes on with {self.config.workers - len(self.lost)} worker(s)")
         return GOES_ON
@@ -255,7 +255,7 @@ class _Training:
         message = f"{tasks[0].label} on {tasks[0].node} stopped answering; the run stopped"
         if self.sync and self._mid_run():
             return self._lost(tasks[0], "stopped answering", message)
-        return ClusterError(message + _resume_hint(self.run))
+        return ClusterError(message + self.run.resume_hint())
 
     def progress(self, done: set[str]) -> None:
         pass  # the chief's records are the progress (follow)
@@ -269,7 +269,7 @@ def _evaluator_failure(evaluator, code: int, run: RunDir) -> PiclusterError:
         return _storage_failure(evaluator, run)
     last = last_line(evaluator.log)
     said = f": {_message(evaluator.log)}" if last.startswith(ERROR_PREFIX) else ""  # not its last progress line
-    return ClusterError(f"{evaluator.label} failed ({clients.describe(code)}){said} (log: {evaluator.log})" + _resume_hint(run))
+    return ClusterError(f"{evaluator.label} failed ({clients.describe(code)}){said} (log: {evaluator.log})" + run.resume_hint())
 
 
 def _startup_failure(running: list) -> Exited | None:
@@ -296,7 +296,7 @@ def _message(log: Path) -> str:
 def _storage_failure(client, run: RunDir) -> StorageError:
     """A client could not write a file: its own line names the path and cause, or (its log on the
     same full disk) the run directory's free space does."""
-    hint = _resume_hint(run).replace("; continue with", "; free it, then continue with")
+    hint = run.resume_hint().replace("; continue with", "; free it, then continue with")
     said = _message(client.log) if client.log.exists() else ""
     if said.startswith("cannot write ") and ": " in said:
         path, why = said.removeprefix("cannot write ").rsplit(": ", 1)
@@ -327,12 +327,6 @@ def _changed(path: Path, stamps: dict) -> bool:
         return False
     stamps[path] = stamp
     return stamp is not None
-
-
-def _resume_hint(run: RunDir) -> str:
-    if run.has_checkpoint():
-        return f"; continue with 'picluster train har --resume {run}'"
-    return ""
 
 
 def _resume_line(note: dict) -> str:

@@ -144,6 +144,12 @@ class RunDir:
         """Whether a checkpoint is here to resume from: a state file, and a checkpoint's index."""
         return (self.checkpoints / self.CHECKPOINT_STATE).is_file() and any(self.checkpoints.glob("*.index"))
 
+    def resume_hint(self) -> str:
+        """The end of a failure's line when there is a checkpoint here to go on from."""
+        if self.has_checkpoint():
+            return f"; continue with 'picluster train har --resume {self}'"
+        return ""
+
 
 def read_json(path: Path) -> dict | None:
     """A run's JSON file as written (None: missing, half written, or not JSON): the files are
