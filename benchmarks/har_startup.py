@@ -16,8 +16,10 @@ servers.  Round by round, each revision in turn: `cluster up`, --runs runs of
 (the defaults otherwise: the data set in the share, validation beside the coordinator), then
 `cluster down`.  A row per run: the start-up (the command's start to state.json's start, which
 the chief writes as its first step begins), the whole command, and the chief's own start-up line
-(process, data, graph, session, barrier).  The first run after `cluster up` also loads the data
-set into each node's server (``first`` = yes); later runs find it there, as a user's next run does.
+(process, data, graph, session, barrier).  The first run after `cluster up` (``first`` = yes)
+starts as soon as `cluster up` has returned (its time, ``up_s``, on that row): a node's server
+reads the data set from the share once it serves, and a run finds it held (``held``) or waits for
+that read (since 2026-12, before: the first run read it); later runs find it held, as a user's next run does.
 """
 
 import argparse
@@ -41,8 +43,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 TABLE = RESULTS / "har_startup.csv"
 FIELDS = ["revision", "commit", "round", "run", "first", "workers", "startup_s", "wall_s", "process_s", "data_s", "graph_s",
-          "session_s", "barrier_s", "ok", "cpu_per_host", "link"]
-PARTS = re.compile(r"replica 0: start-up: process ([\d.]+) s, data ([\d.]+) s, graph ([\d.]+) s, session ([\d.]+) s, barrier ([\d.]+) s")
+          "session_s", "barrier_s", "ok", "cpu_per_host", "link", "up_s", "held"]
+PARTS = re.compile(r"replica 0: start-up: process ([\d.]+) s, data ([\d.]+) s( \(held\))?, graph ([\d.]+) s, session ([\d.]+) s, barrier ([\d.]+) s")
 
 
 def export(name: str, rev: str) -> tuple[str, Path]:
@@ -83,7 +85,9 @@ def one_run(venv: Path, inventory: Path, workers: int, run_dir: Path) -> dict:
         row["ok"] = f"{row['ok']}; no start in state.json"
     parts = PARTS.search((run_dir / "worker-0.log").read_text()) if (run_dir / "worker-0.log").exists() else None
     if parts:
-        row |= dict(zip(("process_s", "data_s", "graph_s", "session_s", "barrier_s"), parts.groups()))
+        process, data, held, graph, session, barrier = parts.groups()
+        row |= {"process_s": process, "data_s": data, "graph_s": graph, "session_s": session, "barrier_s": barrier,
+                "held": "yes" if held else "no"}
     return row
 
 
@@ -93,8 +97,9 @@ def load(path: Path) -> list[dict]:
 
 def report(rows: list[dict]) -> None:
     names = list(dict.fromkeys(r["revision"] for r in rows))
-    print("| revision | commit | runs | start-up, s: median (range) | first run after cluster up, s | chief: graph / session / barrier, s (medians) | whole command, s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| revision | commit | runs | start-up, s: median (range) | first run after cluster up, s | cluster up, s "
+          "| chief: graph / session / barrier, s (medians) | whole command, s |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in names:
         mine = [r for r in rows if r["revision"] == name and r["ok"] == "yes"]
         later = [r for r in mine if r["first"] == "no"]
@@ -103,14 +108,15 @@ def report(rows: list[dict]) -> None:
             continue
         start = [float(r["startup_s"]) for r in later]
         print(f"| {name} | {later[0]['commit'][:7]} | {len(later)} | {statistics.median(start):.1f} ({min(start):.1f}-{max(start):.1f}) | "
-              f"{', '.join(r['startup_s'] for r in first)} | {_median(later, 'graph_s')} / {_median(later, 'session_s')} / "
+              f"{', '.join(r['startup_s'] for r in first)} | {', '.join(r.get('up_s') or '-' for r in first)} | {_median(later, 'graph_s')} / {_median(later, 'session_s')} / "
               f"{_median(later, 'barrier_s')} | {_median(later, 'wall_s')} |")
     if len(names) == 2:
-        pairs = [(a, b) for a, b in zip(*([r for r in rows if r["revision"] == n and r["ok"] == "yes" and r["first"] == "no"] for n in names))]
-        if pairs:
-            saved = [float(a["startup_s"]) - float(b["startup_s"]) for a, b in pairs]
-            print(f"\n{names[0]} minus {names[1]}, run by run ({len(saved)} pairs): median {statistics.median(saved):.1f} s "
-                  f"({min(saved):.1f} to {max(saved):.1f})")
+        for first, what in (("no", "later runs"), ("yes", "first runs after cluster up")):
+            pairs = list(zip(*([r for r in rows if r["revision"] == n and r["ok"] == "yes" and r["first"] == first] for n in names)))
+            if pairs:
+                saved = [float(a["startup_s"]) - float(b["startup_s"]) for a, b in pairs]
+                print(f"\n{names[0]} minus {names[1]}, {what}, run by run ({len(saved)} pairs): median {statistics.median(saved):.1f} s "
+                      f"({min(saved):.1f} to {max(saved):.1f})")
 
 
 def _median(rows: list[dict], key: str) -> str:
@@ -145,11 +151,14 @@ def main() -> None:
             for name, (commit, venv) in exported.items():
                 mine = inventory.with_name(f"startup-{name}.toml")
                 mine.write_text(text.replace(f'venv = "{sys.prefix}"', f'venv = "{venv}"', 1))
+                began = time.time()
                 must(picluster(venv, "cluster", "up", "-i", str(mine)), f"{name}: cluster up")
+                up_s = f"{time.time() - began:.1f}"
                 try:
                     for run in range(1, args.runs + 1):
                         row = {"revision": name, "commit": commit, "round": round_, "run": run, "first": "yes" if run == 1 else "no",
-                               "workers": args.workers, "cpu_per_host": f"{cpu:.3f}", "link": args.link}
+                               "workers": args.workers, "cpu_per_host": f"{cpu:.3f}", "link": args.link,
+                               "up_s": up_s if run == 1 else ""}
                         row |= one_run(venv, mine, args.workers, RESULTS / "startup-runs" / f"{name}-{round_}-{run}")
                         print(f"{name} round {round_} run {run}: {json.dumps(row)}", flush=True)
                         rows.append(row)

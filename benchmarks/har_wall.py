@@ -67,7 +67,7 @@ COLUMNS = ("config", "workers", "seed", "cpu_per_host", "link", "target", "wall_
            "steps_s", "probe_s", "eval_s", "rest_s", "val_acc", "test_acc", "process_s", "data_s", "graph_s", "session_s",
            "barrier_s", "ok", "evaluator", "worker_steps", "ps_cpu_s", "ps_ms_per_worker_step", "ps_rx_bytes", "ps_tx_bytes",
            "ps_kb_in_per_worker_step", "ps_kb_out_per_worker_step", "options", "ps_hosts")
-START_UP = re.compile(r"replica 0: start-up: process ([\d.]+) s, data ([\d.]+) s, graph ([\d.]+) s, session ([\d.]+) s, barrier ([\d.]+) s")
+START_UP = re.compile(r"replica 0: start-up: process ([\d.]+) s, data ([\d.]+) s(?: \(held\))?, graph ([\d.]+) s, session ([\d.]+) s, barrier ([\d.]+) s")
 
 
 def load(path: Path = TABLE) -> dict[tuple[str, int, int], dict]:

@@ -175,3 +175,63 @@ def test_a_cancelled_job_that_does_not_end_takes_the_process_with_it(door):
     log = server.stderr.read()
     assert "worker:0: job doorjobs:stubborn started in " in log
     assert "worker:0: a cancelled job did not end within 1 s; exiting so that the task is started afresh" in log
+
+
+READ_AHEAD = '''
+import os, time
+
+DOOR_READ_AHEAD = ("doorjobs:ahead", "doorjobs:broken_ahead", "doorjobs:nothing_there")
+
+def ahead(share):
+    time.sleep(1.0)  # a Pi reading its data set: a job knocked meanwhile is still served
+    open(os.path.join(share, "read"), "w").write("once")
+    return "read " + share
+
+def broken_ahead(share):
+    raise OSError("the share hangs")
+
+def nothing_there(share):
+    return None
+
+def echo(argv, job):
+    job.say("served")
+    return 0
+'''
+
+SERVING = '''
+import sys, time
+from pathlib import Path
+from picluster.cluster.door import Door
+door = Door(Path(sys.argv[1]), "worker:0", allowed="doorjobs")
+door.open()
+print("open", flush=True)
+door.read_ahead(sys.argv[2]).join()
+print("read", flush=True)
+time.sleep(600)
+'''
+
+
+def test_once_the_task_serves_the_door_reads_ahead_what_its_jobs_read_from_the_share(tmp_path):
+    """A node's server reads what the jobs read from the share (the allowed package's
+    DOOR_READ_AHEAD, given the share's mount) in a thread of its own: its log says what each read,
+    a failing one is one line and the others go on, and the door serves while it reads."""
+    (tmp_path / "doorjobs.py").write_text(textwrap.dedent(READ_AHEAD))
+    share = tmp_path / "share"
+    share.mkdir()
+    path = tmp_path / "worker-0.door"
+    env = dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}")
+    server = subprocess.Popen([sys.executable, "-c", SERVING, str(path), str(share)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert server.stdout.readline() == "open\n", server.stderr.read()
+        served = knock(path, "doorjobs:echo")
+        assert served.returncode == 0 and served.stdout == "served\n", served.stderr
+        assert not (share / "read").exists()  # served while the read ahead still ran
+        assert server.stdout.readline() == "read\n"
+        assert (share / "read").read_text() == "once"
+    finally:
+        server.kill()
+        _, log = server.communicate()
+    assert f"picluster.cluster.door: worker:0: read {share}\n" in log, log
+    assert "picluster.cluster.door: worker:0: doorjobs:broken_ahead failed: OSError: the share hangs\n" in log, log
+    assert "nothing_there" not in log and "Traceback" not in log, log

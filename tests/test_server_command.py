@@ -27,8 +27,9 @@ def test_each_kind_s_form_is_what_the_server_parses():
     assert (every.all, every.job, every.task, str(every.ready_dir), every.threads) == (True, None, None, "/r", 2)
     slurm = parsed(server.command("py", layout='{"tasks": []}', slurm_node=True))  # allocation.py
     assert (slurm.slurm_node, slurm.layout, slurm.cluster_file, slurm.threads) == (True, '{"tasks": []}', None, 0)
-    door = parsed(server.command("py", cluster_file="c", job="worker", task=0, ready_file="r", door="/d/worker-0.door"))
-    assert (str(door.door), door.parent) == ("/d/worker-0.door", None)
+    door = parsed(server.command("py", cluster_file="c", job="worker", task=0, ready_file="r", door="/d/worker-0.door",
+                                 share="/mnt/picluster"))
+    assert (str(door.door), door.parent, door.share) == ("/d/worker-0.door", None, "/mnt/picluster")
 
 
 def test_a_node_s_start_script_runs_that_command_line(tmp_path):
@@ -45,3 +46,7 @@ def test_a_node_s_start_script_runs_that_command_line(tmp_path):
     args = parsed(words)
     assert (args.job, args.task, str(args.cluster_file).endswith("/cluster.json")) == ("worker", 1, True)
     assert str(args.door).endswith("worker-1.door") and str(args.ready_file).endswith("worker-1.ready")
+    assert args.share == "/mnt/picluster"  # read ahead once it serves: the share as the inventory mounts it
+    ps_line = next(ln for ln in start_script(inv, inv.node("node01"), [from_inventory(inv).task("ps", 0)]).splitlines()
+                   if f"-m {server.MODULE}" in ln)
+    assert "--share" not in ps_line and "--door" not in ps_line  # a ps runs no jobs: nothing to read

@@ -118,9 +118,11 @@ def test_montecarlo_train_and_top_across_four_hosts(lab_inventory, tmp_path, sta
         log = (run / f"worker-{task}.log").read_text()
         # On inventory nodes each client runs inside its node's worker server (its door): one
         # TensorFlow runtime per node, none imported for the run, no server stopped or started.
-        assert re.search(rf"replica {task}: start-up: process \d+\.\d s, data \d+\.\d s, graph \d+\.\d s, session", log), log
+        # Its data set held: the server read it from the share once it served, before any run.
+        assert re.search(rf"replica {task}: start-up: process \d+\.\d s, data \d+\.\d s \(held\), graph \d+\.\d s, session", log), log
         assert "serving worker" not in log, log
         server_log = host.read_file(f"{lab.user.home}/{RUN_DIR}/worker-{task}.log")
+        assert f"worker:{task}: the HAR data set {HAR}/har.npz read ahead (240 training windows) in " in server_log, server_log
         # ... and gave back what the job held (a server lives through many jobs on a 1 GB board).
         assert re.search(r"worker:\d: job picluster\.jobs\.har\.replica:door_job ended, status 0; memory held \d+ MiB, \d+ MiB after collecting and trimming\n",
                          server_log), server_log

@@ -107,7 +107,27 @@ class Door:
             os.umask(old)
         listener.listen(4)
         threading.Thread(target=self._accept, args=(listener,), name="door", daemon=True).start()
-        threading.Thread(target=self._warm, name="door-warm", daemon=True).start()
+        self._warming = threading.Thread(target=self._warm, name="door-warm", daemon=True)
+        self._warming.start()
+
+    def read_ahead(self, share: str) -> threading.Thread:
+        """Once the task serves (not before: on a Pi's share of a core it would slow `cluster up`),
+        read what the jobs read from the cluster's share (``share``: its mount here; the allowed
+        package's DOOR_READ_AHEAD), after their imports: the first run after `cluster up` or a boot
+        finds it held.  A job that asks meanwhile waits for the read rather than reading it again."""
+        thread = threading.Thread(target=self._read_ahead, args=(share,), name="door-read-ahead", daemon=True)
+        thread.start()
+        return thread
+
+    def _read_ahead(self, share: str) -> None:
+        self._warming.join()
+        for call in getattr(import_module(self.allowed), "DOOR_READ_AHEAD", ()):
+            try:
+                said = _resolve(call, self.allowed)(share)
+            except Exception as exc:  # a job's own bug: its first run says it again, the server serves on
+                said = f"{call} failed: {type(exc).__name__}: {exc}"
+            if said:
+                _log(f"{self.label}: {said}")
 
     def _warm(self) -> None:
         """Import the job modules the allowed package names (its DOOR_JOBS) before any knock."""

@@ -170,8 +170,10 @@ def start_script(inv: Inventory, node: Node, tasks: list[Task]) -> str:
         name = _name(task)
         # A worker's server opens a door: a job's client then runs inside it (door.py).
         door = door_path(run, task.job, task.index) if task.job == "worker" else None
+        # ... and reads ahead what jobs read from the share, once it serves.
+        share = shlex.quote(str(inv.data_dir)) if door is not None else None
         words = server.command(py, cluster_file=f"{run}/cluster.json", job=task.job, task=task.index,
-                               ready_file=f"{run}/{name}.ready", door=door)  # shell words: $HOME expands
+                               ready_file=f"{run}/{name}.ready", door=door, share=share)  # shell words: $HOME expands
         lines.append(_unless_running(name, server.MODULE, " ".join(words), task.label))
     agent = (f"{py} -m picluster.monitor.agent --addr {node.address} --port {inv.agent_port} --node {shlex.quote(node.name)} "
              f"--cluster-file {run}/cluster.json --ready-file {run}/agent.ready")

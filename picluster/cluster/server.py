@@ -31,7 +31,7 @@ RESERVED = 2  # ports Slurm reserves for the servers' step (--resv-ports): the p
 def command(python: str, *, cluster_file: str | None = None, layout: str | None = None, job: str | None = None,
             task: int | None = None, every: bool = False, slurm_node: bool = False, threads: int | None = None,
             ready_file: str | None = None, ready_dir: str | None = None, parent: int | None = None,
-            door: str | None = None) -> list[str]:
+            door: str | None = None, share: str | None = None) -> list[str]:
     """The server's command line, as each kind of cluster starts it: one task (local.py, and as a
     node's shell words, nodecluster.py), ``every`` task in one process (inprocess.py), or a Slurm
     node's tasks (``slurm_node``, allocation.py).  The flags are the ones ``main`` parses, here
@@ -46,6 +46,7 @@ def command(python: str, *, cluster_file: str | None = None, layout: str | None 
     argv += ["--ready-dir", ready_dir] if ready_dir is not None else []
     argv += ["--parent", str(parent)] if parent is not None else []
     argv += ["--door", door] if door is not None else []
+    argv += ["--share", share] if share is not None else []
     return argv
 
 
@@ -65,6 +66,7 @@ def arguments() -> argparse.ArgumentParser:
     parser.add_argument("--ready-dir", type=Path, help="where each task's ready file goes once it serves (--all)")
     parser.add_argument("--parent", type=int, help="exit when this pid (the coordinator) exits")
     parser.add_argument("--door", type=Path, help="open a door here: jobs' clients run inside this process (one task; door.py)")
+    parser.add_argument("--share", help="with --door: the cluster's share as mounted here; what jobs read from it is read once the task serves")
     return parser
 
 
@@ -87,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give --job and --task, or --all, or --slurm-node")
     if args.door and whole:
         parser.error("--door serves the clients of one task: give --job and --task")
+    if args.share and not args.door:
+        parser.error("--share is read ahead for the clients of a door: give --door too")
 
     if args.parent:
         die_with_parent(args.parent)
@@ -140,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.door:  # open before the ready file: a client may knock as soon as the task is ready
         from picluster.cluster.door import Door
 
-        Door(args.door, mine[0].label).open()
+        door = Door(args.door, mine[0].label)
+        door.open()
     servers = []
     for me in mine:
         try:
@@ -159,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
             atomic.write_json(args.ready_file, {"pid": os.getpid(), "target": server.target})
         if args.ready_dir:
             atomic.write_json(args.ready_dir / ready_name(me.job, me.index), {"pid": os.getpid(), "target": server.target})
+    if args.door and args.share:
+        door.read_ahead(args.share)
     servers[0].join()
     return 0
 

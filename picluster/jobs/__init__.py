@@ -10,3 +10,6 @@ record_schema.py  its schema, checked on open, and each row read back checked va
 # The modules whose clients run inside a node's server, through its door (cluster/door.py): the
 # door imports them while it waits for its first knock, so no run pays for their imports.
 DOOR_JOBS = ("picluster.jobs.har.replica",)
+# What they read from the cluster's share, read once the server serves (door.py, Door.read_ahead):
+# each called with the share's mount on the node; it returns what it read, for the server's log.
+DOOR_READ_AHEAD = ("picluster.jobs.har.data:warm",)

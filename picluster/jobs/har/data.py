@@ -1,11 +1,13 @@
 """The prepared HAR windows as training reads them: checked once, and dealt out to the workers."""
 
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 
 from picluster.data.har import HarData, har_dir
-from picluster.data.har.dataset import cache_path, load
+from picluster.data.har.dataset import HAR_SUBDIR, cache_path, load
 from picluster.data.har.spec import CHANNELS, CLASSES, WINDOW
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.folds import parse as volunteers
@@ -13,8 +15,10 @@ from picluster.jobs.har.folds import revalidate
 from picluster.util.errors import UsageError
 
 # The last data set this process loaded, by its file's identity: a node's resident server runs one
-# job after another through its door, and each would otherwise decompress and hash it again.
+# job after another through its door, and each would otherwise decompress and hash it again.  The
+# lock: the server reads it ahead of the first job (warm), which then waits for that read.
 _LAST: dict[tuple, HarData] = {}
+_LOCK = threading.Lock()
 
 
 def load_data(config: TrainConfig) -> HarData:
@@ -23,22 +27,65 @@ def load_data(config: TrainConfig) -> HarData:
     Only that: building the set here would hide a wrong --data-dir.  The coordinator calls this
     before any server starts, so a bad data set is one line, not a failed worker.
     """
-    folder = Path(config.data_dir) if config.data_dir else har_dir()
-    path = cache_path(folder)
+    return read_data(config)[0]
+
+
+def read_data(config: TrainConfig) -> tuple[HarData, bool]:
+    """load_data's data set, and whether this process held it already (a node's server: from its
+    last job, or read ahead, warm) rather than reading it now."""
+    data, held = _held(config)
+    return _checked(data, config), held
+
+
+def warm(data_dir: str) -> str | None:
+    """Read the HAR data set under a node's share (``data_dir``, its mount) before any job asks:
+    a node's server does it once it serves (door.py), so the first run after `cluster up` or a
+    boot finds it held, its moments computed.  What was read, for the server's log (None: nothing
+    there); a damaged file is left for the job to name."""
+    from picluster.jobs.har.model import channel_moments  # TensorFlow: the server has it imported
+
+    config = TrainConfig(data_dir=str(Path(data_dir) / HAR_SUBDIR))
+    if not cache_path(Path(config.data_dir)).is_file():
+        return None
+    started = time.perf_counter()
+    try:
+        data, _ = _held(config)
+    except UsageError as exc:
+        return f"the HAR data set not read ahead: {exc}"
+    channel_moments(data.x_train)  # kept for this very array (model.py), as a job's graph reads them
+    return f"the HAR data set {cache_path(Path(config.data_dir))} read ahead ({len(data.x_train)} training windows) in {time.perf_counter() - started:.1f} s"
+
+
+def _key(config: TrainConfig) -> tuple | None:
+    path = cache_path(Path(config.data_dir) if config.data_dir else har_dir())
     try:
         st = path.stat()
-        key: tuple | None = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, config.val_volunteers)
     except OSError:
-        key = None  # load() says why
-    cached = _LAST.get(key) if key is not None else None
-    data = cached if cached is not None else revalidate(load(path), volunteers(config.val_volunteers), str(folder))
-    if key is not None and cached is None:
-        for name in vars(data):  # shared by the jobs that follow: none may change it
-            array = getattr(data, name)
-            if isinstance(array, np.ndarray):
-                array.setflags(write=False)
-        _LAST.clear()
-        _LAST[key] = data
+        return None  # load() says why
+    return (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, config.val_volunteers)
+
+
+def _held(config: TrainConfig) -> tuple[HarData, bool]:
+    """The data set, read now or held from before (and which)."""
+    folder = Path(config.data_dir) if config.data_dir else har_dir()
+    with _LOCK:
+        key = _key(config)
+        cached = _LAST.get(key) if key is not None else None
+        if cached is not None:
+            return cached, True
+        data = revalidate(load(cache_path(folder)), volunteers(config.val_volunteers), str(folder))
+        if key is not None:
+            for name in vars(data):  # shared by the jobs that follow: none may change it
+                array = getattr(data, name)
+                if isinstance(array, np.ndarray):
+                    array.setflags(write=False)
+            _LAST.clear()
+            _LAST[key] = data
+        return data, False
+
+
+def _checked(data: HarData, config: TrainConfig) -> HarData:
+    folder = Path(config.data_dir) if config.data_dir else har_dir()
     for split in ("train", "val", "test"):
         x, y = getattr(data, f"x_{split}"), getattr(data, f"y_{split}")
         if x.ndim != 3 or x.shape[1:] != (WINDOW, len(CHANNELS)) or y.shape != (len(x),):

@@ -40,7 +40,7 @@ from picluster.cluster.door import JobContext
 from picluster.jobs.har import augment, checkpoints, metrics, noise, steptrace
 from picluster.jobs.har.chief import Chief, per_ps, save
 from picluster.jobs.har.config import TrainConfig
-from picluster.jobs.har.data import load_data, shard
+from picluster.jobs.har.data import read_data, shard
 from picluster.jobs.har.graph import Graph, Tower
 from picluster.jobs.har.rundir import RunDir
 from picluster.jobs.har.saving import Snapshots
@@ -83,7 +83,7 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
 
     if cfg.deterministic:
         tf.config.experimental.enable_op_determinism()
-    data = load_data(cfg)
+    data, held = read_data(cfg)
     t_data = time.perf_counter()
     tf.compat.v1.disable_eager_execution()
     server = serve_task(cluster, task) if serve and cluster else None  # noqa: F841  (serves while it lives)
@@ -122,7 +122,7 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
             start_step, start_epoch = int(raw(g.global_step)), 0
         t1 = time.perf_counter()
         barrier(raw, g, workers if cluster else 1, joined, job)
-        say(f"replica {task}: start-up: process {process_s:.1f} s, data {t_data - t0:.1f} s, graph {t_graph - t_data:.1f} s, "
+        say(f"replica {task}: start-up: process {process_s:.1f} s, data {t_data - t0:.1f} s{' (held)' if held else ''}, graph {t_graph - t_data:.1f} s, "
             f"session {t1 - t_graph:.1f} s, barrier {time.perf_counter() - t1:.1f} s"
             + (f" ({workers} workers, tasks {','.join(map(str, members))})" if cluster and members != list(range(len(cluster["worker"]))) else ""))
         if restore is not None and (restore.checkpoint or restore.damaged):
