@@ -61,11 +61,18 @@ def export(name: str, rev: str) -> tuple[str, Path]:
     python = home / "venv" / "bin" / "python"
     python.write_text(f'#!/bin/sh\nPYTHONPATH={home / "src"} exec {sys.executable} "$@"\n')
     python.chmod(0o755)
+    found = subprocess.run([str(python), "-c", "import picluster; print(picluster.__file__)"], capture_output=True, text=True,
+                           cwd=home, check=True).stdout.strip()
+    if not found.startswith(str(home / "src")):
+        raise SystemExit(f"{name}: the exported python imports picluster from {found}, not from {home / 'src'}")
     return commit, home / "venv"
 
 
 def picluster(venv: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([str(venv / "bin" / "python"), "-m", "picluster", *args], capture_output=True, text=True, timeout=timeout)
+    # Run from the revision's own folder: `python -m` puts the working directory first on the
+    # path, and from the repository the coordinator would run the checkout's picluster instead.
+    return subprocess.run([str(venv / "bin" / "python"), "-m", "picluster", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=venv.parent)
 
 
 def must(proc: subprocess.CompletedProcess, what: str) -> None:
