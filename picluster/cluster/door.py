@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import import_module
 from pathlib import Path
+from typing import Any
 
 BUSY = 75  # EX_TEMPFAIL: the door is busy, or gone
 UNAVAILABLE = 69  # EX_UNAVAILABLE: no door at that path (no server, or one without a door)
@@ -122,8 +123,10 @@ class Door:
     def _read_ahead(self, share: str) -> None:
         self._warming.join()
         for call in getattr(import_module(self.allowed), "DOOR_READ_AHEAD", ()):
+            said: str | None
             try:
-                said = _resolve(call, self.allowed)(share)
+                read: Callable[[str], str | None] = _named(call, self.allowed)
+                said = read(share)
             except Exception as exc:  # a job's own bug: its first run says it again, the server serves on
                 said = f"{call} failed: {type(exc).__name__}: {exc}"
             if said:
@@ -232,6 +235,11 @@ def _trim() -> bool:
 
 
 def _resolve(call: str, allowed: str) -> Callable[[list[str], JobContext], int]:
+    return _named(call, allowed)
+
+
+def _named(call: str, allowed: str) -> Any:
+    """The function ``call`` names (module:function), only from the ``allowed`` package."""
     module, sep, name = call.partition(":")
     if not sep or not (module == allowed or module.startswith(allowed + ".")):
         raise ValueError(f"{call!r} is not a picluster job (module:function under {allowed})")
