@@ -159,8 +159,11 @@ def test_sync_training_learns_and_a_killed_worker_run_resumes(state, tiny, tmp_p
     steps = [int(r["global_step"]) for r in done]
     # 240 windows / 2 workers / 20 each (--batch per worker): 6 steps, one gradient per worker each
     assert steps == sorted(steps) and steps[0] == 6
-    # Each epoch's steps split into the worker's own ops and the exchange (one traced step): both there.
-    assert all(float(r["compute_s"]) > 0 and float(r["exchange_s"]) > 0 for r in done), done
+    # Each epoch's steps split into the worker's own ops and the exchange (one traced step): both
+    # there.  A traced step whose ops a busy machine slowed may cover the epoch's whole step time
+    # (the compute is capped there: test_steptrace.py), and that epoch's exchange is then 0.
+    split = [(float(r["compute_s"]), float(r["exchange_s"])) for r in done]
+    assert all(c > 0 and x >= 0 for c, x in split) and sum(x for _, x in split) > 0, split
     checkpointed = checkpointed_step(run_dir)
 
     result = picluster("train", "har", "--resume", run_dir, "--epochs", str(len(done) + 5), "--json", timeout=240)
