@@ -45,7 +45,8 @@ def warm(data_dir: str) -> str | None:
     from picluster.jobs.har.model import channel_moments  # TensorFlow: the server has it imported
 
     config = TrainConfig(data_dir=str(Path(data_dir) / HAR_SUBDIR))
-    if not cache_path(Path(config.data_dir)).is_file():
+    path = cache_path(_folder(config))
+    if not path.is_file():
         return None
     started = time.perf_counter()
     try:
@@ -53,11 +54,15 @@ def warm(data_dir: str) -> str | None:
     except UsageError as exc:
         return f"the HAR data set not read ahead: {exc}"
     channel_moments(data.x_train)  # kept for this very array (model.py), as a job's graph reads them
-    return f"the HAR data set {cache_path(Path(config.data_dir))} read ahead ({len(data.x_train)} training windows) in {time.perf_counter() - started:.1f} s"
+    return f"the HAR data set {path} read ahead ({len(data.x_train)} training windows) in {time.perf_counter() - started:.1f} s"
+
+
+def _folder(config: TrainConfig) -> Path:
+    return Path(config.data_dir) if config.data_dir else har_dir()
 
 
 def _key(config: TrainConfig) -> tuple | None:
-    path = cache_path(Path(config.data_dir) if config.data_dir else har_dir())
+    path = cache_path(_folder(config))
     try:
         st = path.stat()
     except OSError:
@@ -67,7 +72,7 @@ def _key(config: TrainConfig) -> tuple | None:
 
 def _held(config: TrainConfig) -> tuple[HarData, bool]:
     """The data set, read now or held from before (and which)."""
-    folder = Path(config.data_dir) if config.data_dir else har_dir()
+    folder = _folder(config)
     with _LOCK:
         key = _key(config)
         cached = _LAST.get(key) if key is not None else None
@@ -85,7 +90,7 @@ def _held(config: TrainConfig) -> tuple[HarData, bool]:
 
 
 def _checked(data: HarData, config: TrainConfig) -> HarData:
-    folder = Path(config.data_dir) if config.data_dir else har_dir()
+    folder = _folder(config)
     for split in ("train", "val", "test"):
         x, y = getattr(data, f"x_{split}"), getattr(data, f"y_{split}")
         if x.ndim != 3 or x.shape[1:] != (WINDOW, len(CHANNELS)) or y.shape != (len(x),):

@@ -169,8 +169,9 @@ class _Training:
 
     def _lost(self, task, cause: str, message: str) -> "elastic.Lost":
         """A loss once training has begun: elastic.Lost (the coordinator may go on), its message
-        the one line the run ends with when it cannot."""
-        return elastic.Lost(message, task, cause, self.run.resume_hint())
+        the one line the run ends with when it cannot (the coordinator adds the resume hint once
+        the launch's clean-up has copied the last checkpoint back)."""
+        return elastic.Lost(message, task, cause)
 
     def judge(self, label: str, code: int):
         client = self.clients[label]
