@@ -183,7 +183,10 @@ import os, time
 DOOR_READ_AHEAD = ("doorjobs:ahead", "doorjobs:broken_ahead", "doorjobs:nothing_there")
 
 def ahead(share):
-    time.sleep(1.0)  # a Pi reading its data set: a job knocked meanwhile is still served
+    # A Pi reading its data set, until the test lets it end: a job knocked meanwhile is still served.
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.path.join(share, "go")) and time.monotonic() < deadline:
+        time.sleep(0.01)
     open(os.path.join(share, "read"), "w").write("once")
     return "read " + share
 
@@ -227,6 +230,7 @@ def test_once_the_task_serves_the_door_reads_ahead_what_its_jobs_read_from_the_s
         served = knock(path, "doorjobs:echo")
         assert served.returncode == 0 and served.stdout == "served\n", served.stderr
         assert not (share / "read").exists()  # served while the read ahead still ran
+        (share / "go").touch()
         assert server.stdout.readline() == "read\n"
         assert (share / "read").read_text() == "once"
     finally:
