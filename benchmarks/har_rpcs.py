@@ -90,15 +90,16 @@ def measure(exchange: str, mode: str, workers: int, ps: int, steps: int = 3, loc
     data = types.SimpleNamespace(x_train=rng.normal(size=(2000, 128, 9)).astype(np.float32))
     batch = cfg.worker_batch(workers)
     launch = f"rpcs{ports[0]}"
-    graphs = [Graph(cfg, t, data, cluster=cluster, launch=launch) for t in range(workers)]
+    graphs = [Graph.replica(cfg, data, cluster, t, launch) for t in range(workers)]
     sessions = []
     for t, g in enumerate(graphs):
         config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{t}"])
         sessions.append(tf.compat.v1.Session(f"grpc://{cluster['worker'][t]}", graph=g.graph, config=config))
     with graphs[0].graph.as_default():
         sessions[0].run(tf.compat.v1.global_variables_initializer())
-        if graphs[0].weights is not None and graphs[0].weights.start is not None:
-            sessions[0].run(graphs[0].weights.start)  # the 16-bit copies, as the chief fills them
+        weights = getattr(graphs[0].kind, "weights", None)
+        if weights is not None and weights.start is not None:
+            sessions[0].run(weights.start)  # the 16-bit copies, as the chief fills them
     if local > 1:
         for g, s in zip(graphs, sessions):
             with g.graph.as_default():

@@ -36,7 +36,7 @@ def per_volunteer(run: Path) -> None:
     tf.compat.v1.disable_eager_execution()
     cfg = TrainConfig.load(run / "config.json")
     data = load_data(cfg)
-    g = Graph(cfg, 0, data)
+    g = Graph(cfg, data)
     with g.graph.as_default(), tf.compat.v1.Session() as session:
         g.best_saver.restore(session, tf.train.latest_checkpoint(str(run / "best")))
         x, y, who = data.x_test, data.y_test, data.subject_test

@@ -159,7 +159,7 @@ def _val_accuracy(run_dir, step: int) -> float:
     config = replace(TrainConfig.load(run_dir / "config.json"), standalone=True)
     data = load_data(config)
     tf.compat.v1.disable_eager_execution()
-    g = Graph(config, 0, data)
+    g = Graph(config, data)
     with g.graph.as_default(), tf.compat.v1.Session(graph=g.graph) as session:
         g.saver.restore(session, str(run_dir / "checkpoints" / f"model.ckpt-{step}"))
         pred = session.run(g.pred, {g.x: data.x_val, g.y: data.y_val})

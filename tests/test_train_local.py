@@ -58,7 +58,7 @@ def test_local_steps_move_nothing_and_a_sync_leaves_every_worker_the_mean_model(
                       conv_pool=8, rnn_hidden=8, augment="")
     rng = np.random.default_rng(0)
     data = types.SimpleNamespace(x_train=rng.normal(size=(600, 128, 9)).astype(np.float32))
-    graphs = [Graph(cfg, t, data, cluster=cluster, launch=f"local{ports[0]}") for t in range(workers)]
+    graphs = [Graph.replica(cfg, data, cluster, t, f"local{ports[0]}") for t in range(workers)]
     sessions = []
     for t, g in enumerate(graphs):
         config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{t}"])

@@ -183,7 +183,7 @@ def test_graph_keeps_the_input_moments_as_untrained_variables():
     x = (np.random.default_rng(4).normal(size=(300, 128, 9)) * 3 + 1).astype(np.float32)
     data = types.SimpleNamespace(x_train=x)
     config = TrainConfig(model="resbidir", layers=1, hidden=4, batch=100, standalone=True, standardise=True, lr_schedule="cosine", epochs=2)
-    g = Graph(config, 0, data=data)
+    g = Graph(config, data=data)
     assert g.parameters == g.shape.parameter_count()  # the moments are not trained
     with g.graph.as_default(), tf.compat.v1.Session() as session:
         session.run(tf.compat.v1.global_variables_initializer())
@@ -208,7 +208,7 @@ def test_ema_evaluates_the_moving_average_and_trains_the_raw_weights():
     x = rng.normal(size=(100, 128, 9)).astype(np.float32)
     y = rng.integers(0, 6, 100)
     config = TrainConfig(model="resbidir", layers=1, residual=2, hidden=4, batch=100, standalone=True, ema=0.9)
-    g = Graph(config, 0, data=types.SimpleNamespace(x_train=x))
+    g = Graph(config, data=types.SimpleNamespace(x_train=x))
     assert g.parameters == g.shape.parameter_count()  # the averages are not trained
     with g.graph.as_default(), tf.compat.v1.Session() as session:
         session.run(tf.compat.v1.global_variables_initializer())
@@ -303,6 +303,7 @@ def test_the_initial_weights_come_from_the_seed_and_the_names_not_from_the_graph
 
     import tensorflow as tf
 
+    from picluster.jobs.har.exchange import Exchange, Place
     from picluster.jobs.har.graph import Graph
 
     tf.compat.v1.disable_eager_execution()
@@ -310,7 +311,8 @@ def test_the_initial_weights_come_from_the_seed_and_the_names_not_from_the_graph
     weights = []
     for task, seed, ema in ((0, 1, 0.0), (1, 1, 0.0), (0, 1, 0.9), (0, 2, 0.0)):
         # --ema adds ops before the evaluated copy of the model: the weights must not move.
-        g = Graph(TrainConfig(standalone=True, conv_filters=4, rnn_hidden=4, seed=seed, ema=ema), task, data=data)
+        config = TrainConfig(standalone=True, conv_filters=4, rnn_hidden=4, seed=seed, ema=ema)
+        g = Graph(config, data, Exchange(config, Place(task=task)))
         with g.graph.as_default(), tf.compat.v1.Session() as session:
             session.run(tf.compat.v1.global_variables_initializer())
             weights.append(session.run(g.variables))

@@ -59,7 +59,7 @@ def test_two_ps_tasks_hold_even_shares_of_the_bytes():
 
     tf.compat.v1.disable_eager_execution()
     x = np.zeros((1600, 128, 9), np.float32)
-    g = Graph(TrainConfig(workers=2, ps=2), 0, types.SimpleNamespace(x_train=x), cluster=CLUSTER)
+    g = Graph.replica(TrainConfig(workers=2, ps=2), types.SimpleNamespace(x_train=x), CLUSTER, 0)
     share: dict[str, int] = {}
     for v in g.variables:
         share[v.device] = share.get(v.device, 0) + int(np.prod(v.shape)) * 4
@@ -79,19 +79,19 @@ def test_only_the_chief_builds_what_saves_and_only_an_evaluating_one_the_best_sa
     data = types.SimpleNamespace(x_train=np.zeros((1600, 128, 9), np.float32))
 
     def built(rank: int, evaluator: str) -> tuple[Graph, set[str]]:
-        g = Graph(TrainConfig(workers=2, evaluator=evaluator), rank, data, cluster=CLUSTER, rank=rank)
+        g = Graph.replica(TrainConfig(workers=2, evaluator=evaluator), data, CLUSTER, rank)
         return g, {op.type for op in g.graph.get_operations()}
 
     worker, kinds = built(1, "coordinator")
     assert worker.saver is None and worker.best_saver is None and worker.snapshot == []
     assert "SaveV2" not in kinds and "RestoreV2" not in kinds
-    assert not hasattr(worker, "announce") and len(worker.arrive) == 3
+    assert not hasattr(worker.kind, "announce") and len(worker.kind.arrive) == 3
     chief, kinds = built(0, "coordinator")
     assert chief.saver is not None and chief.best_saver is None and len(chief.snapshot) == len(chief.saved)
-    assert "SaveV2" in kinds and not hasattr(chief, "arrive")
+    assert "SaveV2" in kinds and not hasattr(chief.kind, "arrive")
     evaluating, _ = built(0, "chief")
     assert evaluating.saver is not None and evaluating.best_saver is not None and evaluating.snapshot == []
-    alone = Graph(TrainConfig(standalone=True), 0, data)
+    alone = Graph(TrainConfig(standalone=True), data)
     assert alone.saver is not None and alone.best_saver is not None
 
 

@@ -65,8 +65,9 @@ def train() -> None:
 @option("--workers", type=Whole(), default=None, show_default="2; with an inventory all of its workers",
         help="Worker tasks, one client each (with an inventory, one per worker node).")
 @option("--ps", type=Whole(), default=None, show_default="1; with an inventory all of its ps tasks", help="Parameter-server tasks.")
-@option("--exchange", type=click.Choice(["fused", "variables"]), default=None,
-        show_default="fused", help="Between workers and ps: one flat tensor per ps each way, or one per variable.")
+@option("--exchange", type=click.Choice(["fused", "variables", "allreduce"]), default=None, show_default="fused",
+        help="How a step's gradients meet: on the ps, one flat tensor per ps each way (fused) or one per variable; "
+             "or summed between the workers themselves, each holding the model (allreduce, sync only).")
 @option("--wire", type=click.Choice(["float32", "bfloat16"]), default=None, show_default="float32",
         help="What the fused exchange's tensors are between workers and ps: bfloat16 halves the bytes (float32 weights and Adam on the ps).")
 @option("--standalone", is_flag=True, default=None, help="One process, no ps (the baseline for benchmarks).")

@@ -142,7 +142,7 @@ class Chief:
             test = self.evaluate("test")
         else:
             local = self.cfg.alone()
-            g = Graph(local, 0, self.data)
+            g = Graph(local, self.data)
             threads = self.cfg.threads or 0
             config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads)
             with g.graph.as_default(), tf.compat.v1.Session(graph=g.graph, config=config) as session:

@@ -29,9 +29,10 @@ EVALUATORS = ("auto", "coordinator", "chief")
 SCHEDULES = ("constant", "cosine")
 LR_SCALINGS = ("none", "sqrt", "linear")  # how the learning rate follows the update's batch (large-batch training)
 ASYNC_LRS = ("constant", "staleness")  # "staleness": each update's rate divided by how many updates it missed
-# How a step moves tensors between a worker and the ps tasks: "fused", one flat tensor of weights
-# and one of gradients per ps (a few RPCs a step); "variables", one tensor per variable each way.
-EXCHANGES = ("fused", "variables")
+# How a step's gradients meet (exchange/): on the ps tasks, "fused" (one flat tensor of weights and
+# one of gradients per ps: a few RPCs a step) or "variables" (one tensor per variable each way);
+# "allreduce", between the workers themselves, each holding the whole model (sync only).
+EXCHANGES = ("fused", "variables", "allreduce")
 # What a fused exchange's tensors are on the wire: "bfloat16" halves the bytes each way (fusion.py);
 # the ps keeps float32 weights and Adam either way.
 WIRES = ("float32", "bfloat16")
@@ -165,6 +166,9 @@ class TrainConfig:
             raise UsageError(f"--rnn-hidden {self.rnn_hidden} must be even with --bidir (rnn_hidden/2 units per direction)")
         if self.emulate and (not self.standalone or self.mode != "sync"):
             raise UsageError("--emulate makes a sync cluster's updates in one process: it goes with --standalone and --mode sync")
+        if self.exchange == "allreduce" and self.mode != "sync" and not self.standalone:
+            raise UsageError("--exchange allreduce averages every worker's gradient in each step: it goes with --mode sync; "
+                             "an async worker applies its own through the ps (--exchange fused)")
         if self.wire != "float32" and self.exchange != "fused":
             raise UsageError(f"--wire {self.wire} is the fused exchange's: add --exchange fused, or drop --wire")
         if self.threads and not self.standalone:

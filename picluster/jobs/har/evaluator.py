@@ -46,7 +46,7 @@ def follow(run: RunDir, launch: str, data_dir: str | None = None) -> None:
     local = cfg.alone(data_dir=data_dir or cfg.data_dir)
     data = load_data(local)
     tf.compat.v1.disable_eager_execution()
-    g = Graph(local, 0, data)
+    g = Graph(local, data)
     with g.graph.as_default(), tf.compat.v1.Session(graph=g.graph) as session:
         session.run(tf.compat.v1.global_variables_initializer())
 

@@ -1,14 +1,12 @@
 """The training graph one replica builds: the model, its loss and optimiser, the update step.
 
-Between-graph replication: every worker builds this same graph, with the variables placed on the
-ps tasks by ``replica_device_setter`` (placement.py: by bytes) and its own ops on its worker task.
-Sync mode adds the gradient queues of ``sync.sync_step``, one set per ps, so each ps averages its
-own share; ``--ema`` a moving average that evaluation reads.  The statistics emulator (``--emulate``:
-sync without a cluster) builds every worker's tower here instead, and ``sync.emulated_step`` makes
-the cluster's update from them.  The dropout and the initial weights draw from noise.py's keys.
+The graph is composed from the kind of exchange chosen (exchange/: the parameter server, the
+all-reduce, the emulator of a sync cluster, a process alone): the kind says where the variables
+live, what the model reads and how a step's gradients become an update; the model, its loss, the
+rate, Adam (``Optimiser``), ``--ema`` and the savers are the same whatever the kind.  The dropout
+and the initial weights draw from noise.py's keys.
 """
 
-import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,14 +14,14 @@ import numpy as np
 import tensorflow as tf
 
 from picluster.cluster.containers import container
-from picluster.jobs.har import fusion
+from picluster.jobs.har import exchange
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.convlstm import ConvShape, conv_logits
+from picluster.jobs.har.exchange.kind import Exchange, Place
 from picluster.jobs.har.localsgd import LocalSteps
 from picluster.jobs.har.model import STEPS, Shape, channel_moments, l2_penalty, logits, standardise
 from picluster.jobs.har.noise import Noise, seeded_initializers
-from picluster.jobs.har.placement import ByteBalancer, check_shards, ps_groups
-from picluster.jobs.har.sync import emulated_step, sync_step
+from picluster.jobs.har.sync import sync_step
 
 
 def network(config: TrainConfig):
@@ -48,55 +46,27 @@ def network(config: TrainConfig):
 
 
 class Graph:
-    def __init__(self, config: TrainConfig, task: int, data, cluster: dict | None = None, launch: str = "",
-                 rank: int | None = None, workers: int | None = None) -> None:
-        """task: this worker's task in ``cluster`` (where its ops run); rank: its place among the
-        ``workers`` of this launch (the chief is 0), which differs from ``task`` when a run goes on
-        without a lost worker's task (elastic.py); by default the task and config.replicas."""
+    def __init__(self, config: TrainConfig, data, kind: Exchange | None = None) -> None:
+        """The graph of one replica, composed from ``kind`` (exchange/: where the weights live,
+        what the model reads and how a step's update is made; by default a process alone, or the
+        emulator of a sync cluster)."""
+        kind = self.kind = kind or exchange.choose(config, Place(workers=config.replicas))
+        place = kind.place
         self.graph = tf.Graph()
         self.shape, self.forward = network(config)
-        workers = self.workers = workers or config.replicas
-        rank = task if rank is None else rank
+        self.config, self.data = config, data
+        self.workers = place.workers
         # A container per launch: a persistent cluster's ps keeps variables between sessions, and
         # a new run must not start from the last one's weights (a resumed one restores its checkpoint).
         # The coordinator drops the container when the launch's clients have stopped (containers.py).
-        with self.graph.as_default(), tf.compat.v1.container(container(launch) if launch else ""):
+        with self.graph.as_default(), tf.compat.v1.container(container(place.launch) if place.launch else ""):
             # The graph-level seed belongs to the graph it is set on (set on the default graph, it
             # seeded nothing).  With it, each initializer's op seed comes from its variable's name
             # (noise.py); dropout draws from the key each step feeds, not from a stateful stream.
             tf.compat.v1.set_random_seed(config.seed)
-            if cluster is None:
-                setter = None
-                here = None
-            else:
-                here = f"/job:worker/task:{task}"
-                spec = tf.train.ClusterSpec(cluster)
-                shards = spec.num_tasks("ps")
-                setter = tf.compat.v1.train.replica_device_setter(
-                    cluster=spec, worker_device=here,
-                    ps_strategy=ByteBalancer(shards),
-                )
-            with tf.compat.v1.device(setter):
+            with kind.placing():
                 self.global_step = tf.compat.v1.train.get_or_create_global_step()
-                # Start barrier: each launch of the run adds one per worker; kept in checkpoints.
-                self.joined = tf.compat.v1.get_variable("workers_joined", [], tf.int64, trainable=False,
-                                                        initializer=tf.compat.v1.zeros_initializer())
-                self.join = self.joined.assign_add(1)
-                # The chief's "every variable is initialised", for the other workers: one scalar to
-                # look at.  Kept out of the global collection: the chief initialises it after all the
-                # others (init_op would not wait), and checkpoints do not carry it.
-                self.ready = None
-                if cluster is not None:
-                    self.ready = tf.compat.v1.get_variable("chief_ready", [], tf.bool, trainable=False, collections=["picluster_ready"],
-                                                           initializer=tf.compat.v1.constant_initializer(True))
-                    self.ready_now = tf.compat.v1.is_variable_initialized(self.ready)
-                    self.ready_now.mark_used()  # the chief never asks: no "never used" warning from its graph
-                    # The epoch this launch starts after, as the chief's restored checkpoint says it
-                    # (its step alone does not once the workers changed): the others read it once
-                    # ready, so every worker runs the same epochs.  Not in checkpoints either.
-                    self.start_epoch_in = tf.compat.v1.placeholder(tf.int64, [], name="start_epoch_in")
-                    self.start_epoch = tf.compat.v1.get_variable("start_epoch", trainable=False, collections=["picluster_ready"],
-                                                                 initializer=self.start_epoch_in, validate_shape=True)
+                kind.launch_variables(self.global_step)
                 self.x = tf.compat.v1.placeholder(tf.float32, [None, STEPS, self.shape.inputs], name="x")
                 self.y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
                 self.keep = tf.compat.v1.placeholder_with_default(1.0, [], name="keep_prob")
@@ -104,130 +74,62 @@ class Graph:
                 # Read the step before the forward pass reads the weights: the staleness baseline.
                 self.step_before = self.global_step.read_value()
                 with tf.control_dependencies([self.step_before]):
-                    x = fed = tf.identity(self.x)
-                # The worker's device when the exchange is fused (fusion.py), None otherwise.
-                fused_on = here if here is not None and config.exchange == "fused" else None
-                wire = fusion.WIRES[config.wire]
-                emulated = config.mode == "sync" and workers > 1 and cluster is None  # every worker's tower here
-                value = (lambda v: v)
-                self.weights = None
-                rounded = None  # the emulator's weights as a 16-bit wire brings them
-                if fused_on:
-                    # Built once, reading a stand-in for each variable; once every variable is made,
-                    # each stand-in reads the local copy that one fused read per ps brings.
-                    stand_ins = fusion.StandIns()
-                    with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), custom_getter=stand_ins.getter):
-                        x = _inputs(x, config, data)
-                        out = self.forward(x, self.noise)
-                    made = stand_ins.variables
-                    self.weights = fusion.FusedWeights(made, fused_on, wire)
-                    stand_ins.read(self.weights.value)
-                    value = self.weights.value
-                elif emulated and config.exchange == "fused" and wire != tf.float32:
-                    # The workers' model reads the weights as the wire brings them: rounded, once a step.
-                    rounded = fusion.Rounded(wire)
-                    value = rounded.value
-                    with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), custom_getter=rounded.getter):
-                        x = _inputs(x, config, data)
-                        out = self.forward(x, self.noise)
-                else:
-                    x = _inputs(x, config, data)
-                    out = self.forward(x, self.noise)
-                self.loss, self.xent, self.correct, xent = self._losses(out, config, value)
-                _, per_epoch = config.steps_per_epoch(len(data.x_train), workers)
-                # Fused, the rate (from the global step) and Adam's constants are made on ps 0, where
-                # the step and the updates are: made here, each would be one more transfer a step.
-                on_ps = (lambda: tf.compat.v1.device("/job:ps/task:0")) if fused_on else contextlib.nullcontext
-                self.sync = config.mode == "sync" and workers > 1
-                self.arrivals = None  # sync, the chief: (tasks, times) of the step's gradients as ps 0 saw them
-                with on_ps():
-                    self.learning_rate = learning_rate(config, self.global_step, per_epoch, workers)
+                    fed = tf.identity(self.x)
+                out, self.value = kind.read(lambda x: self.forward(_inputs(x, config, data), self.noise), fed)
+                self.loss, self.xent, self.correct, xent = self._losses(out, config, self.value)
+                _, per_epoch = config.steps_per_epoch(len(data.x_train), self.workers)
+                self.sync = kind.sync
+                with kind.updating():
+                    self.learning_rate = learning_rate(config, self.global_step, per_epoch, self.workers)
                     lr = self.learning_rate
-                    if not self.sync and config.async_lr == "staleness" and workers > 1:
+                    if not self.sync and config.async_lr == "staleness" and self.workers > 1:
                         lr = lr / self._staleness()
                 opt = tf.compat.v1.train.AdamOptimizer(lr, beta1=config.adam_beta1, beta2=config.adam_beta2)
                 # The towers fed each step: this worker's, or in the emulator every worker's.
                 self.towers = [Tower(self.x, self.y, self.noise)]
-                if fused_on or emulated:  # with respect to the values the model read (fused: the local copies)
-                    variables = tuple(tf.compat.v1.trainable_variables())
-                    grads = tuple(tf.gradients(self.loss, [value(v) for v in variables]))
-                else:
-                    grads, variables = zip(*opt.compute_gradients(self.loss))
-                if self.sync:
-                    def adam(means, squares):
-                        with on_ps():  # fused: on the ps, where the averaged gradients are
-                            norm = tf.sqrt(tf.add_n(squares))
-                            scale = config.clip_norm / tf.maximum(norm, config.clip_norm)  # clip_by_global_norm's factor
-                        clipped = []
-                        for v, g in zip(variables, means):
-                            with tf.compat.v1.device(v.device):
-                                clipped.append(g * scale)
-                        with on_ps():
-                            applied = opt.apply_gradients(zip(clipped, variables), global_step=self.global_step)
-                        return self.weights.refresh(applied) if self.weights else applied  # then the 16-bit copies
-
-                    if emulated:
-                        others = [self._tower(config, data, w, value, rounded.getter if rounded else None)
-                                  for w in range(1, workers)]
-                        self.towers += [t for t, _ in others]
-                        every = [grads] + [tuple(tf.gradients(loss, [value(v) for v in variables])) for _, loss in others]
-                        self.train = emulated_step(every, variables, ps_groups(config.ps), config.exchange == "fused", adam, wire)
-                    else:
-                        self.train, self.arrivals = sync_step(grads, variables, self.global_step, rank, workers, launch, adam,
-                                                               fused_on, wire=wire)
-                else:
-                    clipped, _ = tf.clip_by_global_norm(grads, config.clip_norm)  # where the gradients are
-                    if fused_on:
-                        clipped = fusion.send(clipped, variables, fused_on, wire)
-                    with on_ps():
-                        self.train = opt.apply_gradients(zip(clipped, variables), global_step=self.global_step)
-                    if self.weights:
-                        self.train = self.weights.refresh(self.train)
-                if rounded is not None:  # evaluated on the float32 weights, as the evaluator restores them
-                    with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True):
-                        x = _inputs(fed, config, data)
-                        out = self.forward(x, Noise(1.0))
+                grads, variables = kind.gradients(self.loss, opt, self.value)
+                self.train = kind.update(grads, variables, Optimiser(opt, self.global_step, config.clip_norm, kind), self)
+                self.arrivals = kind.arrivals
+                apart = kind.evaluated(lambda x: self.forward(_inputs(x, config, data), Noise(1.0)), fed)
+                if apart is not None:  # evaluated on the float32 weights, as the evaluator restores them
+                    out = apart
                     xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=self.y, logits=out)
                 if config.ema:
-                    # Shadow weights beside the weights (on the ps); only a step that applies an
-                    # update moves them: every worker's in async mode, the chief's in sync mode.
+                    # Shadow weights beside the weights; only a step that applies an update moves
+                    # them: every worker's in async mode, the chief's in sync mode.
                     ema = tf.compat.v1.train.ExponentialMovingAverage(config.ema, num_updates=self.global_step)
-                    if self.sync and rank != 0:
+                    if self.sync and not place.chief:
                         ema.apply(variables)
                     else:
                         with tf.control_dependencies([self.train]):
                             self.train = ema.apply(variables)
-                    out = _averaged_logits(ema, x, self.forward)
+                    out = _averaged_logits(ema, fed, lambda x, noise: self.forward(_inputs(x, config, data), noise))
                     xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=self.y, logits=out)
                 self.pred = tf.argmax(out, 1)  # evaluation: the averaged weights when --ema
                 self.xent_sum = tf.reduce_sum(xent)
                 with tf.control_dependencies([self.train]):
                     self.step_after = self.global_step.read_value()
                 self.local: LocalSteps | None = None  # post-local SGD's ops (localsgd.py), with --local-steps above 1
-                if self.sync and fused_on and config.local_steps > 1:
-                    self._local_steps(made, opt, fused_on, config, per_epoch, workers, rank, launch, data, on_ps)
-                if self.ready is not None:
-                    self._announce(rank == 0)
-            # A session's reports of uninitialised variables, replaced on a cluster (open_session):
-            # the chief's announce comes after every variable is initialised or restored, and the
-            # others open their sessions only once its flag is up; each report asks the ps about
-            # every variable, twice a session.  None: TensorFlow's own reports (a process alone).
-            self.nothing_missing = tf.constant([], tf.string, name="nothing_missing") if self.ready is not None else None
+                kind.local_steps(self, opt, per_epoch)
+                kind.building_done(self)
+            # A session's reports of uninitialised variables, replaced where the kind makes sure
+            # itself that every worker starts once the chief has initialised (Exchange.reports_missing).
+            # None: TensorFlow's own reports (a process alone).
+            self.nothing_missing = None if kind.reports_missing else tf.constant([], tf.string, name="nothing_missing")
             self.variables = tf.compat.v1.trainable_variables()
-            if cluster is not None:
-                check_shards(tf.train.ClusterSpec(cluster).num_tasks("ps"), tf.compat.v1.global_variables())
             self.parameters = int(sum(np.prod(v.shape) for v in self.variables))
             # Only what this replica runs is built: each piece below costs a Pi-shaped host about
             # half a second, and the chief's graph is on every worker's path to the first step.
             # Only the chief of a launch (or a process alone) saves and restores; the others read
             # what it initialised or restored.
-            keeps = cluster is None or rank == 0
+            keeps = place.chief
+            alone = place.cluster is None
             # The last two: a resume's fallback when the newest is damaged (checkpoints.py); an
             # evaluator beside the coordinator gets each epoch's handed over (trained.hand_over).
             self.saver: Any = tf.compat.v1.train.Saver(max_to_keep=2) if keeps else None
             # The best epoch's weights: kept and scored where validation runs, not by a chief whose
             # evaluator runs beside the coordinator (that one builds its graph alone).
-            evaluates = cluster is None or config.evaluator != "coordinator"
+            evaluates = alone or config.evaluator != "coordinator"
             self.best_saver: Any = tf.compat.v1.train.Saver(max_to_keep=1) if keeps and evaluates else None
             # What the Saver saves, read again once a step's update has landed: the chief fetches
             # them with an epoch's last step, for a checkpoint written beside the training (saving.py).
@@ -236,39 +138,28 @@ class Graph:
             if keeps and not evaluates:
                 with tf.control_dependencies([self.train]):
                     self.snapshot = [tf.identity(v.read_value()) for v in self.saved]
+            kind.graph_done(self)
 
-    def _announce(self, chief: bool) -> None:
-        """The start of a launch, each side in one run (each run of a new kind costs a Pi-shaped
-        host a tenth of a second or more to set up).  The chief's ``announce`` (fed start_epoch_in):
-        the 16-bit copies from the weights it initialised or restored, the epoch this launch
-        starts after, the barrier's count from 0 whatever a checkpoint restored (an earlier launch
-        may have had more or fewer workers), its own join, and only then the one flag the other
-        workers wait for; it returns the count after its join.  The others' ``arrive``: (the step,
-        their join's count, the epoch to start after), once they have seen the flag."""
-        assert self.ready is not None  # on a cluster
-        first = [self.start_epoch.initializer, self.joined.assign(0, read_value=False)]
-        if self.weights is not None and self.weights.start is not None:
-            first.append(self.weights.start)
-        if chief:
-            with tf.control_dependencies(first):
-                mine = self.joined.assign_add(1)
-            with tf.control_dependencies([mine]):
-                flag = self.ready.initializer
-            with tf.control_dependencies([flag]):
-                self.announce = tf.identity(mine)
-        else:
-            self.arrive = [self.global_step.read_value(), self.join, self.start_epoch.read_value()]
+    @classmethod
+    def replica(cls, config: TrainConfig, data, cluster: dict, task: int, launch: str = "", rank: int | None = None,
+                workers: int | None = None) -> "Graph":
+        """The graph of worker ``task`` of ``cluster`` (TF_CONFIG's), of the kind ``config`` chooses;
+        ``rank`` and ``workers``: its place in this launch (by default the task and config.replicas)."""
+        place = Place(cluster, task, task if rank is None else rank, workers or config.replicas, launch)
+        return cls(config, data, exchange.choose(config, place))
 
-    def _tower(self, config: TrainConfig, data, worker: int, value, getter=None):
+    def tower(self, worker: int, getter=None):
         """(the emulated ``worker``'s tower, its training loss): the model again, on the worker's
         own windows and dropout key, reading the same variables (through ``getter``: as the wire
         brings them, ``value(v)`` each)."""
+        config, data = self.config, self.data
         with tf.compat.v1.name_scope(f"worker_{worker}"):
             tower = Tower(tf.compat.v1.placeholder(tf.float32, self.x.shape, name="x"),
                           tf.compat.v1.placeholder(tf.int64, self.y.shape, name="y"), Noise(self.keep))
             with tf.compat.v1.variable_scope(tf.compat.v1.get_variable_scope(), reuse=True, custom_getter=getter):
                 out = self.forward(_inputs(tower.x, config, data), tower.noise)
-            return tower, self._losses(out, config, value, tower.y)[0]
+            self.towers.append(tower)
+            return tower, self._losses(out, config, self.value, tower.y)[0]
 
     def _losses(self, out, config: TrainConfig, value, y=None):
         """(training loss, its cross-entropy, correct predictions, each window's plain cross-entropy)
@@ -286,8 +177,11 @@ class Graph:
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(out, 1), y), tf.int64))
         return loss, mean, correct, xent
 
-    def _local_steps(self, made, opt, here, config, per_epoch, workers, rank, launch, data, on_ps) -> None:
-        """The local phase's steps and its model-averaging sync (localsgd.py)."""
+    def build_local_steps(self, made, opt, here: str, per_epoch: int, on_ps) -> None:
+        """The local phase's steps and its model-averaging sync (localsgd.py), on the fused
+        exchange's layout (``made``: every variable of the model; ``here``: this worker's device;
+        ``on_ps``: where the update's ops go)."""
+        config, data, place = self.config, self.data, self.kind.place
         variables = tuple(tf.compat.v1.trainable_variables())
         x = self.x
 
@@ -303,8 +197,8 @@ class Graph:
             self.global_step_seen = tf.compat.v1.get_variable("local_global_step", [], tf.int64, trainable=False,
                                                               collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
                                                               initializer=tf.compat.v1.zeros_initializer())
-            rate = learning_rate(config, self.global_step_seen + self.local_done, per_epoch, workers)
-        if rank != 0:
+            rate = learning_rate(config, self.global_step_seen + self.local_done, per_epoch, self.workers)
+        if not place.chief:
             # Only the chief's graph applies Adam (sync.sync_step), so only it holds the names of
             # Adam's moments on the ps; a launch's first local step reads them on every worker.
             # Built, never run: it names the same variables on the ps, which the chief initialises.
@@ -323,8 +217,8 @@ class Graph:
                 counted = self.global_step.assign_add(self.local_done, read_value=False)  # the steps it covers
             return tf.group(*adds, counted)
 
-        synced, _ = sync_step(local.trainable_changes(variables), variables, self.global_step, rank, workers, launch,
-                               average, here, tag="avg_")
+        synced, _ = sync_step(local.trainable_changes(variables), variables, self.global_step, place.rank, place.workers,
+                              place.launch, average, here, tag="avg_")
         with tf.control_dependencies([synced]):  # then every worker reads the averaged weights
             self.local_sync = tf.group(local.pull(), self.global_step_seen.assign(self.global_step.read_value()))
         self.local_start = tf.group(local.start(), self.global_step_seen.assign(self.global_step.read_value()))
@@ -335,6 +229,41 @@ class Graph:
         "Staleness-aware Async-SGD", 2016)."""
         now = self.global_step.read_value()
         return tf.cast(tf.maximum(tf.constant(1, tf.int64), now - self.step_before), tf.float32)
+
+
+@dataclass(frozen=True)
+class Optimiser:
+    """The update's arithmetic, the same whatever the exchange: Adam, after clipping by the global
+    norm, made where the kind makes its update (``kind.updating``)."""
+
+    opt: Any
+    global_step: Any
+    clip_norm: float
+    kind: Exchange
+
+    def clipped(self, grads) -> list:
+        """One worker's own gradients clipped by their global norm (where they are)."""
+        return tf.clip_by_global_norm(grads, self.clip_norm)[0]
+
+    def apply(self, grads, variables):
+        """The update from ``grads`` as they are, then whatever the kind adds (kind.after_update)."""
+        with self.kind.updating():
+            applied = self.opt.apply_gradients(zip(grads, variables), global_step=self.global_step)
+        return self.kind.after_update(applied)
+
+    def apply_mean(self, variables):
+        """``apply(means, squares)`` of a sync update: the mean gradients clipped by the global norm
+        that each group's sum of squares adds up to (clip_by_global_norm's factor), then applied."""
+        def apply(means, squares):
+            with self.kind.updating():  # fused: on the ps, where the averaged gradients are
+                norm = tf.sqrt(tf.add_n(squares))
+                scale = self.clip_norm / tf.maximum(norm, self.clip_norm)
+            clipped = []
+            for v, g in zip(variables, means):
+                with tf.compat.v1.device(v.device):
+                    clipped.append(g * scale)
+            return self.apply(clipped, variables)
+        return apply
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ records (chief.py), the graph (graph.py) and checkpoints (checkpoints.py) live a
 """
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -37,10 +38,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 
 from picluster.cluster.door import JobContext
-from picluster.jobs.har import augment, checkpoints, metrics, noise, steptrace
+from picluster.jobs.har import augment, checkpoints, exchange, metrics, noise, steptrace
 from picluster.jobs.har.chief import Chief, per_ps, save
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import read_data, shard
+from picluster.jobs.har.exchange import Place
 from picluster.jobs.har.graph import Graph, Tower
 from picluster.jobs.har.rundir import RunDir
 from picluster.jobs.har.saving import Snapshots
@@ -51,7 +53,6 @@ from picluster.util.atomic import STORAGE_ERRNOS
 from picluster.util.errors import STORAGE_EXIT, ClusterError, PiclusterError, StorageError, UsageError
 
 LIVE_EVERY_S = 1.0  # the chief's live.json: where in the epoch it is
-READY_POLL_S = 0.2  # a worker's look at the chief's one readiness flag
 CANCELLED = 143  # the exit status of a client stopped on the coordinator's word (as SIGTERM's)
 
 
@@ -87,7 +88,8 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
     t_data = time.perf_counter()
     tf.compat.v1.disable_eager_execution()
     server = serve_task(cluster, task) if serve and cluster else None  # noqa: F841  (serves while it lives)
-    g = Graph(cfg, task, data, cluster, launch, rank, workers)
+    kind = exchange.choose(cfg, Place(cluster, task, rank, workers, launch))  # how this replica's updates meet
+    g = Graph(cfg, data, kind)
     shards = [shard(len(data.x_train), t, workers, cfg.seed) for t in tasks]
     batch = cfg.worker_batch(workers)
     steps, global_per_epoch = cfg.steps_per_epoch(len(data.x_train), workers)
@@ -95,33 +97,26 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
     restore = None
     if chief:  # the newest intact checkpoint, or a refusal when the run has records but none is intact
         restore = checkpoints.prepare(run.checkpoints, has_records=bool(metrics.read_rows(run.metrics)))
-    with g.graph.as_default():
+    if job is not None:
+        job.on_cancel(kind.close)  # a step blocked in the exchange returns
+    with g.graph.as_default(), contextlib.closing(kind):
         t_graph = time.perf_counter()
-        session = open_session(g, cfg, cluster, task, run.checkpoints, job, chief)
+        session = open_session(g, cfg, run.checkpoints, job, chief)
         with_raw = session_fn(session)
 
         def raw(fetches, feed=None):
             return with_raw(lambda s: s.run(fetches, feed))
 
-        joined = 0  # the barrier's count after this worker's join
+        start_step = start_epoch = 0
         if chief:
             start_step = int(raw(g.global_step))
             # The epoch the restored checkpoint ends, as recorded beside it; a run from before the
             # record (its workers never changed) counts it from the step.
             recorded = checkpoints.epoch_of(run.checkpoints, restore.checkpoint if restore is not None else None)
             start_epoch = recorded if recorded is not None else start_step // global_per_epoch
-            if g.ready is not None:
-                # The 16-bit copies, the start epoch, the barrier from 0 and the chief's join, then
-                # the flag the others wait for (Graph._announce): no worker has joined before it.
-                joined = int(raw(g.announce, {g.start_epoch_in: start_epoch}))
-            elif g.weights is not None and g.weights.start is not None:
-                raw(g.weights.start)  # the 16-bit copies the workers read, from the weights initialised or restored
-        elif g.ready is not None:
-            start_step, joined, start_epoch = (int(v) for v in raw(g.arrive))
-        else:
-            start_step, start_epoch = int(raw(g.global_step)), 0
         t1 = time.perf_counter()
-        barrier(raw, g, workers if cluster else 1, joined, job)
+        # Every worker of this launch on the same weights, step and epoch (the kind's own way).
+        start_step, start_epoch = kind.start(raw, g, start_step, start_epoch, partial(_cancelled, job))
         say(f"replica {task}: start-up: process {process_s:.1f} s, data {t_data - t0:.1f} s{' (held)' if held else ''}, graph {t_graph - t_data:.1f} s, "
             f"session {t1 - t_graph:.1f} s, barrier {time.perf_counter() - t1:.1f} s"
             + (f" ({workers} workers, tasks {','.join(map(str, members))})" if cluster and members != list(range(len(cluster["worker"]))) else ""))
@@ -232,42 +227,36 @@ class _Kept:
         return session
 
 
-def open_session(g: Graph, cfg: TrainConfig, cluster: dict | None, task: int, checkpoint_dir: Path, job: JobContext | None = None,
-                 chief: bool | None = None):
-    """A MonitoredSession: the chief restores the checkpoint the state file names
-    (checkpoints.prepare made it the newest intact one) or initialises; the other workers wait
-    for the chief's one readiness flag (a single scalar, where a report of every uninitialised
-    variable asked the ps about each of them five times a second)."""
-    if cluster is None:
-        target = ""
+def open_session(g: Graph, cfg: TrainConfig, checkpoint_dir: Path, job: JobContext | None = None, chief: bool = True):
+    """A MonitoredSession on the kind's target: the chief restores the checkpoint the state file
+    names (checkpoints.prepare made it the newest intact one) or initialises; another worker
+    initialises its own copy where the kind gives it one, or waits for what the chief
+    initialised (Exchange.await_chief: on a ps, one readiness flag, where a report of every
+    uninitialised variable asked the ps about each of them five times a second)."""
+    target, config = g.kind.target()
+    if config is None:
         # A fixed thread count: a different one is a different (still reproducible) run.
         threads = cfg.threads or cpus.usable()  # as a server sizes its pools: the emulator then repeats a local cluster's numbers
         config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads)
-    else:
-        target = f"grpc://{cluster['worker'][task]}"
-        # A dead spare worker must not block us: only the ps and our own task must answer.
-        config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{task}"])
-    chief = task == 0 if chief is None else chief  # the chief of this launch (rank 0)
-    if not chief and g.ready is not None:
-        # A MonitoredSession re-checks the chief's initialisation only every 30 s: look first.
-        with tf.compat.v1.Session(target, config=config) as probe:
-            if job is not None:
-                job.on_cancel(probe.close)
-            while not probe.run(g.ready_now):
-                if job is not None and job.cancelled.is_set():
-                    raise Cancelled()
-                time.sleep(READY_POLL_S)
-    # No reports of uninitialised variables on a cluster (Graph.nothing_missing); a worker's
-    # scaffold gets no Saver (it neither saves nor restores; Scaffold would build one).
+    if not chief:
+        g.kind.await_chief(job, g.graph, partial(_cancelled, job))
+    # No reports of uninitialised variables where the kind waits itself (Graph.nothing_missing);
+    # a worker's scaffold gets no Saver (it neither saves nor restores; Scaffold would build one).
     scaffold = tf.compat.v1.train.Scaffold(saver=g.saver if g.saver is not None else _NoSaver(), ready_op=g.nothing_missing,
                                            ready_for_local_init_op=g.nothing_missing)
-    if chief:
+    if chief or g.kind.initialises_own:
         creator = tf.compat.v1.train.ChiefSessionCreator(scaffold=scaffold, master=target, config=config,
-                                                         checkpoint_dir=str(checkpoint_dir))
+                                                         checkpoint_dir=str(checkpoint_dir) if chief else None)
     else:
         creator = tf.compat.v1.train.WorkerSessionCreator(scaffold=scaffold, master=target, config=config)
     # MonitoredTrainingSession's, with its saving and logging hooks off (the chief saves by epoch).
     return tf.compat.v1.train.MonitoredSession(session_creator=_Kept(creator, job), hooks=[], stop_grace_period_secs=2)
+
+
+def _cancelled(job: JobContext | None) -> None:
+    """Raise Cancelled once the coordinator has stopped this client."""
+    if job is not None and job.cancelled.is_set():
+        raise Cancelled()
 
 
 class _NoSaver:
@@ -280,21 +269,6 @@ class _NoSaver:
 def session_fn(session):
     """Evaluation, probes and saves run on the raw session, outside the training hooks."""
     return lambda fn: session.run_step_fn(lambda step_context: fn(step_context.session))
-
-
-def barrier(raw, g: Graph, workers: int, mine: int, job: JobContext | None = None) -> None:
-    """Wait until every worker of this launch has its session (``mine``: the count after this
-    worker's join): sync steps then take all of them."""
-    if workers == 1:
-        return
-    # The chief counts each launch from 0 (Graph._announce); the round is told by our own increment.
-    want = (mine - 1) // workers * workers + workers
-    joined = mine
-    while joined < want:
-        if job is not None and job.cancelled.is_set():
-            raise Cancelled()
-        time.sleep(0.05)
-        joined = int(raw(g.joined))
 
 
 @dataclass
@@ -324,6 +298,7 @@ def train_epoch(session, g: Graph, data, feeds: list[Feed], steps: int, batch: i
     correct = seen = 0
     staleness = []
     # Sync's chief: which worker each step waited for (None elsewhere: nobody waits on anyone).
+    # The update first, what the forward pass makes, then what is read after the update.
     fetches = [g.train, g.xent, g.correct, g.step_before, g.step_after]
     arrivals = Arrivals(g.workers) if g.arrivals is not None else None
     if arrivals is not None:
@@ -341,6 +316,7 @@ def train_epoch(session, g: Graph, data, feeds: list[Feed], steps: int, batch: i
     after = 0
     values = None
     busy = None  # the traced step's own ops, seconds (None: no step traced)
+    exchanged = 0.0  # seconds in the exchange, where the kind times it itself
     begin = live_at = time.perf_counter()
     for s in range(steps):
         if job is not None and job.cancelled.is_set():
@@ -360,14 +336,18 @@ def train_epoch(session, g: Graph, data, feeds: list[Feed], steps: int, batch: i
                 done = 0
                 after = session.run(g.local_step_seen) if s == steps - 1 else after
         else:
-            traced = task is not None and s == steps // 2  # a step amid the others: not the one an evaluation ends
+            # A step amid the others (not the one an evaluation ends) traced, unless the kind times its exchange itself.
+            traced = task is not None and s == steps // 2 and not g.kind.times_exchange
             saving = snapshot and s == steps - 1
             metadata = tf.compat.v1.RunMetadata()
             trace = {"options": steptrace.OPTIONS, "run_metadata": metadata} if traced else {}
-            _, loss, ok, before, after, *rest = session.run(fetches + (g.snapshot if saving else []), feed, **trace)
+            ran = g.kind.step(session, feed, fetches[1:4], [fetches[0], *fetches[4:], *(g.snapshot if saving else [])], **trace)
+            (loss, ok, before), (_, after, *rest) = ran.before, ran.after
             stamps, values = rest[:len(fetches) - 5], (rest[len(fetches) - 5:] if saving else values)
             if traced and task is not None:
                 busy = steptrace.busy_seconds(metadata, task)
+            if ran.exchange_s is not None:
+                exchanged += ran.exchange_s
         t2 = time.perf_counter()
         t_input += t1 - t0
         t_step += t2 - t1
@@ -386,7 +366,7 @@ def train_epoch(session, g: Graph, data, feeds: list[Feed], steps: int, batch: i
                                      "global_step": int(after), "train_acc": correct / max(seen, 1), "time": time.time()})
     epoch_s = time.perf_counter() - begin
     held = arrivals.straggler(epoch_s / max(steps, 1)) if arrivals is not None else None
-    compute, exchange = steptrace.split(t_step, steps, busy)
+    compute, exchange = (t_step - exchanged, exchanged) if g.kind.times_exchange else steptrace.split(t_step, steps, busy)
     return {
         "epoch_s": epoch_s,
         "input_s": t_input,

@@ -1,0 +1,202 @@
+"""The all-reduce exchange (jobs/har/exchange/allreduce.py, group.py): the workers sum the gradient
+themselves over TCP, every one of them gets the same bytes, and a cluster trains what its
+emulation trains."""
+
+import json
+import socket
+import threading
+import time
+import types
+
+import numpy as np
+import pytest
+
+from picluster.jobs.har.exchange.group import Group, partners, tree_sum
+from picluster.jobs.har.metrics import read_rows
+from picluster.util.errors import ClusterError
+
+from conftest import picluster, picluster_popen
+from train_fixtures import TINY_CONV, client_process
+
+
+def _groups(n: int, launch: str = "L") -> tuple[list[Group], list[str]]:
+    groups = [Group(r, n, launch) for r in range(n)]
+    return groups, [g.listen("127.0.0.1") for g in groups]
+
+
+def _together(groups: list[Group], work) -> list:
+    """``work(rank)`` on every rank at once (each in a thread, as each in its own process); the results."""
+    out: list = [None] * len(groups)
+    errors: list[BaseException] = []
+
+    def run(rank: int) -> None:
+        try:
+            out[rank] = work(rank)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(len(groups))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    if errors:
+        raise errors[0]
+    return out
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7, 8, 9, 16])
+@pytest.mark.parametrize("length", [1, 7, 1001])
+def test_every_rank_gets_the_same_mean_summed_in_the_trees_order(n, length):
+    rng = np.random.default_rng(n * 1000 + length)
+    xs = [(rng.normal(size=length) * 10.0 ** rng.integers(-3, 3)).astype(np.float32) for _ in range(n)]
+    groups, table = _groups(n)
+    try:
+        got = _together(groups, lambda r: (groups[r].join(table), groups[r].mean(xs[r]))[1])
+    finally:
+        for g in groups:
+            g.close()
+    want = tree_sum(xs, lambda a, b: a + b) / np.float32(n)  # the order the emulator follows
+    for mean in got:
+        assert mean.dtype == np.float32 and mean.tobytes() == want.tobytes()
+    assert abs(float(np.mean(want)) - float(np.mean(np.mean(xs, axis=0)))) < 1e-3 * (1 + float(np.abs(want).max()))
+
+
+def test_the_tree_folds_the_ranks_past_a_power_of_two_then_adds_neighbours_level_by_level():
+    add = lambda a, b: f"({a}+{b})"
+    assert tree_sum(list("abcde"), add) == "(((a+e)+b)+(c+d))"
+    assert tree_sum(list("abcd"), add) == "((a+b)+(c+d))"
+    assert tree_sum(["a"], add) == "a"
+    assert partners(0, 5) == [1, 2, 4] and partners(4, 5) == [0] and partners(3, 5) == [2, 1]
+
+
+def test_the_broadcast_gives_every_rank_rank_zeros_values_exactly():
+    groups, table = _groups(5)
+    sent = np.array([1e300, -0.0, 3.0, 2.0 ** 52 + 1, np.pi])
+    try:
+        got = _together(groups, lambda r: (groups[r].join(table), groups[r].broadcast(sent if r == 0 else None, 5))[1])
+    finally:
+        for g in groups:
+            g.close()
+    for values in got:
+        assert values[[0, 2, 3, 4]].tobytes() == sent[[0, 2, 3, 4]].tobytes() and values[1] == 0.0
+
+
+def test_a_stranger_or_another_launch_is_turned_away_and_the_partner_still_joins():
+    groups, table = _groups(2, "this")
+    host, port = table[1].rsplit(":", 1)
+    strangers = [socket.create_connection((host, int(port))) for _ in range(2)]
+    strangers[0].sendall(b"GET / HTTP/1.0\r\n\r\n")  # not ours at all
+    strangers[1].sendall(Group(0, 2, "other")._hello(0))  # rank 0 of another launch
+    try:
+        got = _together(groups, lambda r: (groups[r].join(table, timeout=20), groups[r].mean(np.full(3, r, np.float32)))[1])
+        assert all(m.tolist() == [0.5, 0.5, 0.5] for m in got)
+        for s in strangers:  # each was closed by the listener, not kept as a partner
+            s.settimeout(5)
+            try:
+                assert s.recv(1) == b""
+            except ConnectionResetError:  # closed with the stranger's bytes unread
+                pass
+    finally:
+        for g in groups:
+            g.close()
+        for s in strangers:
+            s.close()
+
+
+def test_a_lost_partner_holds_the_step_until_the_launch_is_closed():
+    """As a step blocked on the ps would: the coordinator counts the lost worker alone, then stops
+    the others (close); no rank returns a sum without its partner's part."""
+    groups, table = _groups(2)
+    _together(groups, lambda r: groups[r].join(table))
+    groups[1].close()  # its worker is gone
+    started = time.monotonic()
+    closer = threading.Timer(1.5, groups[0].close)
+    closer.start()
+    with pytest.raises(ClusterError, match="closed"):
+        groups[0].mean(np.ones(100_000, np.float32))
+    assert time.monotonic() - started >= 1.4
+
+
+def test_an_allreduce_replica_places_nothing_on_a_ps_and_sends_one_flat_vector():
+    import tensorflow as tf
+
+    from picluster.jobs.har.config import TrainConfig
+    from picluster.jobs.har.graph import Graph
+
+    tf.compat.v1.disable_eager_execution()
+    cluster = {"ps": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"]}
+    data = types.SimpleNamespace(x_train=np.zeros((1600, 128, 9), np.float32))
+    g = Graph.replica(TrainConfig(workers=2, exchange="allreduce"), data, cluster, 1)
+    assert g.kind.name == "allreduce" and g.sync
+    assert {op.device for op in g.graph.get_operations()} == {""}  # a session of its own process: no task at all
+    assert g.kind.flat.shape.num_elements() == g.parameters == g.kind.mean_in.shape.num_elements()
+
+
+def test_allreduce_goes_with_sync_mode_only(state, tmp_path):
+    result = picluster("train", "har", "--exchange", "allreduce", "--mode", "async", "--workers", "2", "--run-dir", tmp_path / "r")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "--exchange allreduce" in result.stderr and "--mode sync" in result.stderr
+    assert not (tmp_path / "r").exists()
+
+
+# -- real runs on the embedded local cluster -----------------------------------------------------
+
+
+def _run(tiny, run_dir, *options) -> tuple[list, float]:
+    result = picluster("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *TINY_CONV, "--seed", "3", *options, "--json",
+                       timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = [(r["train_loss"], r["train_acc"], r["val_loss"], r["val_acc"]) for r in read_rows(run_dir / "metrics.csv")]
+    return rows, json.loads(result.stdout)["test_accuracy"]
+
+
+@pytest.mark.e2e
+def test_five_workers_all_reducing_train_what_their_emulation_trains(state, tiny, tmp_path):
+    """Five: one rank folds into another before the halving; the cluster's numbers are still the
+    emulator's, digit for digit (the same tree of sums), and close to the ps's (another order)."""
+    cluster = _run(tiny, tmp_path / "cluster", "--workers", "5", "--epochs", "3", "--exchange", "allreduce")
+    emulated = _run(tiny, tmp_path / "emulated", "--workers", "5", "--epochs", "3", "--exchange", "allreduce", "--emulate")
+    assert len(cluster[0]) == 3 and cluster == emulated
+    ps = _run(tiny, tmp_path / "ps", "--workers", "5", "--epochs", "3")
+    np.testing.assert_allclose(np.array(cluster[0], float), np.array(ps[0], float), rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.e2e
+def test_a_resumed_allreduce_run_goes_on_from_the_chiefs_checkpoint_on_every_worker(state, tiny, tmp_path):
+    """Only the chief restores; the broadcast gives the others its weights, Adam's moments and
+    step, so the resumed epochs are the uninterrupted run's."""
+    whole, _ = _run(tiny, tmp_path / "whole", "--workers", "3", "--epochs", "4", "--exchange", "allreduce")
+    first, _ = _run(tiny, tmp_path / "part", "--workers", "3", "--epochs", "2", "--exchange", "allreduce")
+    resumed = picluster("train", "har", "--resume", tmp_path / "part", "--epochs", "4", "--json", timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    rows = [(r["train_loss"], r["train_acc"], r["val_loss"], r["val_acc"]) for r in read_rows(tmp_path / "part" / "metrics.csv")]
+    assert first == whole[:2] and rows == whole
+
+
+@pytest.mark.e2e
+def test_an_allreduce_run_that_loses_a_worker_goes_on_from_its_last_checkpoint_as_if_nothing_happened(state, tiny, tmp_path):
+    """The killed client's partners wait in their sums until the coordinator stops the launch; the
+    next launch (the worker's server still answers: all three again) restores the chief's
+    checkpoint and broadcasts it, and trains what an undisturbed run trains."""
+    calm, _ = _run(tiny, tmp_path / "calm", "--workers", "3", "--exchange", "allreduce", "--epochs", "12")
+    run_dir = tmp_path / "run"
+    proc = picluster_popen("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *TINY_CONV, "--workers", "3",
+                           "--exchange", "allreduce", "--epochs", "12", "--seed", "3", "--json")
+    try:
+        deadline = time.monotonic() + 180
+        while len(read_rows(run_dir / "metrics.csv")) < 3:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        victim = client_process(run_dir, 2)
+        assert victim is not None
+        victim.kill()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    lost = json.loads(out)["elastic"]
+    assert [(f["task"], f["cause"]) for f in lost["failures"]] == [("worker:2", "signal 9")], err
+    assert lost["restarts"] == 1 and lost["workers_per_epoch"] == {str(e): 3 for e in range(1, 13)}
+    rows = [(r["train_loss"], r["train_acc"], r["val_loss"], r["val_acc"]) for r in read_rows(run_dir / "metrics.csv")]
+    assert rows == calm
