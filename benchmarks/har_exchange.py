@@ -199,7 +199,8 @@ def main() -> None:
                         done = subprocess.run([*base, "-i", str(inventory), "--workers", str(workers), *options],
                                               capture_output=True, text=True, timeout=3600)
                 if design == "pi":
-                    up = subprocess.run([sys.executable, "-m", "picluster", "cluster", "up", "-i", str(inventory)], capture_output=True, text=True)
+                    up = subprocess.run([sys.executable, "-m", "picluster", "cluster", "up", "-i", str(inventory), "--timeout", "600"],
+                                        capture_output=True, text=True)
                     if up.returncode != 0:
                         raise SystemExit(f"cluster up after the one-Pi run: {up.stderr.strip()}")
                 ok = "yes" if done.returncode == 0 else f"exit {done.returncode}: {(done.stderr.strip().splitlines() or [''])[-1]}"[:200]

@@ -200,3 +200,56 @@ def test_an_allreduce_run_that_loses_a_worker_goes_on_from_its_last_checkpoint_a
     assert lost["restarts"] == 1 and lost["workers_per_epoch"] == {str(e): 3 for e in range(1, 13)}
     rows = [(r["train_loss"], r["train_acc"], r["val_loss"], r["val_acc"]) for r in read_rows(run_dir / "metrics.csv")]
     assert rows == calm
+
+
+# -- TensorFlow's own designs beside it: the tree of aggregators and the collective all-reduce -----
+
+
+def test_a_tree_member_sends_to_its_groups_first_worker_and_only_first_workers_reach_the_ps():
+    import tensorflow as tf
+
+    from picluster.jobs.har.config import TrainConfig
+    from picluster.jobs.har.exchange.tree import groups
+    from picluster.jobs.har.graph import Graph
+
+    tf.compat.v1.disable_eager_execution()
+    assert groups(6) == [[0, 1, 2, 3], [4, 5]] and groups(16)[3] == [12, 13, 14, 15]
+    cluster = {"ps": ["127.0.0.1:1"], "worker": [f"127.0.0.1:{p}" for p in range(2, 8)]}
+    data = types.SimpleNamespace(x_train=np.zeros((600, 128, 9), np.float32))
+
+    def queues(rank: int) -> dict[str, str]:
+        g = Graph.replica(TrainConfig(workers=6, exchange="tree"), data, cluster, rank)
+        return {op.name: op.device.removesuffix("/device:CPU:*") for op in g.graph.get_operations() if op.type == "FIFOQueueV2"}
+
+    member = queues(5)  # group [4, 5]: its gradients and weights go through worker 4
+    assert member["tree_up_5"] == member["tree_down_5"] == "/job:worker/task:4"
+    first = queues(4)
+    assert first["tree_sum_4"] == first["tree_token_4"] == "/job:ps/task:0" and first["tree_up_5"] == "/job:worker/task:4"
+
+
+def test_a_collective_replica_keeps_the_model_on_its_own_task():
+    import tensorflow as tf
+
+    from picluster.jobs.har.config import TrainConfig
+    from picluster.jobs.har.graph import Graph
+
+    tf.compat.v1.disable_eager_execution()
+    cluster = {"ps": ["127.0.0.1:1"], "worker": [f"127.0.0.1:{p}" for p in range(2, 10)]}
+    data = types.SimpleNamespace(x_train=np.zeros((1600, 128, 9), np.float32))
+    for exchange, rings in (("collective", 1), ("collective-tree", 2)):
+        g = Graph.replica(TrainConfig(workers=8, exchange=exchange), data, cluster, 5)
+        # Nothing on the ps or another worker (the savers' ops, unplaced, run where the session does).
+        assert {op.device for op in g.graph.get_operations()} <= {"/job:worker/task:5", ""}
+        sizes = sorted({op.get_attr("group_size") for op in g.graph.get_operations() if op.type == "CollectiveReduce"})
+        assert sizes == ([8] if rings == 1 else [2, 4])  # one ring of 8, or a ring of 4 then one of the 2 groups
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("exchange", ["tree", "collective", "collective-tree"])
+def test_the_tree_and_tensorflows_all_reduce_train_the_update_the_ps_trains(state, tiny, tmp_path, exchange):
+    """Six workers (the tree: a group of 4 and one of 2; TensorFlow's two levels: 2 rings of 3,
+    then 3 rings of 2): the same mean update, summed in another order."""
+    ps = _run(tiny, tmp_path / "ps", "--workers", "6", "--epochs", "3")
+    other = _run(tiny, tmp_path / exchange, "--workers", "6", "--epochs", "3", "--exchange", exchange)
+    assert len(other[0]) == 3
+    np.testing.assert_allclose(np.array(other[0], float), np.array(ps[0], float), rtol=2e-3, atol=2e-3)

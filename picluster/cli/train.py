@@ -65,9 +65,13 @@ def train() -> None:
 @option("--workers", type=Whole(), default=None, show_default="2; with an inventory all of its workers",
         help="Worker tasks, one client each (with an inventory, one per worker node).")
 @option("--ps", type=Whole(), default=None, show_default="1; with an inventory all of its ps tasks", help="Parameter-server tasks.")
-@option("--exchange", type=click.Choice(["fused", "variables", "allreduce"]), default=None, show_default="fused",
-        help="How a step's gradients meet: on the ps, one flat tensor per ps each way (fused) or one per variable; "
-             "or summed between the workers themselves, each holding the model (allreduce, sync only).")
+@option("--exchange", type=click.Choice(["fused", "variables", "tree", "allreduce", "collective", "collective-tree"]), default=None,
+        show_default="fused",
+        help="How a step's gradients meet: on the ps, one flat tensor per ps each way (fused) or one per variable, "
+             "or each group of 4 workers summed by its first before the ps (tree); "
+             "summed between the workers themselves, each holding the model (allreduce: picluster's, over TCP); "
+             "or TensorFlow's collective all-reduce (one ring, or rings of 4 and a ring of their first workers). "
+             "The last four: sync only.")
 @option("--wire", type=click.Choice(["float32", "bfloat16"]), default=None, show_default="float32",
         help="What the fused exchange's tensors are between workers and ps: bfloat16 halves the bytes (float32 weights and Adam on the ps).")
 @option("--standalone", is_flag=True, default=None, help="One process, no ps (the baseline for benchmarks).")

@@ -25,6 +25,7 @@ def ready_name(job: str, index: int) -> str:
 
 
 MODULE = "picluster.cluster.server"
+COLLECTIVE_LEADER = "/job:worker/replica:0/task:0"
 RESERVED = 2  # ports Slurm reserves for the servers' step (--resv-ports): the ps tasks', the workers'
 
 
@@ -140,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         intra_op_parallelism_threads=args.threads,
         inter_op_parallelism_threads=args.threads + 1 if args.threads else 0,
     )
+    # TensorFlow's collective ops (a training's --exchange collective) resolve their groups through
+    # one task's server; a session without collective ops never asks it.
+    config.experimental.collective_group_leader = COLLECTIVE_LEADER
     spec = tf.train.ClusterSpec(layout.cluster_dict())
     if args.door:  # open before the ready file: a client may knock as soon as the task is ready
         from picluster.cluster.door import Door

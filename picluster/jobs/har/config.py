@@ -31,8 +31,13 @@ LR_SCALINGS = ("none", "sqrt", "linear")  # how the learning rate follows the up
 ASYNC_LRS = ("constant", "staleness")  # "staleness": each update's rate divided by how many updates it missed
 # How a step's gradients meet (exchange/): on the ps tasks, "fused" (one flat tensor of weights and
 # one of gradients per ps: a few RPCs a step) or "variables" (one tensor per variable each way);
-# "allreduce", between the workers themselves, each holding the whole model (sync only).
-EXCHANGES = ("fused", "variables", "allreduce")
+# "allreduce", between the workers themselves, each holding the whole model (sync only);
+# "collective" and "collective-tree", TensorFlow's own all-reduce, in one ring or two levels of them;
+# "tree", the ps's with each group of workers summed by its first before the ps (sync only).
+EXCHANGES = ("fused", "variables", "tree", "allreduce", "collective", "collective-tree")
+# The kinds with no ps in a step: each worker holds the model (sync only).
+ALL_REDUCES = ("allreduce", "collective", "collective-tree")
+SYNC_ONLY = ("tree", *ALL_REDUCES)
 # What a fused exchange's tensors are on the wire: "bfloat16" halves the bytes each way (fusion.py);
 # the ps keeps float32 weights and Adam either way.
 WIRES = ("float32", "bfloat16")
@@ -166,8 +171,8 @@ class TrainConfig:
             raise UsageError(f"--rnn-hidden {self.rnn_hidden} must be even with --bidir (rnn_hidden/2 units per direction)")
         if self.emulate and (not self.standalone or self.mode != "sync"):
             raise UsageError("--emulate makes a sync cluster's updates in one process: it goes with --standalone and --mode sync")
-        if self.exchange == "allreduce" and self.mode != "sync" and not self.standalone:
-            raise UsageError("--exchange allreduce averages every worker's gradient in each step: it goes with --mode sync; "
+        if self.exchange in SYNC_ONLY and self.mode != "sync" and not self.standalone:
+            raise UsageError(f"--exchange {self.exchange} averages every worker's gradient in each step: it goes with --mode sync; "
                              "an async worker applies its own through the ps (--exchange fused)")
         if self.wire != "float32" and self.exchange != "fused":
             raise UsageError(f"--wire {self.wire} is the fused exchange's: add --exchange fused, or drop --wire")

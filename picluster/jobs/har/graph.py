@@ -142,10 +142,11 @@ class Graph:
 
     @classmethod
     def replica(cls, config: TrainConfig, data, cluster: dict, task: int, launch: str = "", rank: int | None = None,
-                workers: int | None = None) -> "Graph":
+                workers: int | None = None, members: tuple[int, ...] = ()) -> "Graph":
         """The graph of worker ``task`` of ``cluster`` (TF_CONFIG's), of the kind ``config`` chooses;
-        ``rank`` and ``workers``: its place in this launch (by default the task and config.replicas)."""
-        place = Place(cluster, task, task if rank is None else rank, workers or config.replicas, launch)
+        ``rank``, ``workers`` and ``members``: its place in this launch (by default the task,
+        config.replicas and rank r on task r)."""
+        place = Place(cluster, task, task if rank is None else rank, workers or config.replicas, launch, members)
         return cls(config, data, exchange.choose(config, place))
 
     def tower(self, worker: int, getter=None):

@@ -88,7 +88,7 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
     t_data = time.perf_counter()
     tf.compat.v1.disable_eager_execution()
     server = serve_task(cluster, task) if serve and cluster else None  # noqa: F841  (serves while it lives)
-    kind = exchange.choose(cfg, Place(cluster, task, rank, workers, launch))  # how this replica's updates meet
+    kind = exchange.choose(cfg, Place(cluster, task, rank, workers, launch, tuple(members) if cluster else ()))  # how this replica's updates meet
     g = Graph(cfg, data, kind)
     shards = [shard(len(data.x_train), t, workers, cfg.seed) for t in tasks]
     batch = cfg.worker_batch(workers)
@@ -200,10 +200,14 @@ def cluster_and_task(cfg: TrainConfig, tf_config: str | None) -> tuple[dict | No
 def serve_task(cluster: dict, task: int):
     """This worker's TensorFlow server, hosted here: the node runs one TensorFlow runtime, not a
     server beside a client that imports TensorFlow again (see docs/lab.md for what that saves)."""
+    from picluster.cluster.server import COLLECTIVE_LEADER
     from picluster.cluster.shim import only_on
 
     host, port = cluster["worker"][task].rsplit(":", 1)
-    server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name="worker", task_index=task, protocol="grpc", start=True)
+    config = tf.compat.v1.ConfigProto()
+    config.experimental.collective_group_leader = COLLECTIVE_LEADER  # as every node's server (--exchange collective)
+    server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name="worker", task_index=task, protocol="grpc",
+                                  config=config, start=True)
     wrong = only_on(host, int(port))
     if wrong:
         raise ClusterError(f"worker {task} refuses to serve: {wrong}")

@@ -14,7 +14,8 @@ the epoch's exchange and left no compute.
 import tensorflow as tf
 
 # Ops that wait on another task rather than compute here: their time is the exchange's.
-WAITING = ("RecvTensor", "_Recv", "_HostRecv", "QueueDequeue", "QueueEnqueue", "Send", "_HostSend")
+WAITING = ("RecvTensor", "_Recv", "_HostRecv", "QueueDequeue", "QueueEnqueue", "Send", "_HostSend", "CollectiveReduce",
+           "CollectiveBcast")
 
 OPTIONS = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
 

@@ -7,16 +7,21 @@ ps.py         the parameter server: the weights on the ps tasks, read each step,
 allreduce.py  no ps in a step: every worker holds the model and the workers sum the gradient
               themselves (group.py), then apply the same update to their own copies
 group.py      the all-reduce's TCP group: recursive halving and doubling, its order of sums
+collective.py TensorFlow's collective all-reduce (its ring, or two levels of rings) in the graph
+tree.py       a tree of aggregators: each group's first worker sums its group's gradients before the
+              ps and hands the weights back down
 emulated.py   the statistics emulator: every worker's tower in one process, averaged as the
               emulated cluster's exchange averages them
 """
 
 from picluster.jobs.har.exchange.allreduce import AllReduce
+from picluster.jobs.har.exchange.collective import Collective
 from picluster.jobs.har.exchange.emulated import Emulated
 from picluster.jobs.har.exchange.kind import Exchange, Place, Step
 from picluster.jobs.har.exchange.ps import Ps
+from picluster.jobs.har.exchange.tree import Tree
 
-__all__ = ["AllReduce", "Emulated", "Exchange", "Place", "Ps", "Step", "choose"]
+__all__ = ["AllReduce", "Collective", "Emulated", "Exchange", "Place", "Ps", "Step", "Tree", "choose"]
 
 
 def choose(config, place: Place) -> Exchange:
@@ -26,4 +31,8 @@ def choose(config, place: Place) -> Exchange:
         return Emulated(config, place) if config.emulate and place.workers > 1 else Exchange(config, place)
     if config.exchange == "allreduce":
         return AllReduce(config, place)
+    if config.exchange.startswith("collective"):
+        return Collective(config, place)
+    if config.exchange == "tree":
+        return Tree(config, place)
     return Ps(config, place)

@@ -15,13 +15,19 @@ import tensorflow as tf
 @dataclass(frozen=True)
 class Place:
     """Where one replica trains: the cluster (TF_CONFIG's, None: a process alone), its worker task,
-    its rank among the launch's ``workers`` (the chief is 0) and the launch's id."""
+    its rank among the launch's ``workers`` (the chief is 0), the launch's id and the worker task
+    of each rank (``members``; by default rank r is task r)."""
 
     cluster: dict | None = None
     task: int = 0
     rank: int = 0
     workers: int = 1
     launch: str = ""
+    members: tuple[int, ...] = ()
+
+    def task_of(self, rank: int) -> int:
+        """The worker task at ``rank`` in this launch."""
+        return self.members[rank] if self.members else rank
 
     @property
     def here(self) -> str | None:
