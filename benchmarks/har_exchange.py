@@ -79,14 +79,37 @@ class Sampler:
         """The sample nearest ``when``."""
         return min(self.samples, key=lambda s: abs(s[0] - when))
 
+    def save(self, path: Path) -> None:
+        """Every sample: time, then per host its CPU seconds, throttled periods, bytes in and out."""
+        with open(path, "w", newline="") as f:
+            w = csv.writer(f)
+            hosts = [h.name for h in self.lab.hosts]
+            w.writerow(["time", *(f"{h}_{k}" for h in hosts for k in ("cpu_s", "throttled", "rx", "tx"))])
+            for when, cpu, throttled, links in self.samples:
+                w.writerow([f"{when:.3f}", *(v for i in range(len(hosts))
+                                             for v in (cpu[i], throttled[i], *(links[i] or ("", ""))))])
 
-def steady(rows: list[dict], sampler: Sampler, ps_hosts: list[int], workers: list[int]) -> dict:
-    """The parts per update between the second epoch's record and the last one's."""
-    if len(rows) < 3:
+
+def epoch_ends(run_dir: Path, rows: list[dict]) -> list[tuple[float, int]]:
+    """(when the chief finished the epoch, the global step then), epoch by epoch: the chief's
+    hand-overs to the evaluator beside the coordinator (trained.jsonl), else metrics.csv's rows,
+    which a chief that evaluates writes itself (the evaluator's rows come later, by its lag)."""
+    handed = run_dir / "trained.jsonl"
+    if handed.exists():
+        records = [json.loads(line) for line in handed.read_text().splitlines() if line.strip()]
+        ends = {r["epoch"]: float(r["time"]) for r in records if "epoch" in r and "checkpoint" in r}
+        steps = {int(r["epoch"]): int(r["global_step"]) for r in rows}
+        return [(ends[e], steps[e]) for e in sorted(ends) if e in steps]
+    return [(float(r["time"]), int(r["global_step"])) for r in rows]
+
+
+def steady(ends: list[tuple[float, int]], sampler: Sampler, ps_hosts: list[int], workers: list[int]) -> dict:
+    """The parts per update between the end of the first epoch and the end of the last."""
+    if len(ends) < 3:
         return {}
-    first, last = rows[1], rows[-1]
-    updates = int(last["global_step"]) - int(first["global_step"])
-    a, b = sampler.at(float(first["time"])), sampler.at(float(last["time"]))
+    (t0, step0), (t1, step1) = ends[0], ends[-1]
+    updates = step1 - step0
+    a, b = sampler.at(t0), sampler.at(t1)
     cpu = lambda i: (b[1][i] - a[1][i]) if a[1][i] is not None and b[1][i] is not None else None
     link = lambda i, way: (b[3][i][way] - a[3][i][way]) if a[3][i] and b[3][i] else None
     per_step = [cpu(i) / updates * 1000 for i in workers if cpu(i) is not None]
@@ -214,7 +237,8 @@ def main() -> None:
                     row |= medians(metrics)
                     used = list(range(args.ps_hosts, args.ps_hosts + workers))
                     ps = list(range(args.ps_hosts)) if design != "pi" else []
-                    row |= steady(metrics, sampler, ps, used if design != "pi" else [args.ps_hosts])
+                    row |= steady(epoch_ends(run_dir, metrics), sampler, ps, used if design != "pi" else [args.ps_hosts])
+                sampler.save(run_dir / "samples.csv")
                 rows[(design, workers, seed)] = row
                 save(rows, args.rows)
                 print(f"{design} x{workers} seed {seed}: {json.dumps(row)}", flush=True)

@@ -253,3 +253,39 @@ def test_the_tree_and_tensorflows_all_reduce_train_the_update_the_ps_trains(stat
     other = _run(tiny, tmp_path / exchange, "--workers", "6", "--epochs", "3", "--exchange", exchange)
     assert len(other[0]) == 3
     np.testing.assert_allclose(np.array(other[0], float), np.array(ps[0], float), rtol=2e-3, atol=2e-3)
+
+
+# -- the default ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("given,want", [
+    ({"workers": 16}, "allreduce"),
+    ({"workers": 2}, "allreduce"),
+    ({"workers": 8, "emulate": True, "standalone": True}, "allreduce"),  # the emulator emulates what a cluster gets
+    ({"workers": 8, "mode": "async"}, "fused"),
+    ({"workers": 8, "wire": "bfloat16"}, "fused"),  # the fused ps exchange's own options
+    ({"workers": 8, "local_steps": 2}, "fused"),
+    ({"workers": 8, "exchange": "tree"}, "tree"),
+])
+def test_a_sync_run_gets_the_all_reduce_and_async_or_the_ps_options_the_ps(given, want):
+    from picluster.jobs.har.config import TrainConfig
+
+    assert TrainConfig.for_model(**given).exchange == want
+
+
+def test_a_run_says_in_one_line_how_its_updates_meet_and_why(tmp_path):
+    from rich.console import Console
+
+    from picluster.jobs.har.config import TrainConfig
+    from picluster.jobs.har.progress import Printer
+
+    def said(**given) -> list[str]:
+        console = Console(width=400, record=True, file=open(tmp_path / "out.txt", "w"))  # noqa: SIM115
+        Printer(TrainConfig.for_model(**given), "RUN", console=console)
+        return console.export_text().splitlines()
+
+    assert said(workers=16)[1] == ("exchange: allreduce, all-reduce between the workers over TCP, no ps in a step "
+                                   "(the default for sync updates; --exchange picks another)")
+    assert said(workers=4, exchange="fused")[1].endswith("(given by --exchange)")
+    assert said(workers=4, wire="bfloat16")[1].startswith("exchange: fused, through the ps")
+    assert len(said(standalone=True)) == 1  # one process alone exchanges nothing

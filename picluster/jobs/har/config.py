@@ -204,6 +204,8 @@ class TrainConfig:
         if config.model == "convlstm" and config.mode == "sync":  # the recipe studied: its large-update choices
             chosen = for_workers(config.replicas, given)
             config = replace(config, **chosen) if chosen else config
+        if "exchange" not in given:
+            config = replace(config, exchange=default_exchange(config.mode, given))
         return config
 
     @property
@@ -304,6 +306,30 @@ FOR_WORKERS: tuple[tuple[int, dict[str, Any]], ...] = (
 # The update's size is one choice: either of its fields given drops all of it with the rate (a
 # --batch given keeps meaning windows per worker; 0.002 is the 400-window update's rate).
 UPDATE_SIZE = ("batch_per_worker", "batch")
+
+
+# The exchange a run gets unless --exchange is given (docs/lab.md "The cost of each update"): a sync
+# update's gradients summed between the workers themselves (no ps in a step: 12.4x one Pi's epoch
+# at 16 workers on 17 Pi-shaped hosts, the ps 5.9x); async updates go through the ps, as do the
+# options that only the fused ps exchange has.
+EXCHANGE_FOR_MODE = {"sync": "allreduce", "async": "fused"}
+FUSED_ONLY = ("wire", "local_steps")
+
+
+def default_exchange(mode: str, given=()) -> str:
+    """The exchange of a run in ``mode`` whose --exchange is not given (``given``: the options that are)."""
+    return "fused" if set(FUSED_ONLY) & set(given) else EXCHANGE_FOR_MODE[mode]
+
+
+# What each exchange is, for the line that starts a run.
+EXCHANGE_TEXT = {
+    "fused": "through the ps, one flat tensor per ps each way",
+    "variables": "through the ps, one tensor per variable each way",
+    "tree": "through the ps, each group of 4 workers summed by its first worker",
+    "allreduce": "all-reduce between the workers over TCP, no ps in a step",
+    "collective": "TensorFlow's collective all-reduce, one ring of the workers",
+    "collective-tree": "TensorFlow's collective all-reduce, rings of 4 then rings across them",
+}
 
 
 def for_workers(workers: int, given=()) -> dict[str, Any]:

@@ -89,7 +89,6 @@ class Graph:
                 self.towers = [Tower(self.x, self.y, self.noise)]
                 grads, variables = kind.gradients(self.loss, opt, self.value)
                 self.train = kind.update(grads, variables, Optimiser(opt, self.global_step, config.clip_norm, kind), self)
-                self.arrivals = kind.arrivals
                 apart = kind.evaluated(lambda x: self.forward(_inputs(x, config, data), Noise(1.0)), fed)
                 if apart is not None:  # evaluated on the float32 weights, as the evaluator restores them
                     out = apart

@@ -32,6 +32,19 @@ def _update(config) -> str:
     return f"{windows} windows per update at rate {lr:.3g}{warm}{stale}{local}"
 
 
+def exchange_line(config) -> str:
+    """How the run's updates meet, and why that way (the default for the run's mode, or given)."""
+    from picluster.jobs.har.config import EXCHANGE_TEXT, default_exchange
+
+    if config.exchange == default_exchange(config.mode):
+        why = f"the default for {config.mode} updates; --exchange picks another"
+    elif config.wire != "float32" or config.local_steps > 1:
+        why = "--wire and --local-steps go through the fused ps exchange"
+    else:
+        why = "given by --exchange"
+    return f"exchange: {config.exchange}, {EXCHANGE_TEXT[config.exchange]} ({why})"
+
+
 def epoch_line(r: dict) -> str:
     """One epoch's row of metrics.csv, as the user reads it."""
     f = lambda k: float(r[k]) if r.get(k) not in (None, "") else float("nan")
@@ -59,6 +72,8 @@ class Printer:
             kind = (f"one process emulating sync, {config.ps} ps + {config.workers} workers" if config.emulate
                     else "one process" if config.standalone else f"{config.mode}, {config.ps} ps + {config.workers} workers")
             self.console.print(f"run {run_dir}: {describe_model(config)}, {kind}, {config.epochs} epoch{'s' if config.epochs != 1 else ''}, {_update(config)}")
+            if config.replicas > 1:
+                self.console.print(exchange_line(config))
             if config.mode == "async" and not config.standalone and config.workers > 1:
                 self.console.print("async mode is not reproducible: which weights each gradient is computed against "
                                    "depends on timing, so the same --seed gives different numbers (README: HAR)")

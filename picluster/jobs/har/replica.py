@@ -304,9 +304,7 @@ def train_epoch(session, g: Graph, data, feeds: list[Feed], steps: int, batch: i
     # Sync's chief: which worker each step waited for (None elsewhere: nobody waits on anyone).
     # The update first, what the forward pass makes, then what is read after the update.
     fetches = [g.train, g.xent, g.correct, g.step_before, g.step_after]
-    arrivals = Arrivals(g.workers) if g.arrivals is not None else None
-    if arrivals is not None:
-        fetches.append(g.arrivals)
+    arrivals = Arrivals(g.workers) if g.kind.times_arrivals else None
     # Post-local SGD (localsgd.py): past --local-after, steps of this worker's own, a sync that
     # averages the models after every --local-steps of them and at the epoch's end.
     local = g.local if g.local is not None and epoch > cfg.local_after else None
@@ -345,9 +343,9 @@ def train_epoch(session, g: Graph, data, feeds: list[Feed], steps: int, batch: i
             saving = snapshot and s == steps - 1
             metadata = tf.compat.v1.RunMetadata()
             trace = {"options": steptrace.OPTIONS, "run_metadata": metadata} if traced else {}
-            ran = g.kind.step(session, feed, fetches[1:4], [fetches[0], *fetches[4:], *(g.snapshot if saving else [])], **trace)
+            ran = g.kind.step(session, feed, fetches[1:4], [fetches[0], fetches[4], *(g.snapshot if saving else [])], **trace)
             (loss, ok, before), (_, after, *rest) = ran.before, ran.after
-            stamps, values = rest[:len(fetches) - 5], (rest[len(fetches) - 5:] if saving else values)
+            values = rest if saving else values
             if traced and task is not None:
                 busy = steptrace.busy_seconds(metadata, task)
             if ran.exchange_s is not None:
@@ -360,8 +358,8 @@ def train_epoch(session, g: Graph, data, feeds: list[Feed], steps: int, batch: i
         seen += batch
         # Not the epoch's first step: the others start it while the chief still evaluates the last
         # epoch, so it would name the chief for the evaluation rather than for its steps.
-        if arrivals is not None and s > 0:
-            arrivals.add(*stamps[0])
+        if arrivals is not None and s > 0 and ran.arrivals is not None:
+            arrivals.add(*ran.arrivals)
         if not g.sync and distributed:
             staleness.append(int(after) - int(before) - 1)  # other workers' updates between our read and our apply
         if live is not None and t2 - live_at >= LIVE_EVERY_S:
@@ -418,8 +416,8 @@ def door_job(argv: list[str], job: JobContext) -> int:
             if not job.cancelled.is_set():
                 raise
             raise SystemExit(CANCELLED) from None
-        except (RuntimeError, tf.errors.OpError):
-            if job.cancelled.is_set():  # the session closed under a step: the cancel's doing
+        except (RuntimeError, tf.errors.OpError, ClusterError):
+            if job.cancelled.is_set():  # the session (or the all-reduce's group) closed under a step: the cancel's doing
                 raise SystemExit(CANCELLED) from None
             raise
 

@@ -35,6 +35,7 @@ class AllReduce(Exchange):
         super().__init__(config, place)
         assert place.cluster is not None, "the all-reduce joins a cluster's workers"
         self.sync = place.workers > 1
+        self.times_arrivals = place.chief and self.sync
         self.group: Group | None = None
         self._rendezvous_session = None
 
@@ -108,12 +109,21 @@ class AllReduce(Exchange):
         return [a.decode() for a in got]
 
     def step(self, session, feed, before, after, **trace):
+        began = time.perf_counter()
         values = session.run([self.flat, *before], feed, **trace)
         assert self.group is not None
-        began = time.perf_counter()
-        mean = self.group.mean(values[0])
-        exchange = time.perf_counter() - began
-        return Step(values[1:], session.run(after, {self.mean_in: mean}), exchange)
+        ready = time.perf_counter()
+        # The seconds each worker's gradient took, summed with the gradients (one slot each, the
+        # others' zeros): the chief learns whom a step waited for without a message of its own.
+        n, rank = self.place.workers, self.place.rank
+        times = np.zeros(n, np.float32)
+        times[rank] = ready - began
+        total = self.group.total(np.concatenate([np.asarray(values[0], np.float32), times]))
+        mean = total[:-n]
+        mean /= np.float32(n)
+        exchange = time.perf_counter() - ready
+        arrivals = (np.arange(n), total[-n:]) if rank == 0 and n > 1 else None
+        return Step(values[1:], session.run(after, {self.mean_in: mean}), exchange, arrivals)
 
     def close(self) -> None:
         if self._rendezvous_session is not None:

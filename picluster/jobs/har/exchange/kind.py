@@ -53,12 +53,15 @@ Apply = Callable[[list, list], Any]
 @dataclass
 class Step:
     """What one training step ran: the values of ``before`` (made by the forward pass), of
-    ``after`` (read once the update landed), and the seconds its exchange took where the kind
-    times it itself (None: steptrace.py splits the step from a traced one)."""
+    ``after`` (read once the update landed), the seconds its exchange took where the kind times
+    it itself (None: steptrace.py splits the step from a traced one), and where the kind tells
+    (the chief of a sync update), when each worker's gradient was ready: (ranks, seconds) for
+    straggler.py."""
 
     before: list
     after: list
     exchange_s: float | None = None
+    arrivals: tuple | None = None
 
 
 class Exchange:
@@ -68,6 +71,7 @@ class Exchange:
     name = "alone"
     sync = False  # a step waits for every worker's gradient
     arrivals = None  # sync on a ps: (tasks, times) of a step's gradients as ps 0 saw them (the chief's)
+    times_arrivals = False  # each step tells the chief when every worker's gradient was ready (Step.arrivals)
     # Whether a session checks for uninitialised variables itself (TensorFlow's own reports); a
     # kind that makes sure of it at a launch's start (Exchange.await_chief) says False.
     reports_missing = True
@@ -142,9 +146,12 @@ class Exchange:
         return step, epoch
 
     def step(self, session, feed: dict, before: list, after: list, **trace) -> Step:
-        """One training step: the update, with ``before`` and ``after`` fetched."""
-        values = session.run([*before, *after], feed, **trace)
-        return Step(values[:len(before)], values[len(before):])
+        """One training step: the update, with ``before`` and ``after`` fetched (and the arrivals
+        where this kind has them in the graph)."""
+        extra: list = [self.arrivals] if self.arrivals is not None else []
+        values = session.run([*before, *after, *extra], feed, **trace)
+        n = len(before) + len(after)
+        return Step(values[:len(before)], values[len(before):n], arrivals=values[n] if extra else None)
 
     def close(self) -> None:
         """The launch ended or was cancelled (from another thread): let go of what it holds."""

@@ -94,6 +94,7 @@ class Ps(Exchange):
         if self.sync:
             train, self.arrivals = sync_step(grads, variables, optimiser.global_step, self.place.rank, self.place.workers,
                                              self.place.launch, optimiser.apply_mean(variables), self.fused_on, wire=self.wire)
+            self.times_arrivals = self.arrivals is not None  # the chief's: ps 0's stamps
             return train
         clipped = optimiser.clipped(grads)  # where the gradients are
         if self.fused_on:
