@@ -90,6 +90,8 @@ def measure(args) -> None:
     print(f"{len(todo)} runs to make ({len(done)} in {path} already)", file=sys.stderr)
 
     def one(item):
+        while args.pause_while and Path(args.pause_while).exists():  # a timing run has the machine: wait between runs
+            time.sleep(5)
         row = run_one(*item, args.epochs, args.threads, args.data_dir)
         with open(path, "a", newline="") as f:  # one row a run: an interrupted study keeps what it made
             csv.DictWriter(f, COLUMNS).writerow(row)
@@ -200,6 +202,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=40)
     parser.add_argument("--threads", type=int, default=1, help="each run's threads (1: as a worker on a Pi-shaped test host)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once")
+    parser.add_argument("--pause-while", metavar="FILE",
+                        help="start no run while FILE exists (a timing benchmark shares the machine; runs under way finish)")
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--target", type=float, default=0.96)
     parser.add_argument("--report", help="print the table of a rows CSV")

@@ -127,8 +127,9 @@ def measure(exchange: str, mode: str, workers: int, ps: int, steps: int = 3, loc
 
     def work(t: int) -> None:
         g, s = graphs[t], sessions[t]
-        fetches = [g.train, g.xent, g.correct, g.step_before, g.step_after] + ([g.arrivals] if g.arrivals is not None else [])
         try:
+            arrivals = g.kind.arrivals
+            fetches = [g.train, g.xent, g.correct, g.step_before, g.step_after] + ([arrivals] if arrivals is not None else [])
             for i in range(steps):
                 feed = {g.x: data.x_train[:batch], g.y: np.zeros(batch, np.int64), g.keep: 0.85}
                 if i == steps - 1:

@@ -267,7 +267,9 @@ def test_a_killed_chief_then_a_killed_ps_each_restart_the_run_and_it_finishes(st
     assert picluster("cluster", "up", "--ps", "1", "--workers", "2").returncode == 0
     run_dir = tmp_path / "run"
     try:
-        proc = picluster_popen("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "40", "--json")
+        # The ps holds the variables only in the ps exchanges: a run that keeps them there.
+        proc = picluster_popen("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *TINY_MODEL, "--epochs", "40",
+                               "--exchange", "fused", "--json")
         try:
             _kill_when(run_dir, proc, 2, lambda: client_process(run_dir, 0))
             relaunched(run_dir, proc, set())  # not while the first restart is under way: two losses, one after the other

@@ -328,7 +328,7 @@ def test_a_killed_ps_stops_the_run_naming_it(state, tiny, tmp_path):
 @pytest.mark.e2e
 def test_two_ps_tasks_share_the_variables(state, tiny, tmp_path):
     result = picluster("train", "har", "--data-dir", tiny, "--run-dir", tmp_path / "run", *TINY_MODEL, "--epochs", "1",
-                       "--ps", "2", "--workers", "2", "--json", timeout=300)
+                       "--ps", "2", "--workers", "2", "--exchange", "fused", "--json", timeout=300)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
     per_ps = out["parameters_per_ps"]

@@ -213,19 +213,23 @@ def test_clients_inside_the_servers_stop_when_the_coordinator_is_killed_and_the_
     try:
         _wait_for_rows(run, coordinator, 1)
         assert all(len(_clients(h)) == 1 for h in lab.hosts[1:])  # each a knocker at its server's door
+        logs = [host.path(f"{lab.user.home}/{RUN_DIR}/worker-{task}.log") for task, host in enumerate(lab.hosts[1:])]
+        before_kill = [len(log.read_text()) for log in logs]  # what the kill ends is written after this
         coordinator.send_signal(signal.SIGKILL)
         coordinator.wait(10)
+        said = coordinator.communicate()[1]  # the coordinator's own lines, for a failure's message
         # SIGKILL leaves no time to stop anything: the SSH channels close, each tether stops its
         # knocker, and each server cancels the run inside it.
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and any(_clients(h) or _tethers(h) for h in lab.hosts):
             time.sleep(0.5)
         assert [c for h in lab.hosts for c in _clients(h) + _tethers(h)] == []
-        for task, host in enumerate(lab.hosts[1:]):
-            log = host.path(f"{lab.user.home}/{RUN_DIR}/worker-{task}.log")
-            while time.monotonic() < deadline and "(cancelled)" not in log.read_text():
+        for log, start in zip(logs, before_kill):
+            while time.monotonic() < deadline and "(cancelled)" not in log.read_text()[start:]:
                 time.sleep(0.5)
-            assert re.search(r"job picluster\.jobs\.har\.replica:door_job ended, status \d+ \(cancelled\); memory held \d+ MiB, .*\n$", log.read_text()), log.read_text()
+            after = log.read_text()[start:]
+            assert re.search(r"job picluster\.jobs\.har\.replica:door_job ended, status \d+ \(cancelled\); memory held \d+ MiB, .*\n$", after), (
+                f"{log.name} after the kill:\n{after}\nthe coordinator said:\n{said}")
         assert {h.name: _server_pids(h) for h in lab.hosts} == before  # the same servers, serving on
         status = picluster("cluster", "status", "-i", inventory)
         assert status.returncode == 0, status.stdout

@@ -1,5 +1,7 @@
 """The network's shapes and parameter counts, the config's checks and the scores: no cluster needed."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -254,7 +256,8 @@ def test_window_stats_feed_each_channels_mean_and_deviation_to_the_output_layer(
 def test_the_defaults_are_the_chosen_recipe_and_resbidir_keeps_its_former_ones():
     recipe = TrainConfig.for_model(model="convlstm", standardise=True, l2=0.0005, epochs=60,
                                    augment="rotate:45,scale:0.1,shift:8")  # no mirror: docs/har.md's cross-validation
-    assert TrainConfig.for_model() == recipe == TrainConfig()
+    # What a user gets is for_model's: a sync run's exchange is the all-reduce (config.default_exchange).
+    assert TrainConfig.for_model() == recipe == replace(TrainConfig(), exchange="allreduce")
     thesis = TrainConfig.for_model(model="resbidir")
     assert (thesis.standardise, thesis.l2, thesis.augment, thesis.epochs) == (False, 0.005, "", 40)
     assert TrainConfig.for_model(model="resbidir", augment="rotate:15", epochs=5).augment == "rotate:15"  # given wins
@@ -274,7 +277,7 @@ def test_layers_is_the_depth_of_whichever_model_runs():
     convlstm's convolution blocks as much as resbidir's stacked blocks."""
     from picluster.jobs.har.graph import network
 
-    assert TrainConfig.for_model(layers=3) == TrainConfig()
+    assert TrainConfig.for_model(layers=3) == TrainConfig.for_model()
     conv, _ = network(TrainConfig.for_model(layers=2))
     thesis, _ = network(TrainConfig.for_model(model="resbidir", layers=5))
     assert (conv.layers, thesis.layers) == (2, 5)

@@ -138,6 +138,7 @@ class Graph:
                 with tf.control_dependencies([self.train]):
                     self.snapshot = [tf.identity(v.read_value()) for v in self.saved]
             kind.graph_done(self)
+        self.scaffold: Any = None  # the training session's (replica.open_session), made once
 
     @classmethod
     def replica(cls, config: TrainConfig, data, cluster: dict, task: int, launch: str = "", rank: int | None = None,

@@ -88,8 +88,9 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
     t_data = time.perf_counter()
     tf.compat.v1.disable_eager_execution()
     server = serve_task(cluster, task) if serve and cluster else None  # noqa: F841  (serves while it lives)
-    kind = exchange.choose(cfg, Place(cluster, task, rank, workers, launch, tuple(members) if cluster else ()))  # how this replica's updates meet
-    g = Graph(cfg, data, kind)
+    place = Place(cluster, task, rank, workers, launch, tuple(members) if cluster else ())
+    g = _graph(cfg, data, place)
+    kind = g.kind  # how this replica's updates meet
     shards = [shard(len(data.x_train), t, workers, cfg.seed) for t in tasks]
     batch = cfg.worker_batch(workers)
     steps, global_per_epoch = cfg.steps_per_epoch(len(data.x_train), workers)
@@ -164,6 +165,30 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
         if duties is not None:
             duties.finish()
         session.close()
+
+
+# The last graph built in this process, for the next run of the same shape: a node's resident
+# server runs run after run, and building the graph is most of a Pi-shaped host's start-up
+# (10-15 s at a ninth of a core).  Only a kind whose graph names no launch is kept (Exchange.reusable).
+_BUILT: dict[tuple, Graph] = {}
+# Options that change nothing in the graph: a run that differs only in them reuses it.
+_NOT_IN_GRAPH = ("target_val_accuracy", "data_dir", "checkpoint_epochs", "eval_batch", "eval_test_every_epoch")
+
+
+def _graph(cfg: TrainConfig, data, place: Place) -> Graph:
+    """The replica's graph: the one this process built for the last run if nothing in it differs
+    (the same options, data and place but the launch), else a new one."""
+    shape = {k: v for k, v in json.loads(cfg.to_json()).items() if k not in _NOT_IN_GRAPH}
+    key = (json.dumps(shape, sort_keys=True), data.checksum, place.cluster is None, place.rank, place.workers)
+    built = _BUILT.get(key)
+    if built is not None:
+        built.kind.relaunch(place)
+        return built
+    g = Graph(cfg, data, exchange.choose(cfg, place))
+    _BUILT.clear()
+    if g.kind.reusable:
+        _BUILT[key] = g
+    return g
 
 
 def _process_started() -> float:
@@ -246,8 +271,10 @@ def open_session(g: Graph, cfg: TrainConfig, checkpoint_dir: Path, job: JobConte
         g.kind.await_chief(job, g.graph, partial(_cancelled, job))
     # No reports of uninitialised variables where the kind waits itself (Graph.nothing_missing);
     # a worker's scaffold gets no Saver (it neither saves nor restores; Scaffold would build one).
-    scaffold = tf.compat.v1.train.Scaffold(saver=g.saver if g.saver is not None else _NoSaver(), ready_op=g.nothing_missing,
-                                           ready_for_local_init_op=g.nothing_missing)
+    # One scaffold a graph: its ops are made once, and a graph reused for the next run (_graph) is
+    # finalised by then.
+    g.scaffold = scaffold = g.scaffold or tf.compat.v1.train.Scaffold(
+        saver=g.saver if g.saver is not None else _NoSaver(), ready_op=g.nothing_missing, ready_for_local_init_op=g.nothing_missing)
     if chief or g.kind.initialises_own:
         creator = tf.compat.v1.train.ChiefSessionCreator(scaffold=scaffold, master=target, config=config,
                                                          checkpoint_dir=str(checkpoint_dir) if chief else None)

@@ -30,6 +30,7 @@ class AllReduce(Exchange):
     name = "allreduce"
     initialises_own = True
     times_exchange = True
+    reusable = True  # no devices, no queues: only the rendezvous names the launch, in a graph of its own
 
     def __init__(self, config, place: Place) -> None:
         super().__init__(config, place)
@@ -58,6 +59,10 @@ class AllReduce(Exchange):
         self.sizes = [int(v.shape.num_elements()) for v in self.saved]
 
     # -- running -----------------------------------------------------------------------------------
+
+    def relaunch(self, place: Place) -> None:
+        self.place, self.group, self._rendezvous_session = place, None, None
+        self.times_arrivals = place.chief and self.sync
 
     def start(self, raw, g, step, epoch, cancelled):
         place = self.place

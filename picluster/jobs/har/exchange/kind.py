@@ -81,6 +81,9 @@ class Exchange:
     # Whether ``step`` times the exchange itself (Step.exchange_s); otherwise one traced step a
     # epoch splits the steps' time (steptrace.py).
     times_exchange = False
+    # Whether the graph names nothing of its launch, so that the next run of the same shape in this
+    # process may reuse it (replica._graph): no queue or container of the launch's on a server.
+    reusable = False
 
     def __init__(self, config, place: Place) -> None:
         self.config, self.place = config, place
@@ -152,6 +155,10 @@ class Exchange:
         values = session.run([*before, *after, *extra], feed, **trace)
         n = len(before) + len(after)
         return Step(values[:len(before)], values[len(before):n], arrivals=values[n] if extra else None)
+
+    def relaunch(self, place: Place) -> None:
+        """The same graph for another launch at ``place`` (a reusable kind's only)."""
+        raise NotImplementedError(f"the {self.name} exchange's graph belongs to its launch")
 
     def close(self) -> None:
         """The launch ended or was cancelled (from another thread): let go of what it holds."""

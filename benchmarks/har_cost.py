@@ -1,0 +1,218 @@
+"""The cost of one update, design by design: a model that builds the epoch from the parts
+har_exchange.py measured on the lab, set against the epoch measured.
+
+    epoch = U x (input + compute + exchange)
+
+U is the updates an epoch holds, input and compute a worker's own per step (metrics.csv), and the
+exchange the critical path of one update, from its parts:
+
+- **ps** (fused, 16-bit wire, variable by variable, 2 ps tasks): each ps is one server at its host's
+  CPU share s, working through the worker-steps in turn (its CPU per update P, measured, shared
+  evenly among the N worker-steps and, for each, half when the step starts: the weights out;
+  half when its gradient arrives); each ps link carries what it carried (measured bytes) at
+  the link's rate.  Every worker starts together, is served in turn, computes, and the update
+  ends when the last gradient is served and the chief's apply is done.  A small event simulation
+  of this queue gives the update's time.
+- **tree**: the same queue twice: each group's first worker serves its members (its CPU beyond a
+  member's, measured), then the ps serves the groups' first workers.
+- **all-reduce** (picluster's over TCP, TensorFlow's ring, its two levels): R rounds one after the
+  other, each a hop of latency h (a message on a host at a share of a core: its wake-up and its
+  CPU) and the round's bytes at the link's rate: halving and doubling 2 log2(N) rounds of halves,
+  quarters, ... of the vector; a ring 2(N - 1) rounds of 1/N of it; two levels 2(g - 1) rounds of
+  1/g and 2(N/g - 1) of g/N of it.
+
+One parameter per family is not measured but fitted, on the runs of ``--fit`` workers (8): the
+all-reduces' hop latency h.  The model then predicts the other runs (16 workers, and the 9-host
+lab's hosts of twice the share), which is the test: ``--report`` prints predicted against measured
+epochs and the error; the batch sweep (har_batch.py) uses the same parts to cost an update of any
+size.
+
+    .venv/bin/python benchmarks/har_cost.py --rows docs/data/har_exchange_h17.csv docs/data/har_exchange_h18.csv ...
+"""
+
+import argparse
+import csv
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+MODEL_BYTES = 69_254 * 4  # the default model's float32 weights (and gradients)
+RATES = {"300mbit": 300e6 / 8, "1gbit": 1e9 / 8}  # bytes a second of the lab's shaped links
+
+
+@dataclass(frozen=True)
+class Run:
+    """One row of har_exchange.py, in seconds and bytes."""
+
+    design: str
+    options: str
+    workers: int
+    share: float  # of a core, each host
+    rate: float  # bytes a second, each link
+    updates: int  # a epoch
+    epoch: float  # measured, s
+    compute: float  # a step, s
+    exchange: float  # an update, s (as measured: epoch's steps less compute and input)
+    input: float  # a step, s
+    ps_cpu: float  # s an update, every ps together
+    worker_cpu: float  # s a step, the median worker
+    worker_cpu_max: float  # s a step, the busiest worker
+    ps_bytes: tuple[float, float]  # in, out an update, every ps together
+    hosts: int
+
+    @property
+    def kind(self) -> str:
+        """The design's family, from its options."""
+        if "--exchange tree" in self.options:
+            return "tree"
+        for name in ("collective-tree", "collective", "allreduce"):
+            if f"--exchange {name}" in self.options:
+                return name
+        return "ps"
+
+    @property
+    def ps_tasks(self) -> int:
+        words = self.options.split()
+        return int(words[words.index("--ps") + 1]) if "--ps" in words else 1
+
+
+def load(paths: list[Path]) -> list[Run]:
+    runs = []
+    for path in paths:
+        with open(path, newline="") as f:
+            for r in csv.DictReader(f):
+                if r["ok"] != "yes" or not r.get("epoch_s") or r["design"] == "pi":
+                    continue
+                u = int(float(r["updates_per_epoch"]))
+                f_ = lambda k, r=r: float(r[k]) if r.get(k) else 0.0
+                runs.append(Run(r["design"], r["options"], int(r["workers"]), float(r["cpu_per_host"]), RATES[r["link"]], u,
+                                f_("epoch_s"), f_("compute_s") / u, f_("exchange_s") / u, f_("input_s") / u,
+                                f_("ps_cpu_ms_per_update") / 1000, f_("worker_cpu_ms_per_step") / 1000,
+                                f_("worker_cpu_ms_per_step_max") / 1000,
+                                (f_("ps_kb_in_per_update") * 1000, f_("ps_kb_out_per_update") * 1000), int(r["hosts"])))
+    return runs
+
+
+def served_in_turn(arrivals: list[float], work: float, start: float = 0.0) -> float:
+    """When one server at work seconds each is done with requests arriving at ``arrivals``."""
+    free = start
+    for t in sorted(arrivals):
+        free = max(free, t) + work
+    return free
+
+
+def ps_update(run: Run, compute: float) -> float:
+    """The update through k ps tasks: served in turn at the start (weights out) and as each
+    gradient arrives, each ps on its own share and link (the k share every worker-step's work)."""
+    n, k, s = run.workers, run.ps_tasks, run.share
+    per = run.ps_cpu / k / n / s  # one worker-step at one ps, wall seconds at its share
+    out_bytes, in_bytes = run.ps_bytes[1] / k / n, run.ps_bytes[0] / k / n
+    # Start: each ps serves the workers in turn; a worker has its weights once every ps did.
+    starts = [0.0] * n
+    for _ in range(k):
+        free = link = 0.0
+        for w in range(n):
+            free += per / 2
+            link = max(link, free) + out_bytes / run.rate
+            starts[w] = max(starts[w], link)
+    ready = [t + compute for t in starts]
+    # End: every gradient through the ps's link, then its half of the worker-step's work.
+    ends = []
+    for _ in range(k):
+        link, arrivals = 0.0, []
+        for t in sorted(ready):
+            link = max(link, t) + in_bytes / run.rate
+            arrivals.append(link)
+        ends.append(served_in_turn(arrivals, per / 2, start=n * per / 2))
+    return max(ends)
+
+
+def tree_update(run: Run, compute: float, group: int = 4) -> float:
+    """Each group's first worker serves its members in turn (its CPU beyond a member's), then the
+    ps serves the groups' first workers in turn (the ps's CPU, over the groups)."""
+    n, s = run.workers, run.share
+    groups = math.ceil(n / group)
+    lead = max(0.0, run.worker_cpu_max - run.worker_cpu) / max(1, group - 1) / s  # a member at its first worker
+    root = run.ps_cpu / groups / s  # a group at the ps
+    vector = MODEL_BYTES / run.rate
+    first = served_in_turn([compute + vector] * (group - 1), lead, start=compute)  # a group's sum ready
+    at_root = served_in_turn([first + vector] * groups, root)
+    return at_root + vector + lead * (group - 1) / 2 + vector  # the weights back down the tree
+
+
+def rounds(run: Run) -> list[float]:
+    """The bytes of each round of an all-reduce of the model, in order."""
+    n = run.workers
+    if run.kind == "allreduce":
+        low = 1 << (n.bit_length() - 1)
+        halves = [MODEL_BYTES / 2 ** (k + 1) for k in range(low.bit_length() - 1)]
+        fold = [MODEL_BYTES] if low < n else []
+        return fold + halves + halves[::-1] + fold
+    if run.kind == "collective-tree":
+        g = max(d for d in range(1, 5) if n % d == 0)
+        if g not in (1, n):
+            return [MODEL_BYTES / g] * 2 * (g - 1) + [MODEL_BYTES * g / n] * 2 * (n // g - 1)
+    return [MODEL_BYTES / n] * 2 * (n - 1)
+
+
+def ring_update(run: Run, hop: float) -> float:
+    """R rounds one after the other: each a hop's latency and its bytes at the link's rate."""
+    return sum(hop + b / run.rate for b in rounds(run))
+
+
+def exchange(run: Run, hops: dict[str, float]) -> float:
+    if run.kind == "ps":
+        return ps_update(run, run.compute) - run.compute
+    if run.kind == "tree":
+        return tree_update(run, run.compute) - run.compute
+    return ring_update(run, hops[run.kind])
+
+
+def fit_hops(runs: list[Run], workers: int) -> dict[str, float]:
+    """Each all-reduce's hop latency, from its runs of ``workers`` workers: their exchange less the
+    bytes' time, over their rounds (the median over the shares measured)."""
+    hops: dict[str, list[float]] = {}
+    for r in runs:
+        if r.workers == workers and r.kind in ("allreduce", "collective", "collective-tree"):
+            steps = rounds(r)
+            hops.setdefault(r.kind, []).append((r.exchange - sum(b / r.rate for b in steps)) / len(steps))
+    return {k: statistics.median(v) for k, v in hops.items()}
+
+
+def predict(run: Run, hops: dict[str, float]) -> float:
+    return run.updates * (run.input + run.compute + exchange(run, hops))
+
+
+def report(runs: list[Run], fit: int) -> None:
+    hops = fit_hops(runs, fit)
+    print(f"hop latency fitted on {fit} workers: " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in sorted(hops.items())))
+    print("| design | workers | hosts (core each) | epoch measured, s | predicted, s | error | exchange an update: measured / predicted, ms | fitted here |")
+    print("|---|---|---|---|---|---|---|---|")
+    worst = 0.0
+    for r in sorted(runs, key=lambda r: (r.hosts, r.workers, r.kind, r.design)):
+        if r.kind not in ("ps", "tree") and r.kind not in hops:
+            continue
+        p = predict(r, hops)
+        err = p / r.epoch - 1
+        fitted = r.workers == fit and r.kind not in ("ps", "tree")
+        worst = max(worst, abs(err)) if not fitted else worst
+        print(f"| {r.design} | {r.workers} | {r.hosts} ({r.share:g}) | {r.epoch:.2f} | {p:.2f} | {err:+.0%} | "
+              f"{r.exchange * 1000:.0f} / {exchange(r, hops) * 1000:.0f} | {'yes' if fitted else ''} |")
+    print(f"\nlargest error where nothing was fitted: {worst:.0%}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", nargs="+", type=Path, required=True, help="har_exchange.py's rows files")
+    ap.add_argument("--fit", type=int, default=8, help="the worker count whose runs give the hop latencies [8]")
+    args = ap.parse_args()
+    runs = load(args.rows)
+    if not runs:
+        sys.exit("no rows")
+    report(runs, args.fit)
+
+
+if __name__ == "__main__":
+    main()
