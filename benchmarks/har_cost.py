@@ -13,8 +13,9 @@ exchange the critical path of one update, from its parts:
   the link's rate.  Every worker starts together, is served in turn, computes, and the update
   ends when the last gradient is served and the chief's apply is done.  A small event simulation
   of this queue gives the update's time.
-- **tree**: the same queue twice: each group's first worker serves its members (its CPU beyond a
-  member's, measured), then the ps serves the groups' first workers.
+- **tree**: the same queue twice: the ps serves the groups' first workers, and each of them its
+  members (its CPU beyond a member's, measured), the weights at the start and the gradients at
+  the end.
 - **all-reduce** (picluster's over TCP, TensorFlow's ring, its two levels): R rounds one after the
   other, each a hop of latency h (a message on a host at a share of a core: its wake-up and its
   CPU) and the round's bytes at the link's rate: halving and doubling 2 log2(N) rounds of halves,
@@ -22,7 +23,8 @@ exchange the critical path of one update, from its parts:
   1/g and 2(N/g - 1) of g/N of it.
 
 One parameter per family is not measured but fitted, on the runs of ``--fit`` workers (8): the
-all-reduces' hop latency h.  The model then predicts the other runs (16 workers, and the 9-host
+all-reduces' hop latency h, and the ps's round at the end of a sync update (the chief's, taking
+the arrivals and handing out the tokens), the median over the ps designs.  The model then predicts the other runs (16 workers, and the 9-host
 lab's hosts of twice the share), which is the test: ``--report`` prints predicted against measured
 epochs and the error; the batch sweep (har_batch.py) uses the same parts to cost an update of any
 size.
@@ -79,19 +81,25 @@ class Run:
 
 
 def load(paths: list[Path]) -> list[Run]:
+    """The runs of each file, with one compute a step per worker count: the all-reduce's run's
+    (it times its exchange itself, so its split of a step is measured, not traced), as a worker's
+    compute does not depend on how the update meets."""
     runs = []
     for path in paths:
         with open(path, newline="") as f:
-            for r in csv.DictReader(f):
-                if r["ok"] != "yes" or not r.get("epoch_s") or r["design"] == "pi":
-                    continue
-                u = int(float(r["updates_per_epoch"]))
-                f_ = lambda k, r=r: float(r[k]) if r.get(k) else 0.0
-                runs.append(Run(r["design"], r["options"], int(r["workers"]), float(r["cpu_per_host"]), RATES[r["link"]], u,
-                                f_("epoch_s"), f_("compute_s") / u, f_("exchange_s") / u, f_("input_s") / u,
-                                f_("ps_cpu_ms_per_update") / 1000, f_("worker_cpu_ms_per_step") / 1000,
-                                f_("worker_cpu_ms_per_step_max") / 1000,
-                                (f_("ps_kb_in_per_update") * 1000, f_("ps_kb_out_per_update") * 1000), int(r["hosts"])))
+            rows = [r for r in csv.DictReader(f) if r["ok"] == "yes" and r.get("epoch_s") and r["design"] != "pi"]
+        f_ = lambda r, k: float(r[k]) if r.get(k) else 0.0
+        computes = {r["workers"]: f_(r, "compute_s") / f_(r, "updates_per_epoch") for r in rows if "--exchange allreduce" in r["options"]}
+        for r in rows:
+            if r["workers"] not in computes:
+                sys.exit(f"{path}: no all-reduce run of {r['workers']} workers to give a step's compute")
+            u = int(f_(r, "updates_per_epoch"))
+            compute, input_ = computes[r["workers"]], f_(r, "input_s") / u
+            runs.append(Run(r["design"], r["options"], int(r["workers"]), float(r["cpu_per_host"]), RATES[r["link"]], u,
+                            f_(r, "epoch_s"), compute, f_(r, "epoch_s") / u - input_ - compute, input_,
+                            f_(r, "ps_cpu_ms_per_update") / 1000, f_(r, "worker_cpu_ms_per_step") / 1000,
+                            f_(r, "worker_cpu_ms_per_step_max") / 1000,
+                            (f_(r, "ps_kb_in_per_update") * 1000, f_(r, "ps_kb_out_per_update") * 1000), int(r["hosts"])))
     return runs
 
 
@@ -130,16 +138,28 @@ def ps_update(run: Run, compute: float) -> float:
 
 
 def tree_update(run: Run, compute: float, group: int = 4) -> float:
-    """Each group's first worker serves its members in turn (its CPU beyond a member's), then the
-    ps serves the groups' first workers in turn (the ps's CPU, over the groups)."""
+    """Two queues, each as a ps's: at the start the ps serves the groups' first workers the
+    weights in turn, and each first worker its members; at the end each first worker takes its
+    members' gradients in turn and sums them, then the ps the groups' sums.  A first worker's work
+    a member is its CPU beyond a member's, measured; the ps's a group, its CPU over the groups;
+    each half at the start and half at the end, as the ps's."""
     n, s = run.workers, run.share
     groups = math.ceil(n / group)
     lead = max(0.0, run.worker_cpu_max - run.worker_cpu) / max(1, group - 1) / s  # a member at its first worker
     root = run.ps_cpu / groups / s  # a group at the ps
     vector = MODEL_BYTES / run.rate
-    first = served_in_turn([compute + vector] * (group - 1), lead, start=compute)  # a group's sum ready
-    at_root = served_in_turn([first + vector] * groups, root)
-    return at_root + vector + lead * (group - 1) / 2 + vector  # the weights back down the tree
+    root_free, sums = 0.0, []
+    for g in range(groups):
+        members = min(group, n - g * group) - 1
+        root_free += root / 2
+        lead_free = root_free + vector  # the first worker has the weights
+        starts = [lead_free]
+        for _ in range(members):
+            lead_free += lead / 2
+            starts.append(lead_free + vector)
+        ready = [t + compute for t in starts]
+        sums.append(served_in_turn([t + vector for t in ready[1:]], lead / 2, start=max(lead_free, ready[0])))
+    return served_in_turn([t + vector for t in sums], root / 2, start=root_free)
 
 
 def rounds(run: Run) -> list[float]:
@@ -164,9 +184,9 @@ def ring_update(run: Run, hop: float) -> float:
 
 def exchange(run: Run, hops: dict[str, float]) -> float:
     if run.kind == "ps":
-        return ps_update(run, run.compute) - run.compute
+        return ps_update(run, run.compute) - run.compute + hops.get("ps", 0.0)
     if run.kind == "tree":
-        return tree_update(run, run.compute) - run.compute
+        return tree_update(run, run.compute) - run.compute  # its two queues alone came within 5 % (no fitted round)
     return ring_update(run, hops[run.kind])
 
 
@@ -178,6 +198,10 @@ def fit_hops(runs: list[Run], workers: int) -> dict[str, float]:
         if r.workers == workers and r.kind in ("allreduce", "collective", "collective-tree"):
             steps = rounds(r)
             hops.setdefault(r.kind, []).append((r.exchange - sum(b / r.rate for b in steps)) / len(steps))
+        elif r.workers == workers and r.kind == "ps":
+            # A sync update through a ps ends with the chief's own round: it takes the arrivals and
+            # hands out the tokens the workers wait for; its latency, what the queue leaves over.
+            hops.setdefault("ps", []).append(r.exchange - (ps_update(r, r.compute) - r.compute))
     return {k: statistics.median(v) for k, v in hops.items()}
 
 
@@ -192,11 +216,11 @@ def report(runs: list[Run], fit: int) -> None:
     print("|---|---|---|---|---|---|---|---|")
     worst = 0.0
     for r in sorted(runs, key=lambda r: (r.hosts, r.workers, r.kind, r.design)):
-        if r.kind not in ("ps", "tree") and r.kind not in hops:
+        if r.kind != "tree" and r.kind not in hops:
             continue
         p = predict(r, hops)
         err = p / r.epoch - 1
-        fitted = r.workers == fit and r.kind not in ("ps", "tree")
+        fitted = r.workers == fit and r.kind != "tree"
         worst = max(worst, abs(err)) if not fitted else worst
         print(f"| {r.design} | {r.workers} | {r.hosts} ({r.share:g}) | {r.epoch:.2f} | {p:.2f} | {err:+.0%} | "
               f"{r.exchange * 1000:.0f} / {exchange(r, hops) * 1000:.0f} | {'yes' if fitted else ''} |")

@@ -60,9 +60,9 @@ address = "10.0.0.6"
     assert inv.tf_port == 2222 and str(inv.data_dir) == "/mnt/picluster"
 
 
-@pytest.mark.parametrize("nodes,ps", [(1, "node01"), (12, "node01"), (13, "node[01-02]"), (24, "node[01-02]"),
-                                      (25, "node[01-03]"), (64, "node[01-06]")])
-def test_without_roles_one_ps_per_12_nodes_each_on_a_node_of_its_own(tmp_path, nodes, ps):
+@pytest.mark.parametrize("nodes,ps", [(1, "node01"), (2, "node01"), (17, "node01"), (64, "node01")])
+def test_without_roles_one_ps_on_a_node_of_its_own(tmp_path, nodes, ps):
+    """The sync default's all-reduce needs the ps only to introduce the workers: 17 nodes train on 16."""
     inv = load_inventory(write(tmp_path, f"""
 [cluster]
 name = "c"

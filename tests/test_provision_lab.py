@@ -152,9 +152,9 @@ def test_provision_writes_every_file_once_and_a_second_run_changes_nothing(lab4,
         assert "\noptions sunrpc tcp_slot_table_entries=128\n" in host.read_file("/etc/modprobe.d/sunrpc.conf")
         assert "\nsunrpc.tcp_slot_table_entries = 128\n" in host.read_file("/etc/sysctl.d/60-picluster-sunrpc.conf")
         live = host.run(["nft", "list", "table", "inet", "picluster"]).stdout
-        assert f"ip saddr {subnet} tcp dport {{ 111, 2049, 2222, 2223, 19100, 20048 }} accept" in live
-        assert f"ip saddr {lab4.gateway} tcp dport {{ 111, 2049, 2222, 2223, 19100, 20048 }} accept" in live
-        assert "tcp dport { 111, 2049, 2222, 2223, 19100, 20048 } drop" in live
+        assert f"ip saddr {subnet} tcp dport {{ 111, 2049, 2222-2223, 19100, 20048, 23300-23363 }} accept" in live
+        assert f"ip saddr {lab4.gateway} tcp dport {{ 111, 2049, 2222-2223, 19100, 20048, 23300-23363 }} accept" in live
+        assert "tcp dport { 111, 2049, 2222-2223, 19100, 20048, 23300-23363 } drop" in live
 
     # Again, as the card writes it: `picluster provision`, in the folder that holds picluster.toml.
     assert inv == tmp_path / "picluster.toml"

@@ -126,17 +126,17 @@ def test_nfsd_threads_at_least_one_per_node():
 
 def test_firewall_rules_name_the_subnet_the_coordinator_and_ports():
     text = rules_text(inv(), "192.168.7.2")
-    assert "ip saddr 192.168.1.0/26 tcp dport { 111, 2049, 2222, 2223, 19100, 20048 } accept" in text
-    assert "ip saddr 192.168.7.2 tcp dport { 111, 2049, 2222, 2223, 19100, 20048 } accept" in text
+    assert "ip saddr 192.168.1.0/26 tcp dport { 111, 2049, 2222, 2223, 19100, 20048, 23300-23363 } accept" in text
+    assert "ip saddr 192.168.7.2 tcp dport { 111, 2049, 2222, 2223, 19100, 20048, 23300-23363 } accept" in text
     assert "ip saddr 192.168.7.2 udp dport { 111, 2049, 20048 } accept" in text
-    assert "tcp dport { 111, 2049, 2222, 2223, 19100, 20048 } drop" in text
+    assert "tcp dport { 111, 2049, 2222, 2223, 19100, 20048, 23300-23363 } drop" in text
     assert "dport 22" not in text and ", 22," not in text
     # An IPv6 (or unknown) session source: only the cluster's addresses.
     assert "ip saddr 192.168.1.0/26 udp dport" in rules_text(inv(), "fe80::1")
     assert "fe80" not in rules_text(inv(), "fe80::1") and "ip saddr  " not in rules_text(inv(), "")
     # Whatever agent_port says is what is admitted (the default is 19100, not node_exporter's 9100).
     moved = parse_inventory({"cluster": {**INV["cluster"], "agent_port": 9200}})
-    assert "{ 111, 2049, 2222, 2223, 9200, 20048 }" in rules_text(moved, "192.168.7.2")
+    assert "{ 111, 2049, 2222, 2223, 9200, 20048, 23300-23363 }" in rules_text(moved, "192.168.7.2")
 
 
 # -- file edits -----------------------------------------------------------------------------------
@@ -410,8 +410,8 @@ def test_facts_give_a_slurm_node_its_cpus_memory_and_cgroups():
 
 def test_firewall_admits_slurm_only_with_a_slurm_table():
     text = rules_text(parse_inventory(SLURM_INV), "192.168.7.2")
-    assert "ip saddr 192.168.1.0/26 tcp dport { 111, 2049, 2222, 2223, 19100, 20048, 2224-2287, 6817, 6818, 60001-60100 } accept" in text
-    assert "tcp dport { 111, 2049, 2222, 2223, 19100, 20048, 2224-2287, 6817, 6818, 60001-60100 } drop" in text
+    assert "ip saddr 192.168.1.0/26 tcp dport { 111, 2049, 2222, 2223, 19100, 20048, 23300-23363, 2224-2287, 6817, 6818, 60001-60100 } accept" in text
+    assert "tcp dport { 111, 2049, 2222, 2223, 19100, 20048, 23300-23363, 2224-2287, 6817, 6818, 60001-60100 } drop" in text
     assert "6817" not in rules_text(inv(), "192.168.7.2")
 
 

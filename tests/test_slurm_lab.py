@@ -134,7 +134,7 @@ def test_slurm_comes_up_on_every_node_and_a_second_run_changes_nothing(slurm_lab
         assert host.read_file("/boot/firmware/cmdline.txt").endswith(" rootwait cgroup_enable=memory cgroup_memory=1\n")
         rules = host.run(["nft", "list", "table", "inet", "picluster"]).stdout
         # With a range in it the set is an interval set, and nft shows neighbours as ranges.
-        assert f"ip saddr {slurm_lab.subnet} tcp dport {{ 111, 2049, 2222-2287, 6817-6818, 19100, 20048, 60001-60100 }} accept" in rules
+        assert f"ip saddr {slurm_lab.subnet} tcp dport {{ 111, 2049, 2222-2287, 6817-6818, 19100, 20048, 23300-23363, 60001-60100 }} accept" in rules
     cpus = os.cpu_count()
     for name, host in zip(NAMES, slurm_lab.hosts):
         assert f"NodeName={name} NodeAddr={host.address} CPUs={cpus} RealMemory=" in conf

@@ -149,7 +149,7 @@ def test_an_allocation_from_slurms_environment_and_answers():
     assert sizes(env | {"PICLUSTER_PS": "0"}) == (3, 0)
     with pytest.raises(ClusterError, match="PICLUSTER_PS"):
         sizes(env | {"PICLUSTER_PS": "4"})
-    assert [default_ps(n) for n in (1, 12, 13, 64)] == [1, 1, 2, 6]
+    assert [default_ps(n) for n in (1, 12, 13, 64)] == [1, 1, 1, 1]  # one ps: the sync default needs no more
     assert str(shared_dir(env)) == "/mnt/picluster" and shared_dir(env | {"PICLUSTER_SHARE": "rel"}) is None
     text = ("NodeName=node01 Arch=x86_64 NodeAddr=10.0.0.11 NodeHostName=node01 State=IDLE\n"
             "NodeName=node02 NodeAddr=10.0.0.12 State=IDLE\n")

@@ -20,6 +20,7 @@ from test_remote_cluster import picluster_processes
 from picluster.cluster.nodecluster import RUN_DIR
 from picluster.jobs.har.clients import node_run_name
 from picluster.jobs.har.rundir import RunDir
+from picluster.model.inventory import ALLREDUCE_PORTS
 
 from conftest import command_line, picluster
 from train_fixtures import TINY_MODEL, checkpointed_step, relaunched, write_tiny_har
@@ -192,6 +193,12 @@ def test_sync_run_stops_when_a_node_client_dies_and_resumes_on_the_nodes(lab_inv
     assert out["resumes"][0]["global_step"] == checkpointed and out["epochs_run"] == epochs
 
 
+def _connected_ports(host) -> list[int]:
+    """The ports of ``host``'s established TCP connections, at either end."""
+    out = subprocess.run(["ip", "netns", "exec", host.netns, "ss", "-tnH", "state", "established"], capture_output=True, text=True).stdout
+    return [int(end.rpartition(":")[2]) for line in out.splitlines() for end in line.split()[2:4]]
+
+
 def _server_pids(host) -> list[int]:
     out = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True).stdout.split()
     found = []
@@ -213,6 +220,10 @@ def test_clients_inside_the_servers_stop_when_the_coordinator_is_killed_and_the_
     try:
         _wait_for_rows(run, coordinator, 1)
         assert all(len(_clients(h)) == 1 for h in lab.hosts[1:])  # each a knocker at its server's door
+        # The sync default's all-reduce: the workers' connections to each other meet at a port the firewall admits.
+        for host in lab.hosts[1:]:
+            ports = _connected_ports(host)
+            assert [p for p in ports if ALLREDUCE_PORTS[0] <= p <= ALLREDUCE_PORTS[1]], (host.name, ports)
         logs = [host.path(f"{lab.user.home}/{RUN_DIR}/worker-{task}.log") for task, host in enumerate(lab.hosts[1:])]
         before_kill = [len(log.read_text()) for log in logs]  # what the kill ends is written after this
         coordinator.send_signal(signal.SIGKILL)

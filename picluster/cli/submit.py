@@ -11,7 +11,7 @@ from picluster.cli.options import Whole, complete_nodes, node_inventory_option, 
 @click.command(context_settings={"ignore_unknown_options": False})
 @node_inventory_option
 @option("--nodes", "-N", type=Whole(1, 4096), default=None, show_default="1, or the --nodelist's", help="Nodes (machines) for the job, its ps nodes among them.")
-@option("--ps", type=Whole(0, 4096), default=None, show_default="one per 12 nodes", help="Parameter-server (ps) tasks among them.")
+@option("--ps", type=Whole(0, 4096), default=None, show_default="1", help="Parameter-server (ps) tasks among them.")
 @option("--cpus", "-c", type=Whole(1, 1024), default=None,
         show_default="whole nodes", help="CPUs per node, leaving the rest to other jobs.")
 @option("--time", "-t", "time_limit", default=None, help="Run-time limit: minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]] (SGE's h_rt).")

@@ -12,7 +12,6 @@ TensorFlow's own SlurmClusterResolver is not used: it builds no cluster on nodes
 import ipaddress
 import json
 import logging
-import math
 import os
 import re
 import signal
@@ -30,7 +29,6 @@ from picluster.cluster.probe import answers
 from picluster.cluster.server import RESERVED
 from picluster.model import nodeset
 from picluster.model.clusterspec import Layout, Task
-from picluster.model.inventory import NODES_PER_PS
 from picluster.util import verbosity
 from picluster.util.errors import ClusterError
 from picluster.util.paths import state_dir
@@ -43,7 +41,7 @@ log = logging.getLogger(__name__)  # -v: the Slurm commands run inside the alloc
 # above the ports `cluster up` keeps.  The layout carries PLACEHOLDER until the step says its ports.
 PLACEHOLDER_PORT = 2224
 PORTS_LINE = re.compile(r"^\d+: picluster\.cluster\.server: reserved ports (\d+) (\d+)$", re.M)
-PS_ENV = "PICLUSTER_PS"  # ps tasks of the job (submit --ps); default: one per 12 nodes
+PS_ENV = "PICLUSTER_PS"  # ps tasks of the job (submit --ps); default: one
 SHARE_ENV = "PICLUSTER_SHARE"  # the inventory's data_dir: data and runs that every node reads
 START_TIMEOUT = 180.0  # TensorFlow loads in seconds on a Pi 4; nodes slower than that set START_ENV
 START_ENV = "PICLUSTER_START_TIMEOUT"  # seconds the job's servers may take to answer, from the submitting session
@@ -230,7 +228,8 @@ def sizes(environ: Mapping[str, str] = os.environ) -> tuple[int, int] | None:
 
 
 def default_ps(nodes: int) -> int:
-    return max(1, math.ceil(nodes / NODES_PER_PS))
+    """One ps task, as an inventory without roles gets (model/inventory.py's default_ps)."""
+    return 1
 
 
 def shared_dir(environ: Mapping[str, str] = os.environ) -> Path | None:

@@ -16,7 +16,7 @@ Example::
     venv = "picluster-venv"             # picluster's virtualenv on every node (relative: in the user's home)
 
     [roles]
-    ps = "node01"                       # default: the first node, one more per 12 nodes (node[01-02] here)
+    ps = "node01"                       # default: the first node
     worker = "node[02-16]"              # default: every node that is not ps
     nfs_master = "node01"               # default: the first ps node
 
@@ -42,7 +42,6 @@ fit the nodes); the string checks themselves are picluster.model.tokens'.
 """
 
 import ipaddress
-import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,19 +69,24 @@ UID_RANGE = (1000, 59999)
 SHARED_VENV = "/opt/picluster-venv"
 MAX_BYTES = 1024 * 1024  # 64 nodes as [[node]] tables take about 4 KiB
 
-# Without [roles], one ps task per this many nodes (rounded up), each on a node of its own.  On
-# Pi-shaped test hosts (docs/lab.md, "Several ps tasks") a second ps made 16 workers' sync epochs
-# 1.20x faster, more than a 17th worker could (1.06x at best), while three ps made 8 workers'
-# epochs only 1.04x faster, less than a 9th worker's 1.125x.  The crossing lies between 8 and 16
-# workers; 12 is taken between them, not measured.  A ps beside a worker made that worker's host
-# the busiest, the straggler every sync step waits for: hence nodes of their own.
-NODES_PER_PS = 12
+# Without [roles], one ps task, on a node of its own.  A sync run's updates meet in the workers'
+# all-reduce (jobs/har/config.py), where the ps holds no variable and only introduces the workers
+# to each other: a second ps node would add nothing to a step and take a node from the workers.
+# Runs through the ps (async, --exchange fused) gained 1.12-1.19x from a second ps host on 18
+# Pi-shaped hosts, for twice its CPU (docs/lab.md, "The cost of each update"): [roles] or --ps
+# name more.
 
 
 def default_ps(names: list[str]) -> list[str]:
-    """The ps nodes of an inventory without roles.ps: the first ceil(nodes / NODES_PER_PS)."""
-    return names[:max(1, math.ceil(len(names) / NODES_PER_PS))]
+    """The ps nodes of an inventory without roles.ps: the first node."""
+    return names[:1]
 
+
+# The ports a worker's all-reduce listener takes one of for a run (jobs/har/exchange/group.py),
+# admitted by the firewall from the cluster and the coordinator only, like the servers' ports:
+# one a run a node, so runs sharing a node (Slurm jobs) find one free.  Below Linux's ephemeral
+# range (32768-60999), above the servers' and Slurm's job ports.
+ALLREDUCE_PORTS = (23300, 23363)
 
 # The node agent's port: not node_exporter's 9100 (a Pi may run both), outside the 9100-9999 range
 # Prometheus exporters have taken, below the ephemeral ports.

@@ -1,8 +1,8 @@
 """Step 9, firewall: nftables table `inet picluster` from nfs/picluster.nft.j2.
 
 TensorFlow's servers have no authentication and execute any graph they are sent (its
-SECURITY.md), so the TensorFlow ports, the node agent's and NFS's (2049, 111 and mountd's
-fixed port) accept only the cluster subnet and the coordinator; everything else, SSH included,
+SECURITY.md), so the TensorFlow ports, the all-reduce's, the node agent's and NFS's (2049, 111
+and mountd's fixed port) accept only the cluster subnet and the coordinator; everything else, SSH included,
 is left alone.  The coordinator is the address the node sees this SSH session come from: with
 `subnet` omitted the cluster's range is the nodes' own, and a coordinator elsewhere on the LAN
 would otherwise be dropped (`top` and `run` time out).
@@ -10,6 +10,7 @@ would otherwise be dropped (`top` and `run` time out).
 
 import ipaddress
 
+from picluster.model.inventory import ALLREDUCE_PORTS
 from picluster.provision import templates
 from picluster.provision.result import Item, Status
 from picluster.provision.steps import NO_SYSTEMD, Context, action_item, file_item, managed_line, slurm
@@ -23,7 +24,8 @@ NFS_PORTS = (111, 2049, MOUNTD_PORT)
 
 def ports(tf_port: int, agent_port: int, extra_tcp: tuple[int | str, ...] = ()) -> tuple[list[int | str], list[int]]:
     """TCP and UDP ports (or "a-b" ranges) admitted from the cluster and the coordinator only."""
-    tcp: list[int | str] = [*sorted({tf_port, tf_port + 1, agent_port, *NFS_PORTS}), *extra_tcp]
+    allreduce = f"{ALLREDUCE_PORTS[0]}-{ALLREDUCE_PORTS[1]}"  # a sync run's workers' listeners
+    tcp: list[int | str] = [*sorted({tf_port, tf_port + 1, agent_port, *NFS_PORTS}), allreduce, *extra_tcp]
     udp = sorted(NFS_PORTS)
     return tcp, udp
 

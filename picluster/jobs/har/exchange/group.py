@@ -16,11 +16,14 @@ past the largest power of two first hand their vector to a partner below it and 
 back at the end.  Every rank ends with the same bytes, summed in the order ``tree_sum`` names,
 which the emulator (emulated.py) follows to repeat a cluster's updates to the digit.
 
-Trust: the listener binds the worker task's own cluster address, on a port the kernel picks; a
+Trust: the listener binds the worker task's own cluster address, on a port of ALLREDUCE_PORTS,
+which the firewall admits from the cluster and the coordinator only (loopback: any port); a
 connection is kept only from the address of the partner expected there, naming this launch and
 its rank; every size is known in advance.  The addresses meet through ps 0 (allreduce.py).
 """
 
+import errno
+import ipaddress
 import select
 import socket
 import struct
@@ -31,6 +34,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from picluster.model.inventory import ALLREDUCE_PORTS
 from picluster.util.errors import ClusterError
 
 MAGIC = b"PCAR"
@@ -65,6 +69,13 @@ def partners(rank: int, size: int) -> list[int]:
     return found + ([rank + low] if rank + low < size else [])
 
 
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: the cluster's own
+        return False
+
+
 def _host_port(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     return host.strip("[]"), int(port)
@@ -88,12 +99,26 @@ class Group:
 
     # -- joining -----------------------------------------------------------------------------------
 
-    def listen(self, host: str) -> str:
-        """Start listening on ``host`` (this worker's cluster address); returns "host:port"."""
-        self.listener = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        self.listener.bind((host, 0))
-        self.listener.listen(max(8, len(partners(self.rank, self.size))))
-        return f"{host}:{self.listener.getsockname()[1]}"
+    def listen(self, host: str, ports: tuple[int, int] = ALLREDUCE_PORTS) -> str:
+        """Start listening on ``host`` (this worker's cluster address), on the first free port of
+        ``ports`` (the range the firewall admits from the cluster only; on a loopback address,
+        where no other machine reaches, any port); returns "host:port"."""
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        loopback = host == "localhost" or _is_loopback(host)
+        for port in [0] if loopback else range(ports[0], ports[1] + 1):
+            listener = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                listener.bind((host, port))
+            except OSError as exc:
+                listener.close()
+                if exc.errno != errno.EADDRINUSE:
+                    raise ClusterError(f"all-reduce rank {self.rank}: cannot listen on {host}:{port}: {exc.strerror}") from None
+                continue
+            self.listener = listener
+            listener.listen(max(8, len(partners(self.rank, self.size))))
+            return f"{host}:{listener.getsockname()[1]}"
+        raise ClusterError(f"all-reduce rank {self.rank}: every port {ports[0]}-{ports[1]} on {host} is taken "
+                           "(as many runs share this node); end one, or train with --exchange fused")
 
     def _hello(self, rank: int) -> bytes:
         return MAGIC + bytes([len(self.launch)]) + self.launch + struct.pack(">I", rank)
