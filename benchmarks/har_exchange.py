@@ -4,7 +4,7 @@ up to, beside one Pi alone.  The rows feed the cost model (har_cost.py).
 
 Run as root, on a quiet machine (about 2 minutes a run):
     .venv/bin/python benchmarks/har_exchange.py --workers 8,16 --ps-hosts 2 \\
-        --designs "ps=--ps 1;ps2=--ps 2;bf16=--ps 1 --wire bfloat16;variables=--ps 1 --exchange variables;allreduce=--exchange allreduce"
+        --designs "ps=--ps 1 --exchange fused;ps2=--ps 2 --exchange fused;bf16=--ps 1 --wire bfloat16;variables=--ps 1 --exchange variables;allreduce=--exchange allreduce"
     .venv/bin/python benchmarks/har_exchange.py --report
 
 The lab: --ps-hosts + max(--workers) hosts (node01.. the ps hosts, the rest a worker each), each
@@ -174,7 +174,7 @@ def report(rows: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", default="8,16")
-    ap.add_argument("--designs", default="ps=;allreduce=--exchange allreduce",
+    ap.add_argument("--designs", default="ps=--exchange fused;allreduce=",
                     help="NAME=OPTIONS;... (train har's options; rows keyed by NAME)")
     ap.add_argument("--ps-hosts", type=int, default=1, help="hosts that hold a ps each, apart from the workers")
     ap.add_argument("--hosts", type=int, default=0, help="hosts in all (default: --ps-hosts + the largest worker count)")

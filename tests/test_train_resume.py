@@ -222,3 +222,26 @@ def test_checkpoints_without_their_state_file_restore_the_newest(tmp_path):
     restore = checkpoints.prepare(tmp_path, has_records=True)
     assert restore.checkpoint == "model.ckpt-7" and not restore.damaged
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-7")
+
+
+def test_a_checkpoint_ahead_of_the_rows_is_passed_over_for_the_one_they_end_with(tmp_path):
+    """The chief's node lost after its checkpoint of epoch 7 reached the coordinator and before
+    that epoch's row did: the next launch restores epoch 6's, so epoch 7 is trained again and gets
+    its row, where restoring 7's would leave the rows 1-6, 8, ..."""
+    import tensorflow as tf
+
+    from picluster.jobs.har import checkpoints
+
+    graph = tf.Graph()
+    with graph.as_default():
+        v = tf.compat.v1.Variable(1.0, name="v")
+        saver = tf.compat.v1.train.Saver(max_to_keep=2)
+        with tf.compat.v1.Session() as session:
+            session.run(v.initializer)
+            for step, epoch in ((36, 6), (42, 7)):
+                saver.save(session, str(tmp_path / "model.ckpt"), global_step=step, write_meta_graph=False)
+                checkpoints.record_epoch(tmp_path, f"model.ckpt-{step}", epoch)
+    # With the row of epoch 7 there, the newest, as always.
+    assert checkpoints.prepare(tmp_path, has_records=True, last_row=7).checkpoint == "model.ckpt-42"
+    restore = checkpoints.prepare(tmp_path, has_records=True, last_row=6)
+    assert restore.checkpoint == "model.ckpt-36" and tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-36")

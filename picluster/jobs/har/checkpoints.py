@@ -38,10 +38,20 @@ class Restore:
         return f"{skipped}; resuming from {self.checkpoint}" if skipped else f"resuming from {self.checkpoint}"
 
 
-def prepare(directory: Path, has_records: bool) -> Restore:
-    """Point the state file at the newest intact checkpoint; refuse when records exist and none is intact."""
+def prepare(directory: Path, has_records: bool, last_row: int | None = None) -> Restore:
+    """Point the state file at the newest intact checkpoint; refuse when records exist and none is intact.
+
+    ``last_row``: the newest epoch metrics.csv holds.  A checkpoint of a later epoch (its copy
+    reached the coordinator and the epoch's row did not, before the chief's node was lost) is
+    passed over while an older one is kept: restoring it would leave that epoch without its row."""
     restore = Restore()
-    for prefix in _listed(directory):
+    listed = _listed(directory)
+    ahead = {p.name for p in listed if last_row is not None and (epoch_of(directory, p.name) or 0) > last_row}
+    passed_over = False
+    for prefix in listed:
+        if prefix.name in ahead and any(p.name not in ahead for p in listed):
+            passed_over = True
+            continue
         why = damage(prefix)
         if why is None:
             restore.checkpoint = prefix.name
@@ -49,7 +59,7 @@ def prepare(directory: Path, has_records: bool) -> Restore:
         restore.damaged.append((prefix.name, why))
         _set_aside(prefix)
     if restore.checkpoint is not None:
-        if restore.damaged or not (directory / RunDir.CHECKPOINT_STATE).is_file():  # TensorFlow restores what it names
+        if restore.damaged or passed_over or not (directory / RunDir.CHECKPOINT_STATE).is_file():  # TensorFlow restores what it names
             tf.compat.v1.train.update_checkpoint_state(str(directory), restore.checkpoint, [restore.checkpoint])
     elif has_records:
         found = f"{restore.damaged[0][0]}: {restore.damaged[0][1]}" if restore.damaged else "there is none"

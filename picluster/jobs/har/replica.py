@@ -97,7 +97,8 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
 
     restore = None
     if chief:  # the newest intact checkpoint, or a refusal when the run has records but none is intact
-        restore = checkpoints.prepare(run.checkpoints, has_records=bool(metrics.read_rows(run.metrics)))
+        rows = metrics.read_rows(run.metrics)
+        restore = checkpoints.prepare(run.checkpoints, has_records=bool(rows), last_row=max((int(r["epoch"]) for r in rows if str(r.get("epoch", "")).isdigit()), default=None))
     if job is not None:
         job.on_cancel(kind.close)  # a step blocked in the exchange returns
     with g.graph.as_default(), contextlib.closing(kind):
