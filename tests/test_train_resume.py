@@ -203,6 +203,19 @@ def test_a_disk_that_fills_during_training_stops_it_in_one_line_and_resume_conti
     assert rows[:len(kept) - 1] == kept[:len(kept) - 1]  # at most the last epoch is trained again
 
 
+def _save_checkpoints(directory, steps) -> None:
+    """A one-variable model's checkpoints at ``steps``, as the chief's Saver keeps them (the last two)."""
+    import tensorflow as tf
+
+    with tf.Graph().as_default():
+        v = tf.compat.v1.Variable(1.0, name="v")
+        saver = tf.compat.v1.train.Saver(max_to_keep=2)
+        with tf.compat.v1.Session() as session:
+            session.run(v.initializer)
+            for step in steps:
+                saver.save(session, str(directory / "model.ckpt"), global_step=step, write_meta_graph=False)
+
+
 def test_checkpoints_without_their_state_file_restore_the_newest(tmp_path):
     """A copy of the checkpoints whose state file did not come (TensorFlow restores only what a
     state file names): the newest intact one is named in a new state file, not a fresh start."""
@@ -210,14 +223,7 @@ def test_checkpoints_without_their_state_file_restore_the_newest(tmp_path):
 
     from picluster.jobs.har import checkpoints
 
-    graph = tf.Graph()
-    with graph.as_default():
-        v = tf.compat.v1.Variable(1.0, name="v")
-        saver = tf.compat.v1.train.Saver(max_to_keep=2)
-        with tf.compat.v1.Session() as session:
-            session.run(v.initializer)
-            for step in (3, 7):
-                saver.save(session, str(tmp_path / "model.ckpt"), global_step=step, write_meta_graph=False)
+    _save_checkpoints(tmp_path, (3, 7))
     (tmp_path / "checkpoint").unlink()
     restore = checkpoints.prepare(tmp_path, has_records=True)
     assert restore.checkpoint == "model.ckpt-7" and not restore.damaged
@@ -232,15 +238,9 @@ def test_a_checkpoint_ahead_of_the_rows_is_passed_over_for_the_one_they_end_with
 
     from picluster.jobs.har import checkpoints
 
-    graph = tf.Graph()
-    with graph.as_default():
-        v = tf.compat.v1.Variable(1.0, name="v")
-        saver = tf.compat.v1.train.Saver(max_to_keep=2)
-        with tf.compat.v1.Session() as session:
-            session.run(v.initializer)
-            for step, epoch in ((36, 6), (42, 7)):
-                saver.save(session, str(tmp_path / "model.ckpt"), global_step=step, write_meta_graph=False)
-                checkpoints.record_epoch(tmp_path, f"model.ckpt-{step}", epoch)
+    _save_checkpoints(tmp_path, (36, 42))
+    for step, epoch in ((36, 6), (42, 7)):
+        checkpoints.record_epoch(tmp_path, f"model.ckpt-{step}", epoch)
     # With the row of epoch 7 there, the newest, as always.
     assert checkpoints.prepare(tmp_path, has_records=True, last_row=7).checkpoint == "model.ckpt-42"
     restore = checkpoints.prepare(tmp_path, has_records=True, last_row=6)
