@@ -91,6 +91,14 @@ def server_processes(state: Path, module: str = "picluster.cluster.server") -> l
     return found
 
 
+@pytest.fixture(autouse=True)
+def _tensorflows_log_level_as_a_user_has_it(monkeypatch):
+    """The replica's modules set TF_CPP_MIN_LOG_LEVEL when imported (before their TensorFlow
+    import); a test that imports one would pass it on to every process a later test on the same
+    worker starts, which then logs less than it does from a user's shell."""
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+
+
 @pytest.fixture
 def state(tmp_path, monkeypatch):
     """A private state directory; the test fails if it leaves a server running."""

@@ -152,35 +152,35 @@ def _run(tiny, run_dir, *options) -> tuple[list, float]:
 
 
 @pytest.mark.e2e
-def test_five_workers_all_reducing_train_what_their_emulation_trains(state, tiny, tmp_path):
-    """Five: one rank folds into another before the halving; the cluster's numbers are still the
-    emulator's, digit for digit (the same tree of sums), and close to the ps's (another order)."""
-    cluster = _run(tiny, tmp_path / "cluster", "--workers", "5", "--epochs", "3", "--exchange", "allreduce")
-    emulated = _run(tiny, tmp_path / "emulated", "--workers", "5", "--epochs", "3", "--exchange", "allreduce", "--emulate")
+def test_six_workers_train_one_update_by_every_exchange_and_the_all_reduce_its_emulations(state, tiny, tmp_path):
+    """Six workers: the all-reduce folds two ranks into two others before the halving, and its
+    numbers are still the emulator's, digit for digit (the same tree of sums); the all-reduce, the
+    tree (a group of 4 and one of 2) and TensorFlow's collective (one ring of 6; rings of 3, then of
+    2) all train the ps's update, summed in other orders."""
+    ps = _run(tiny, tmp_path / "ps", "--workers", "6", "--epochs", "3", "--exchange", "fused")
+    cluster = _run(tiny, tmp_path / "allreduce", "--workers", "6", "--epochs", "3", "--exchange", "allreduce")
+    emulated = _run(tiny, tmp_path / "emulated", "--workers", "6", "--epochs", "3", "--exchange", "allreduce", "--emulate")
     assert len(cluster[0]) == 3 and cluster == emulated
-    ps = _run(tiny, tmp_path / "ps", "--workers", "5", "--epochs", "3", "--exchange", "fused")
-    np.testing.assert_allclose(np.array(cluster[0], float), np.array(ps[0], float), rtol=2e-3, atol=2e-3)
+    for exchange, other in [("allreduce", cluster)] + [(e, _run(tiny, tmp_path / e, "--workers", "6", "--epochs", "3", "--exchange", e))
+                                                       for e in ("tree", "collective", "collective-tree")]:
+        assert len(other[0]) == 3, exchange
+        np.testing.assert_allclose(np.array(other[0], float), np.array(ps[0], float), rtol=2e-3, atol=2e-3, err_msg=exchange)
 
 
 @pytest.mark.e2e
-def test_a_resumed_allreduce_run_goes_on_from_the_chiefs_checkpoint_on_every_worker(state, tiny, tmp_path):
+def test_an_allreduce_run_that_loses_a_worker_or_is_resumed_goes_on_from_the_chiefs_checkpoint_as_if_nothing_happened(state, tiny, tmp_path):
     """Only the chief restores; the broadcast gives the others its weights, Adam's moments and
-    step, so the resumed epochs are the uninterrupted run's."""
-    whole, _ = _run(tiny, tmp_path / "whole", "--workers", "3", "--epochs", "4", "--exchange", "allreduce")
+    step.  The killed client's partners wait in their sums until the coordinator stops the launch;
+    the next launch (the worker's server still answers: all three again) restores and broadcasts,
+    and `--resume` does the same: both train what an undisturbed run trains."""
+    # 20 epochs: the kill at the third must land while the run trains, also on a busy machine.
+    calm, _ = _run(tiny, tmp_path / "calm", "--workers", "3", "--exchange", "allreduce", "--epochs", "20")
     first, _ = _run(tiny, tmp_path / "part", "--workers", "3", "--epochs", "2", "--exchange", "allreduce")
     resumed = picluster("train", "har", "--resume", tmp_path / "part", "--epochs", "4", "--json", timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     rows = [(r["train_loss"], r["train_acc"], r["val_loss"], r["val_acc"]) for r in read_rows(tmp_path / "part" / "metrics.csv")]
-    assert first == whole[:2] and rows == whole
+    assert first == calm[:2] and rows == calm[:4]
 
-
-@pytest.mark.e2e
-def test_an_allreduce_run_that_loses_a_worker_goes_on_from_its_last_checkpoint_as_if_nothing_happened(state, tiny, tmp_path):
-    """The killed client's partners wait in their sums until the coordinator stops the launch; the
-    next launch (the worker's server still answers: all three again) restores the chief's
-    checkpoint and broadcasts it, and trains what an undisturbed run trains."""
-    # 20 epochs: the kill at the third must land while the run trains, also on a busy machine.
-    calm, _ = _run(tiny, tmp_path / "calm", "--workers", "3", "--exchange", "allreduce", "--epochs", "20")
     run_dir = tmp_path / "run"
     proc = picluster_popen("train", "har", "--data-dir", tiny, "--run-dir", run_dir, *TINY_CONV, "--workers", "3",
                            "--exchange", "allreduce", "--epochs", "20", "--seed", "3", "--json")
@@ -243,17 +243,6 @@ def test_a_collective_replica_keeps_the_model_on_its_own_task():
         assert {op.device for op in g.graph.get_operations()} <= {"/job:worker/task:5", ""}
         sizes = sorted({op.get_attr("group_size") for op in g.graph.get_operations() if op.type == "CollectiveReduce"})
         assert sizes == ([8] if rings == 1 else [2, 4])  # one ring of 8, or a ring of 4 then one of the 2 groups
-
-
-@pytest.mark.e2e
-def test_the_tree_and_tensorflows_all_reduce_train_the_update_the_ps_trains(state, tiny, tmp_path):
-    """Six workers (the tree: a group of 4 and one of 2; TensorFlow's two levels: 2 rings of 3,
-    then 3 rings of 2): the same mean update, summed in another order."""
-    ps = _run(tiny, tmp_path / "ps", "--workers", "6", "--epochs", "3", "--exchange", "fused")
-    for exchange in ("tree", "collective", "collective-tree"):
-        other = _run(tiny, tmp_path / exchange, "--workers", "6", "--epochs", "3", "--exchange", exchange)
-        assert len(other[0]) == 3, exchange
-        np.testing.assert_allclose(np.array(other[0], float), np.array(ps[0], float), rtol=2e-3, atol=2e-3, err_msg=exchange)
 
 
 # -- the default ---------------------------------------------------------------------------------
