@@ -250,6 +250,69 @@ def report(rows: dict[tuple[str, int, int], dict]) -> None:
     print(f"\nper host: {'; '.join(shares)}; failed runs: {'; '.join(failed) or 'none'}")
 
 
+def olympic(values: list[float]) -> float:
+    """MLPerf's olympic mean: the fastest and the slowest dropped (from 5 or more), the rest averaged."""
+    kept = sorted(values)[1:-1] if len(values) >= 5 else values
+    return statistics.mean(kept)
+
+
+def emulated(path: Path, variant: str, workers: int, target: float) -> dict[int, tuple[int, float]]:
+    """By seed, from har_recipes.py's rows (the emulator's curves): the epochs to validation >=
+    ``target`` (one past the curve where a seed never reached it) and the test accuracy, in %."""
+    with open(path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["variant"] == variant and int(r["workers"]) == workers]
+    out = {}
+    for r in rows:
+        curve = [float(v) for v in r["val_acc"].split(";")]
+        out[int(r["seed"])] = (next((i + 1 for i, v in enumerate(curve) if v >= target), len(curve) + 1), 100 * float(r["test_acc"]))
+    return out
+
+
+def four_parts(rows: dict[tuple[str, int, int], dict], config: str, emulator: Path | None, variants: dict[int, str],
+               target: float) -> None:
+    """The four measures side by side per worker count: (a) the epoch's speedup against one Pi,
+    (b) epochs to the target over the emulator's seeds, (c) end to end against one Pi (median,
+    olympic mean, lowest seed), (d) test accuracy paired by seed with one Pi's.  Pairs are by seed;
+    a seed that missed the target in either run has no end-to-end pair (and is counted)."""
+    pi = {seed: r for (c, _, seed), r in rows.items() if c == "pi" and r.get("epochs")}
+
+    def from_emulator(workers: int) -> tuple[str, str]:
+        if emulator is None or workers not in variants or 1 not in variants:
+            return "-", "-"
+        mine, alone = emulated(emulator, variants[workers], workers, target), emulated(emulator, variants[1], 1, target)
+        if not mine:
+            return "-", "-"
+        epochs = f"{statistics.median(e for e, _ in mine.values()):g} ({len(mine)} seeds)"
+        diffs = [mine[s][1] - alone[s][1] for s in mine if s in alone]
+        return epochs, (f"{statistics.mean(diffs):+.2f} ± {statistics.stdev(diffs):.2f} ({len(diffs)})" if len(diffs) > 1 and workers > 1 else "-")
+
+    print(f"\n| workers | (a) epoch vs one Pi, median of pairs | (b) epochs to val >= {target:.0%}, emulator: median |"
+          " (c) end to end vs one Pi: median / olympic mean / lowest | (d) test acc minus one Pi's, emulator: mean ± sd (pairs) |"
+          " (d) the same, these runs | start-up / after the target's epoch to the command's end, s: median |")
+    print("|---|---|---|---|---|---|---|")
+    counts = sorted({w for c, w, _ in rows if c == config and w > 1})
+    for workers in [1, *counts]:
+        if workers == 1:
+            mine = pi
+        else:
+            mine = {seed: r for (c, w, seed), r in rows.items() if (c, w) == (config, workers) and r.get("epochs")}
+        paired = [s for s in mine if s in pi]
+        per_epoch = [epoch_s(pi[s]) / epoch_s(mine[s]) for s in paired]
+        ends = [float(pi[s]["to_target_s"]) / float(mine[s]["to_target_s"]) for s in paired
+                if pi[s].get("to_target_s") and mine[s].get("to_target_s")]
+        tests = [100 * (float(mine[s]["test_acc"]) - float(pi[s]["test_acc"])) for s in paired
+                 if mine[s].get("test_acc") and pi[s].get("test_acc")]
+        name = "1 (one Pi, standalone)" if workers == 1 else str(workers)
+        a = f"{statistics.median(per_epoch):.2f}x" if per_epoch and workers > 1 else "-"
+        c = (f"{statistics.median(ends):.2f}x / {olympic(ends):.2f}x / {min(ends):.2f}x"
+             f"{f' ({len(paired) - len(ends)} of {len(paired)} short)' if len(ends) < len(paired) else ''}") if ends and workers > 1 else "-"
+        d = (f"{statistics.mean(tests):+.2f} ± {statistics.stdev(tests):.2f} ({len(tests)})" if len(tests) > 1 else "-") if workers > 1 else "-"
+        ends_s = [float(r["wall_s"]) - float(r["to_target_s"]) for r in mine.values() if r.get("to_target_s")]
+        outside = f"{statistics.median(float(r['startup_s']) for r in mine.values()):.1f} / {statistics.median(ends_s):.1f}" if ends_s else "-"
+        epochs, emulated_d = from_emulator(workers)
+        print(f"| {name} | {a} | {epochs} | {c} | {emulated_d} | {d} | {outside} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", default="1,2,4,8", help="worker counts, comma-separated (the lab has 1 + the largest hosts)")
@@ -271,14 +334,20 @@ def main() -> None:
                         help="hosts that hold a ps each, apart from the workers (node01..); the runs use them all unless a variant passes --ps [1]")
     parser.add_argument("--link", default="300mbit", help="each host's link rate, as tc writes it [300mbit: a Pi 3B+]")
     parser.add_argument("--report", action="store_true", help="only print the table of the rows kept")
+    parser.add_argument("--emulator-rows", type=Path, default=None,
+                        help="har_recipes.py's rows (the emulator's curves over seeds) for the four-part table's epochs to the target")
+    parser.add_argument("--emulator-variant", action="append", default=[], metavar="WORKERS=VARIANT",
+                        help="which of those rows are the defaults at WORKERS, e.g. 16=gb400-b2-0.95; 1=base is one Pi (repeatable)")
     parser.add_argument("--keep", type=Path, help="also write the rows kept to this CSV (to commit beside the docs)")
     parser.add_argument("--rows", type=Path, default=TABLE, help=f"the rows kept [{TABLE.relative_to(TABLE.parents[1])}]")
     parser.add_argument("--runs", type=Path, default=RUNS,
                         help=f"each run's folder goes under this one, as CONFIG-WORKERS-SEED [{RUNS.relative_to(RUNS.parents[1])}]")
     args = parser.parse_args()
     rows = load(args.rows)
+    emulated = {int(w): v for w, _, v in (given.partition("=") for given in args.emulator_variant)}
     if args.report:
         report(rows)
+        four_parts(rows, args.runtimes.split(",")[0], args.emulator_rows, emulated, args.target)
         if args.keep:
             save(rows, args.keep)
         return
@@ -343,6 +412,7 @@ def main() -> None:
                 save(rows, args.rows)
                 print(f"{config} x{workers} seed {seed}: {json.dumps(row)} ({time.perf_counter() - t0:.0f} s)", flush=True)
     report(rows)
+    four_parts(rows, args.runtimes.split(",")[0], args.emulator_rows, emulated, args.target)
     if args.keep:
         save(rows, args.keep)
 

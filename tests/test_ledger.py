@@ -7,6 +7,7 @@ import io
 import tomllib
 from pathlib import Path
 
+import psutil
 import pytest
 
 from picluster.jobs.filters import Filter
@@ -61,6 +62,24 @@ def test_the_listing_output_and_cancel_of_a_record(records, tmp_path):
     records.running(logged, "localhost", [("worker:0", "localhost", str(log))])
     ledger.output(logged, "worker:0", out, said.append)  # one task's log: its bytes as they are
     assert out.buffer.getvalue() == b"first\n\xff raw\n"
+
+
+def test_a_job_of_another_user_is_its_one_line_not_a_traceback(records, monkeypatch):
+    """psutil's AccessDenied is not a PermissionError.  A stand-in for the other user's coordinator:
+    the tests run as root, which may signal any process."""
+    job_id = records.create("montecarlo", "montecarlo")
+
+    class OtherUsersCoordinator:
+        pid = records.get(job_id).pid
+
+        def send_signal(self, sig):
+            raise psutil.AccessDenied(self.pid)
+
+    monkeypatch.setattr(JobStore, "cancel_target", lambda self, job: OtherUsersCoordinator())
+    ledger = Ledger(None)
+    (done,) = ledger.cancel(ledger.targets([job_id], Filter()))
+    assert done.said == f"job {job_id} runs as another user (pid {OtherUsersCoordinator.pid}); cancel it as that user"
+    assert done.error is not None and done.state == done.was == "PENDING"
 
 
 def test_the_records_are_shown_before_slurms_queue_is_asked(records):

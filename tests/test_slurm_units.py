@@ -172,8 +172,12 @@ def test_submit_and_the_slurm_job_commands_refuse_bad_input_in_one_line(tmp_path
     path.write_text(INVENTORY)
     bare = tmp_path / "bare.toml"
     bare.write_text(INVENTORY.split("[slurm]")[0])
+    (tmp_path / "a.out").write_bytes(b"\x7fELF\x02\x01\x01\0\xff\xfe")  # a program, not a script
     cases = [
         (("submit", "-i", path, "--time", "1:99", "--", "hostname"), "--time 1:99: hours go to 23, minutes and seconds to 59"),
+        # One file after --: a command (read no further than the requests), as sbatch --wrap's; without --: a job script.
+        (("submit", "-i", path, "--nodes", "9", "--", "./a.out"), "--nodes 9 is more than the 4 nodes of the inventory"),
+        (("submit", "-i", path, "--nodes", "9", "./a.out"), "./a.out: not a text file (not UTF-8): give a shell script"),
         (("submit", "-i", path, "--nodes", "9", "--", "hostname"), "--nodes 9 is more than the 4 nodes of the inventory"),
         (("submit", "-i", bare, "--", "hostname"), f"inventory {bare} has no [slurm] table"),
         (("submit", "-i", path, "--partition", "x", "--", "hostname"), "No such option '--partition'"),

@@ -90,6 +90,38 @@ def test_a_checkpoint_the_evaluator_was_not_told_of_is_never_the_one_a_resume_re
                                                                 "model.ckpt-30.index", "model.ckpt-40.index"]
 
 
+class _Slow(trained.Trained):
+    """A record that takes its time (a Pi's card), so a write is still under way when the loop ends."""
+
+    def add(self, **record):
+        time.sleep(0.5)
+        super().add(**record)
+
+
+def test_a_cancelled_loop_leaves_every_checkpoint_it_began_written_and_its_own_error_raised(tmp_path):
+    """A cancel (or a lost partner) ends the chief's epochs with an exception: the write under way
+    is finished before the process goes on (a resident server's next chief shares it and its folder)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from picluster.jobs.har.saving import Snapshots
+
+    tf.compat.v1.disable_eager_execution()
+    with tf.Graph().as_default():
+        weights = [tf.compat.v1.Variable(tf.zeros([3]), name="w")]
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    record = _Slow(tmp_path / "trained.jsonl", "a1")
+    with pytest.raises(KeyboardInterrupt), Snapshots(weights, folder, tmp_path / "to-evaluate", record) as snapshots:
+        snapshots.take([np.full([3], 1, np.float32)], 10, 1, {"loss": 1.0})
+        raise KeyboardInterrupt  # the cancel, while the write sleeps
+    assert [r["epoch"] for r in trained.read(record.path, "a1")] == [1] and snapshots.pool._shutdown
+    # A write that fails while the loop fails: the loop's own error is the one raised.
+    with pytest.raises(KeyboardInterrupt), Snapshots(weights, folder, tmp_path / "to-evaluate", _KilledAt(record.path, "a2", epoch=2)) as snapshots:
+        snapshots.take([np.full([3], 2, np.float32)], 20, 2, {"loss": 1.0})
+        raise KeyboardInterrupt
+
+
 def test_where_the_evaluation_runs():
     here = coordinator.evaluator_place
     assert here("auto", False, None) == "chief"  # standalone: one process does everything

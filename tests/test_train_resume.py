@@ -82,13 +82,25 @@ def test_the_command_refuses_it_in_one_line_before_anything_starts(state, tmp_pa
 
 @pytest.mark.parametrize("args,needle", [
     (["--model", "convlstm"], "trained --model resbidir; it cannot continue as --model convlstm"),
-    (["--model", "resbidir", "--layers", "2"], "only --epochs may change (got --layers)"),
+    (["--model", "resbidir", "--layers", "2"], "only --epochs, --max-restarts and --worker-deadline may change (got --layers)"),
 ])
 def test_resume_refuses_another_model_in_one_line(state, tmp_path, tiny, args, needle):
     run = _run_with(tmp_path, tiny, _good(tiny))
     before = (run / "config.json").read_bytes()
     one_line(picluster("train", "har", "--resume", run, *args, timeout=60), 2, needle)
     assert (run / "config.json").read_bytes() == before and not (run / "worker-0.log").exists()
+
+
+def test_the_rules_for_losses_are_kept_with_the_run_and_may_change_on_resume(state, tmp_path, tiny):
+    kept = TrainConfig.load(_run_with(tmp_path, tiny, _good(tiny) | {"max_restarts": 1, "worker_deadline": 6}) / "config.json")
+    assert (kept.max_restarts, kept.worker_deadline) == (1, 6.0)
+    earlier = {k: v for k, v in _good(tiny).items() if k not in ("max_restarts", "worker_deadline")}  # an earlier version's
+    (tmp_path / "old").mkdir()
+    old = TrainConfig.load(_run_with(tmp_path / "old", tiny, earlier) / "config.json")
+    assert (old.max_restarts, old.worker_deadline) == (3, 0.0)
+    one_line(picluster("train", "har", "--max-restarts", "-1", "--run-dir", tmp_path / "r", timeout=60), 2,
+             "--max-restarts -1 must be a whole number from 0 to 1,000")
+    assert not (tmp_path / "r").exists()
 
 
 def test_records_without_any_checkpoint_are_never_started_over(state, tmp_path, tiny):
@@ -142,7 +154,7 @@ def _steps(run) -> list[int]:
 @pytest.mark.e2e
 def test_a_damaged_latest_checkpoint_is_named_and_the_older_one_restored(state, tmp_path, tiny):
     run = tmp_path / "run"
-    assert (result := _train(run, tiny, epochs=3)).returncode == 0, result.stderr
+    assert (result := _train(run, tiny, "--max-restarts", "1", "--worker-deadline", "6", epochs=3)).returncode == 0, result.stderr
     older, newest = _steps(run)[-2:]
     data = run / "checkpoints" / f"model.ckpt-{newest}.data-00000-of-00001"
     data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])  # a copy cut short
@@ -159,6 +171,9 @@ def test_a_damaged_latest_checkpoint_is_named_and_the_older_one_restored(state, 
     assert [e for e, _ in rows] == ["1", "2", "3", "4", "5"]
     assert rows[:2] == records[:2] and rows[2] != records[2]  # epochs 1-2 kept as written; 3 trained again
     assert (run / "checkpoints" / "damaged" / data.name).exists()
+    # The rules for losses go on with the run: --resume keeps them unless given again.
+    kept = json.loads((run / "config.json").read_text())
+    assert (kept["max_restarts"], kept["worker_deadline"], kept["epochs"]) == (1, 6.0, 5)
 
 
 @pytest.mark.e2e

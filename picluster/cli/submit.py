@@ -8,7 +8,16 @@ import click
 from picluster.cli.options import Whole, complete_nodes, node_inventory_option, option, other_spelling
 
 
-@click.command(context_settings={"ignore_unknown_options": False})
+class _Submit(click.Command):
+    """Remembers whether ``--`` came before the command: ``-- ./a.out`` is a command, as sbatch
+    --wrap's, even when it is one file; without ``--`` one file is a job script."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["submit.dashes"] = "--" in args
+        return super().parse_args(ctx, args)
+
+
+@click.command(cls=_Submit, context_settings={"ignore_unknown_options": False})
 @node_inventory_option
 @option("--nodes", "-N", type=Whole(1, 4096), default=None, show_default="1, or the --nodelist's", help="Nodes (machines) for the job, its ps nodes among them.")
 @option("--ps", type=Whole(0, 4096), default=None, show_default="1", help="Parameter-server (ps) tasks among them.")
@@ -37,7 +46,7 @@ def submit(inventory, nodes, ps, cpus, time_limit, mem, nodelist, exclude, name,
         raise UsageError("submit needs an inventory with a [slurm] table: give --inventory (or PICLUSTER_INVENTORY)")
     job_script = None
     typed = origin.of(inventory) if inventory.slurm is not None else None
-    if len(command) == 1 and Path(command[0]).is_file():
+    if len(command) == 1 and not click.get_current_context().meta.get("submit.dashes") and Path(command[0]).is_file():
         try:
             data = Path(command[0]).read_bytes()
         except OSError as exc:

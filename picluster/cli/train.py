@@ -9,6 +9,9 @@ from picluster.cli.options import Real, Whole, inventory_option, option, other_s
 from picluster.util import verbosity
 from picluster.util.errors import UsageError
 
+# What --resume may change of a run's config: its length and its rules for losses.
+RESUME_MAY_CHANGE = ("epochs", "max_restarts", "worker_deadline")
+
 
 @click.group(cls=Group)
 def train() -> None:
@@ -101,12 +104,12 @@ def train() -> None:
 @option("--worker-runtime", type=click.Choice(["auto", "resident", "shared", "separate"]), default="auto", show_default=True,
         help="resident: each worker node's client runs inside the node's running server (no TensorFlow import, one runtime per node, fits a 1 GB Pi); "
                    "shared: a client process serves the task in place of the node's server; separate: a client process beside it; auto: resident on inventory nodes.")
-@option("--max-restarts", type=Whole(), default=3, show_default=True,
+@option("--max-restarts", type=Whole(), default=None, show_default="3",
         help="sync: times a run that loses a worker, the ps or the chief starts again from its last checkpoint with the workers that answer; 0 = stop.")
-@option("--worker-deadline", type=Real(), default=0.0, show_default="0: 3 of the slowest epochs, at least 30 s", metavar="SECONDS",
+@option("--worker-deadline", type=Real(), default=None, show_default="0: 3 of the slowest epochs, at least 30 s", metavar="SECONDS",
         help="sync: seconds without a step after which the run counts as stalled and starts again.")
 @other_spelling("--nodes", "train har counts worker tasks: give --workers {value} (with an inventory, one per worker node; --ps for the ps tasks)")
-def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, max_restarts, worker_deadline, **options) -> None:
+def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, **options) -> None:
     """Train a HAR classifier on UCI HAR windows, between-graph replicated.
 
     \b
@@ -132,8 +135,8 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, max
     from picluster.jobs.har.rundir import RunDir
     from picluster.views.live import JobDisplay
 
-    if worker_deadline < 0:
-        raise UsageError(f"--worker-deadline {worker_deadline:g} must be 0 (adaptive) or more seconds")
+    if (options.get("worker_deadline") or 0) < 0:
+        raise UsageError(f"--worker-deadline {options['worker_deadline']:g} must be 0 (adaptive) or more seconds")
     given = {k: v for k, v in options.items() if v is not None}
     if given.get("emulate"):
         given.setdefault("standalone", True)  # one process on this machine, whatever cluster there is
@@ -147,9 +150,11 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, max
         if given.get("model", config.model) != config.model:
             raise UsageError(f"--resume {resume} trained --model {config.model}; it cannot continue as --model {given['model']}: start a new run")
         if given:
-            # The model and its data stream must stay as checkpointed; only the length may grow.
-            if set(given) - {"epochs"}:
-                raise UsageError(f"--resume keeps the run's config; only --epochs may change (got --{sorted(set(given) - {'epochs'})[0].replace('_', '-')})")
+            # The model and its data stream must stay as checkpointed; only the length may grow, and
+            # the rules for losses may change (a run that stopped past its restarts may get more).
+            if set(given) - set(RESUME_MAY_CHANGE):
+                raise UsageError(f"--resume keeps the run's config; only --epochs, --max-restarts and --worker-deadline may change "
+                                 f"(got --{sorted(set(given) - set(RESUME_MAY_CHANGE))[0].replace('_', '-')})")
             config = replace(config, **given)
         if inventory is None:
             inventory = run_inventory(run)  # the run's record is read, and checked, either way
@@ -182,7 +187,7 @@ def har(inventory, resume, run_dir, as_json, live, data_dir, worker_runtime, max
     run = run or coordinator.new_run_dir(run_dir)
     display = JobDisplay("train har", "epochs", live=live and not as_json)
     printer = progress.Printer(config, run, quiet=as_json or verbosity.quiet(), console=display.console if display.live else None)
-    job = HarJob(config, run, worker_runtime, quiet=as_json, before=before, max_restarts=max_restarts, deadline_s=worker_deadline)
+    job = HarJob(config, run, worker_runtime, quiet=as_json, before=before)
     try:
         result = controller.run(job, inventory, display=display, where=where)  # placed once, here
     except BaseException:

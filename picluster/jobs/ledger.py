@@ -140,8 +140,8 @@ class Records:
                 coordinator = self.store.cancel_target(job_id)  # only a process proven to be the job's
                 if coordinator is not None:
                     coordinator.send_signal(signal.SIGTERM)
-            except PermissionError:
-                error = ClusterError(f"job {job_id} runs as another user (pid {coordinator.pid}); cancel it as that user")  # type: ignore[union-attr]
+            except (PermissionError, psutil.AccessDenied):  # psutil's is not an OSError: both named
+                error = ClusterError(f"job {job_id} runs as another user (pid {job.pid}); cancel it as that user")
                 done[job_id] = Cancelled(ref, job.state, job.state, str(error), error)
                 continue
             except ClusterError as exc:

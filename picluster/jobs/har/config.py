@@ -51,7 +51,8 @@ RENAMED = (("conv_layers", ("convlstm",), "layers"),)
 ADDED: dict[str, Any] = {"eval_test_every_epoch": True, "val_volunteers": "",
                          "batch_per_worker": False, "lr_scaling": "none", "warmup_epochs": 0.0, "async_lr": "constant",
                          "adam_beta1": 0.9, "adam_beta2": 0.999, "evaluator": "chief", "exchange": "variables",
-                         "warmup_updates": 0, "local_steps": 1, "local_after": 2, "emulate": False, "wire": "float32"}
+                         "warmup_updates": 0, "local_steps": 1, "local_after": 2, "emulate": False, "wire": "float32",
+                         "max_restarts": 3, "worker_deadline": 0.0}
 
 
 def within(default, low, high, *, low_open: bool = False, high_open: bool = False, flag: str | None = None):
@@ -146,6 +147,11 @@ class TrainConfig:
     threads: int = within(0, 0, 1024)  # intra- and inter-op threads of a standalone run (0: every core); part of the result
     # -- bookkeeping -------------------------------------------------------------------------
     checkpoint_epochs: int = within(1, 1, 100_000)  # the chief saves every this many epochs (at most this much is lost)
+    # A sync run's losses (elastic.py), kept with the run so that --resume goes on under the same rules:
+    # the restarts from the last checkpoint before it stops, and the seconds without a step that
+    # count as a stall (0: 3 of the slowest epochs, at least 30 s).
+    max_restarts: int = within(3, 0, 1000)
+    worker_deadline: float = within(0.0, 0.0, 86_400.0)
     target_val_accuracy: float = within(0.0, 0.0, 1.0)  # stop once validation accuracy reaches this (0: never)
     eval_batch: int = within(1000, 1, 100_000)
     data_dir: str = ""  # prepared HAR folder ("" = har_dir() of the inventory or this machine)

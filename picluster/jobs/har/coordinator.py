@@ -88,8 +88,7 @@ def worker_runtime(choice: str, offered: tuple[str, ...]) -> str:
     return choice
 
 
-def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", job: Running, runtime: str = "auto", quiet: bool = False,
-          max_restarts: int = elastic.DEFAULT_RESTARTS, deadline_s: float = 0.0) -> dict:
+def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", job: Running, runtime: str = "auto", quiet: bool = False) -> dict:
     """Run (or continue) the training in ``run`` on ``cluster`` (None: standalone); return the
     result (result.json's contents, and the workers lost on the way).  It reports through ``job``,
     the controller's Running (``quiet``: no epoch lines, for --json).
@@ -102,9 +101,9 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", job: Runn
     server on its node, lets the node's client serve that task itself, and starts the node's
     servers again at the end.
 
-    A sync run that loses a task goes on (elastic.py): up to ``max_restarts`` times it starts again
-    from the last checkpoint with the workers that answer; ``deadline_s``: seconds without a step
-    before it counts as stalled (0: adaptive).
+    A sync run that loses a task goes on (elastic.py): up to ``config.max_restarts`` times it starts
+    again from the last checkpoint with the workers that answer; ``config.worker_deadline``: seconds
+    without a step before it counts as stalled (0: adaptive).
     """
     runtime = worker_runtime(runtime, cluster.worker_runtimes if cluster is not None else ALONE)
     data_here = evaluator_data(config, cluster, job) if cluster is not None else None
@@ -131,14 +130,14 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", job: Runn
     job.note(f"cluster: {cluster.kind}, {config.ps} ps + {config.workers} workers"
              + (f" (started in {cluster.start_s:.1f} s)" if cluster.start_s else "")
              + _RUNTIME_NOTE.get(runtime, ""))
-    record = elastic.Record(max_restarts if config.mode == "sync" and config.workers > 1 else 0)
+    record = elastic.Record(config.max_restarts if config.mode == "sync" and config.workers > 1 else 0)
     members = [t.index for t in used.workers]
     try:
         with Recorder(Monitor.of(cluster), run.nodes):  # each node's CPU and memory, for `picluster plot RUN_DIR`
             while True:
                 record.launched(members)
                 try:
-                    result = _launch(config, run, cluster, job, quiet, runtime, used, members, resume, data_here, record, deadline_s)
+                    result = _launch(config, run, cluster, job, quiet, runtime, used, members, resume, data_here, record, config.worker_deadline)
                     break
                 except elastic.Lost as lost:
                     # A sync run lost a task: every client has stopped; start again from the last

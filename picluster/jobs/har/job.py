@@ -19,9 +19,8 @@ class HarJob(Job):
     unit = "epochs"
 
     def __init__(self, config: TrainConfig, run: RunDir, runtime: str, quiet: bool = False,
-                 before: Callable[[], None] | None = None, max_restarts: int = 3, deadline_s: float = 0.0) -> None:
+                 before: Callable[[], None] | None = None) -> None:
         self.config, self.run, self.runtime = config, run, runtime
-        self.max_restarts, self.deadline_s = max_restarts, deadline_s  # a sync run's losses (elastic.py)
         # Done once the cluster answers, before training (the data set put on a cluster's share on
         # first use): a cluster with too few workers or a server down is refused before that work.
         self.before = before
@@ -45,8 +44,7 @@ class HarJob(Job):
     def body(self, cluster: Cluster | None, running: Running) -> dict:
         if self.before is not None:
             self.before()
-        return coordinator.train(self.config, self.run, cluster, running, self.runtime, quiet=self.quiet,
-                                 max_restarts=self.max_restarts, deadline_s=self.deadline_s)
+        return coordinator.train(self.config, self.run, cluster, running, self.runtime, quiet=self.quiet)
 
     def ending(self, result) -> tuple[str, str]:
         """Completed; with what a sync run lost on the way (elastic.py), for `picluster jobs JOB`."""

@@ -136,31 +136,31 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
             trained.add(begin=True, start_epoch=start_epoch, start_step=start_step, began=time.time(), per_ps=per_ps(g), data=data.checksum,
                         restore={"checkpoint": restore.checkpoint, "damaged": restore.damaged} if restore else None)
         status_file, started = run.worker_status(task), time.time()
-        for epoch in range(start_epoch + 1, cfg.epochs + 1):
-            if session.should_stop():
-                break
-            # Input order and augmentation: seeded by (seed, epoch, task), so a resumed epoch is the same too.
-            feeds = [Feed(tower, t, mine[np.random.default_rng([cfg.seed, epoch, t]).permutation(len(mine))],
-                          np.random.default_rng([cfg.seed, epoch, t, 1])) for tower, t, mine in zip(g.towers, tasks, shards)]
-            live = run.live if chief else None
-            stats, values = train_epoch(session, g, data, feeds, steps, batch, cfg, epoch, task if cluster else None, live, job,
-                                        snapshot=snapshots is not None, members=members if cluster else None)
-            # What this worker did last, for the coordinator.
-            atomic.write_json(status_file, {"epoch": epoch, "time": time.time(), "elapsed_s": time.time() - started, **stats})
-            if trained is not None and snapshots is not None and values is not None:
-                # The weights of the epoch's last update, fetched with its step, for the evaluator and a
-                # resume: written by the chief's thread while the next epoch's steps go on (saving.py).
-                snapshots.take(values, int(stats["global_step"]), epoch, stats)
-            elif trained is not None:
-                # Post-local SGD's epochs end in a sync of models, not an update: saved here.  In sync
-                # mode nothing moves the weights until this chief's next step applies the next update.
-                step = int(raw(g.global_step))
-                save(with_raw, g.saver, run.checkpoints / "model.ckpt", step, epoch,
-                     recorded=partial(trained.handed_over, folder=run.to_evaluate, epoch=epoch, **stats))
-            elif duties is not None and duties.end_epoch(epoch, stats):
-                break
-        if snapshots is not None:
-            snapshots.close()  # every epoch's checkpoint written before the end is recorded
+        # Every checkpoint begun beside the steps is written before the loop is left, a cancel's way too.
+        with snapshots if snapshots is not None else contextlib.nullcontext():
+            for epoch in range(start_epoch + 1, cfg.epochs + 1):
+                if session.should_stop():
+                    break
+                # Input order and augmentation: seeded by (seed, epoch, task), so a resumed epoch is the same too.
+                feeds = [Feed(tower, t, mine[np.random.default_rng([cfg.seed, epoch, t]).permutation(len(mine))],
+                              np.random.default_rng([cfg.seed, epoch, t, 1])) for tower, t, mine in zip(g.towers, tasks, shards)]
+                live = run.live if chief else None
+                stats, values = train_epoch(session, g, data, feeds, steps, batch, cfg, epoch, task if cluster else None, live, job,
+                                            snapshot=snapshots is not None, members=members if cluster else None)
+                # What this worker did last, for the coordinator.
+                atomic.write_json(status_file, {"epoch": epoch, "time": time.time(), "elapsed_s": time.time() - started, **stats})
+                if trained is not None and snapshots is not None and values is not None:
+                    # The weights of the epoch's last update, fetched with its step, for the evaluator and a
+                    # resume: written by the chief's thread while the next epoch's steps go on (saving.py).
+                    snapshots.take(values, int(stats["global_step"]), epoch, stats)
+                elif trained is not None:
+                    # Post-local SGD's epochs end in a sync of models, not an update: saved here.  In sync
+                    # mode nothing moves the weights until this chief's next step applies the next update.
+                    step = int(raw(g.global_step))
+                    save(with_raw, g.saver, run.checkpoints / "model.ckpt", step, epoch,
+                         recorded=partial(trained.handed_over, folder=run.to_evaluate, epoch=epoch, **stats))
+                elif duties is not None and duties.end_epoch(epoch, stats):
+                    break
         if trained is not None:
             trained.add(end=True)
         if duties is not None:
@@ -173,7 +173,7 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
 # (10-15 s at a ninth of a core).  Only a kind whose graph names no launch is kept (Exchange.reusable).
 _BUILT: dict[tuple, Graph] = {}
 # Options that change nothing in the graph: a run that differs only in them reuses it.
-_NOT_IN_GRAPH = ("target_val_accuracy", "data_dir", "checkpoint_epochs", "eval_batch", "eval_test_every_epoch")
+_NOT_IN_GRAPH = ("target_val_accuracy", "data_dir", "checkpoint_epochs", "eval_batch", "eval_test_every_epoch", "max_restarts", "worker_deadline")
 
 
 def _graph(cfg: TrainConfig, data, place: Place) -> Graph:

@@ -63,6 +63,22 @@ class Snapshots:
         for f in done:
             f.result()
 
+    def __enter__(self) -> "Snapshots":
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        """The epochs' loop left: every write begun is finished before this process goes on (a
+        resident server's next chief shares its process and folder), also when a cancel or a lost
+        partner ends the loop; then a failed write is raised, unless the loop's own error is on
+        its way (that one is what the coordinator must hear)."""
+        if error is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception:  # noqa: S110  (the write's failure is second to the loop's own error)
+            pass
+
     def close(self) -> None:
         """Every checkpoint written (or its failure raised); the thread and session gone."""
         try:
