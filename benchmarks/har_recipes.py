@@ -18,10 +18,16 @@ last half of the epochs.
     .venv/bin/python benchmarks/har_recipes.py --pairs benchmarks/results/har_recipes.csv
 
 A run already in the rows file is not run again, so the command continues where it stopped.
+Each row keeps the options its run resolved to (``config_id``: config.json's digest, without the
+seed and the data folder, and ``config``: the fields that differ from the defaults) and the
+revision that ran it.  A variant whose new run resolves to another config than the rows it
+already has (the defaults changed under its name) stops the study, naming both: give the variant
+a new name or its own rows file; the report and the pairs keep each config apart.
 """
 
 import argparse
 import csv
+import hashlib
 import itertools
 import json
 import os
@@ -30,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,7 +44,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PICLUSTER = Path(sys.executable).with_name("picluster")
 COLUMNS = ["variant", "options", "workers", "seed", "epochs", "threads", "wall_s", "val_acc", "val_loss", "train_loss",
-           "best_epoch", "test_acc"]  # the last two empty in rows made before they were kept
+           "best_epoch", "test_acc", "config_id", "config", "revision"]  # the last ones empty in rows made before they were kept
+NOT_THE_RECIPE = ("seed", "data_dir")  # fields of config.json that differ by run, not by recipe
+
+
+def revision() -> str:
+    """The commit that runs, marked ``-dirty`` when picluster/ differs from it."""
+    git = lambda *a: subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True).stdout.strip()
+    head = git("rev-parse", "--short=12", "HEAD") or "unknown"
+    return head + ("-dirty" if git("status", "--porcelain", "--", "picluster") else "")
+
+
+def recipe(config: dict) -> tuple[str, str]:
+    """(digest, the fields that differ from TrainConfig's defaults) of a run's resolved config."""
+    from picluster.jobs.har.config import TrainConfig
+
+    kept = {k: v for k, v in config.items() if k not in NOT_THE_RECIPE}
+    defaults = json.loads(TrainConfig().to_json())
+    digest = hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:12]
+    return digest, " ".join(f"{k}={v}" for k, v in sorted(kept.items()) if defaults.get(k) != v)
 
 
 def seeds(text: str) -> list[int]:
@@ -62,21 +87,28 @@ def run_one(variant: str, options: str, workers: int, seed: int, epochs: int, th
         with open(run_dir / "metrics.csv") as f:
             rows = list(csv.DictReader(f))
         result = json.loads((run_dir / "result.json").read_text())
+        config_id, config = recipe(json.loads((run_dir / "config.json").read_text()))
     join = lambda key: ";".join(f"{float(r[key]):.5f}" for r in rows)
     return {"variant": variant, "options": options, "workers": workers, "seed": seed, "epochs": len(rows), "threads": threads,
             "wall_s": f"{wall:.1f}", "val_acc": join("val_acc"), "val_loss": join("val_loss"), "train_loss": join("train_loss"),
-            "best_epoch": result["best_epoch"], "test_acc": f"{result['test_accuracy']:.5f}"}
+            "best_epoch": result["best_epoch"], "test_acc": f"{result['test_accuracy']:.5f}",
+            "config_id": config_id, "config": config, "revision": revision()}
 
 
 def measure(args) -> None:
     path = Path(args.rows)
     path.parent.mkdir(parents=True, exist_ok=True)
     done = set()
+    configs: dict[tuple[str, int], str] = {}  # (variant, workers): the config its rows resolved to
+    lock = threading.Lock()
     if path.exists():
         with open(path) as f:
             reader = csv.DictReader(f)
             old, header = list(reader), reader.fieldnames
         done = {(r["variant"], int(r["workers"]), int(r["seed"])) for r in old}
+        for r in old:
+            if r.get("config_id"):
+                configs.setdefault((r["variant"], int(r["workers"])), r["config_id"])
         if header != COLUMNS:  # rows of an earlier version: the new columns added, empty
             with open(path, "w", newline="") as f:
                 writer = csv.DictWriter(f, COLUMNS, restval="")
@@ -93,6 +125,12 @@ def measure(args) -> None:
         while args.pause_while and Path(args.pause_while).exists():  # a timing run has the machine: wait between runs
             time.sleep(5)
         row = run_one(*item, args.epochs, args.threads, args.data_dir)
+        with lock:
+            had = configs.setdefault((row["variant"], row["workers"]), row["config_id"])
+        if had != row["config_id"]:
+            raise SystemExit(f"{row['variant']} x{row['workers']}: this revision resolves its options to config {row['config_id']} "
+                             f"({row['config'] or 'the defaults'}), the rows in {path} to {had}: the defaults changed under the name; "
+                             "give the variant a new name or --rows another file (the run's row is not kept)")
         with open(path, "a", newline="") as f:  # one row a run: an interrupted study keeps what it made
             csv.DictWriter(f, COLUMNS).writerow(row)
         print(f"{row['variant']} x{row['workers']} seed {row['seed']}: {row['wall_s']} s, epochs to target "
@@ -131,12 +169,21 @@ def summary(rows: list[dict], target: float) -> dict:
             "swing": statistics.fmean(swings)}
 
 
+def _named(rows: list[dict]) -> list[str]:
+    """Each row's variant as the tables name it: with its config (``name@config_id``, ``@?`` for rows
+    made before it was kept) where the variant's rows at one worker count resolved to more than one."""
+    seen: dict[tuple[str, str], set[str]] = {}
+    for r in rows:
+        seen.setdefault((r["variant"], r["workers"]), set()).add(r.get("config_id") or "?")
+    return [r["variant"] if len(seen[(r["variant"], r["workers"])]) == 1 else f"{r['variant']}@{r.get('config_id') or '?'}" for r in rows]
+
+
 def report(args) -> None:
     with open(args.report) as f:
         rows = list(csv.DictReader(f))
     groups: dict[tuple, list[dict]] = {}
-    for r in rows:
-        groups.setdefault((int(r["workers"]), r["variant"]), []).append(r)
+    for r, name in zip(rows, _named(rows)):
+        groups.setdefault((int(r["workers"]), name), []).append(r)
     out = []
     never = len(next(iter(groups.values()))[0]["val_acc"].split(";")) + 1  # a seed that never reaches it, counted as one epoch past the last
     print(f"| workers | variant | options | seeds | never reach {args.target:.0%} | epochs to it: median (q1-q3) | median, never = {never} "
@@ -160,8 +207,8 @@ def pairs(args) -> None:
     with open(args.pairs) as f:
         rows = [r for r in csv.DictReader(f) if r.get("test_acc")]
     groups: dict[tuple, dict[int, float]] = {}
-    for r in rows:
-        groups.setdefault((int(r["workers"]), r["variant"]), {})[int(r["seed"])] = float(r["test_acc"])
+    for r, name in zip(rows, _named(rows)):
+        groups.setdefault((int(r["workers"]), name), {})[int(r["seed"])] = float(r["test_acc"])
     if args.against:
         print(f"| workers | variant | pairs | test acc, mean ± sd | minus {args.against}: mean ± sd | its 95 % interval | seeds below it by > 0.5 points |")
         print("|---|---|---|---|---|---|---|")
