@@ -176,6 +176,46 @@ def test_a_relaunch_times_its_steps_from_its_own_live_json_not_the_last_launchs(
     assert training.started and training.moved > 0
 
 
+def test_a_loss_while_a_left_out_worker_answers_again_is_recorded_as_a_loss_and_the_clean_up_reads_every_epoch(tmp_path, monkeypatch):
+    """The clean-up before a restart reads the evaluator's rows until every epoch the chief finished
+    is scored.  A worker left out earlier that answers meanwhile must not turn the loss into a
+    rejoin (the loss unrecorded, the restart not spent) nor end the clean-up at the first new row."""
+    from types import SimpleNamespace
+
+    from picluster.jobs.har import follow as following
+    from picluster.jobs.har import metrics
+    from picluster.jobs.har.follow import _Training
+    from picluster.jobs.har.progress import Follower
+    from picluster.jobs.har.rundir import RunDir
+    from picluster.jobs.har.trained import Trained
+
+    run = RunDir(tmp_path)
+    for epoch in (1, 2, 3):
+        Trained(run.trained, "a2").add(epoch=epoch, checkpoint=f"model.ckpt-{10 * epoch}")  # the chief's three epochs
+
+    class Evaluator:  # stand-in for the evaluator beside the coordinator: it scores one epoch each poll
+        label, scored = "evaluator", 0
+
+        def poll(self):
+            if self.scored < 3:
+                self.scored += 1
+                metrics.write_rows(run.metrics, [{"epoch": e, "global_step": 10 * e, "val_acc": 0.9, "time": 100.0 + e} for e in range(1, self.scored + 1)])
+            return None
+
+    chief = SimpleNamespace(label="worker:0", task=0, sync=lambda final=False: None, poll=lambda: None)
+    training = _Training.__new__(_Training)  # what __init__ keeps for the clean-up
+    training.run, training.launch, training.evaluator, training.running, training.chief = run, "a2", Evaluator(), [chief], chief
+    training.stamps, training.shown, training.moved, training.earlier_live, training.started = {}, set(), 0.0, None, True
+    training.epoch_s, training.epochs_done, training.row_times, training.resume_said = [], 0, {}, False
+    training.shown_progress = Follower(None, SimpleNamespace(live=False, note=lambda *a: None, epoch=lambda *a, **k: None), quiet=True)
+    training.missing = training.answered = [Task("worker", 2, "node03", "127.0.0.13", 2222)]  # left out, and answering again
+    monkeypatch.setattr(following.clients, "stop_only", lambda running: None)
+    monkeypatch.setattr(following.time, "sleep", lambda s: None)
+    lost = elastic.Lost("worker 1 on node02 died (signal 9)", Task("worker", 1, "node02", "127.0.0.12", 2222), "signal 9")
+    training.settle(lost)
+    assert training.epochs_done == 3 and training.evaluator.scored == 3
+
+
 # -- real runs on the embedded local cluster -----------------------------------------------------
 
 

@@ -101,7 +101,10 @@ class _Training:
         if self.missing and time.monotonic() - self.looked >= CHECK_S:
             self.looked = time.monotonic()
             self.answered = [t for t in self.missing if not unanswered([t], tries=1, timeout=1.0)]
-        self._records()
+        if self._records() and self.missing and self.answered and not self.run.result.exists():
+            # At an epoch's end (its checkpoint written): a worker left out whose server answered the
+            # last look (every CHECK_S, one try each: the loop must not wait on a cut link) rejoins.
+            raise elastic.Rejoin(self.answered)
         if self.sync and self.started and not self.run.result.exists():
             limit = elastic.deadline(self.deadline_s, self.epoch_s)
             if time.monotonic() - self.moved > limit:
@@ -112,9 +115,11 @@ class _Training:
         self.chief.sync(final=final)
         self.chief_done = final
 
-    def _records(self) -> None:
-        """What the chief (or the evaluator) wrote since the last look, as events."""
-        run, stamps = self.run, self.stamps
+    def _records(self) -> bool:
+        """What the chief (or the evaluator) wrote since the last look, as events; whether an epoch
+        ended.  Reading only: what a new row means for the launch is the caller's to decide (the
+        clean-up before a restart reads on, whoever answers)."""
+        run, stamps, ended = self.run, self.stamps, False
         if _changed(run.metrics, stamps):
             for row in metrics.read_rows(run.metrics):
                 if row.get("time") not in self.shown:
@@ -126,7 +131,7 @@ class _Training:
                     self.row_times[self.epochs_done] = float(row.get("time") or time.time())
                     if row.get("epoch_s") not in (None, ""):
                         self.epoch_s.append(float(row["epoch_s"]))
-                    self._back()
+                    ended = True
         if _changed(run.resume_note, stamps):
             note = read_json(run.resume_note)  # checkpoints.write_note
             # This launch's chief restored a checkpoint: said once (a node's copy comes back every round).
@@ -139,6 +144,7 @@ class _Training:
                 self.started = True
                 self.moved = time.monotonic()
                 self.shown_progress.live(live)
+        return ended
 
     def settle(self, lost: "elastic.Lost | None" = None) -> None:
         """Before a restart: the clients stopped, and the epochs the chief finished evaluated by the
@@ -157,15 +163,6 @@ class _Training:
             if self.epochs_done >= max(finished, default=0):
                 break
             time.sleep(POLL_S)
-
-    def _back(self) -> None:
-        """At an epoch's end (its checkpoint written): a worker left out whose server answered the
-        last look (``follow``'s, every CHECK_S, one try each: the loop must not wait on a cut link)
-        rejoins."""
-        if not self.missing or self.run.result.exists():
-            return
-        if self.answered:
-            raise elastic.Rejoin(self.answered)
 
     def _lost(self, task, cause: str, message: str) -> "elastic.Lost":
         """A loss once training has begun: elastic.Lost (the coordinator may go on), its message
