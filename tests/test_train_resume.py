@@ -260,3 +260,28 @@ def test_a_checkpoint_ahead_of_the_rows_is_passed_over_for_the_one_they_end_with
     assert checkpoints.prepare(tmp_path, has_records=True, last_row=7).checkpoint == "model.ckpt-42"
     restore = checkpoints.prepare(tmp_path, has_records=True, last_row=6)
     assert restore.checkpoint == "model.ckpt-36" and tf.train.latest_checkpoint(str(tmp_path)).endswith("model.ckpt-36")
+
+
+def test_a_checkpoint_named_newest_by_picluster_is_the_one_tensorflow_reads_and_the_oldest_go(tmp_path):
+    """The chief names a checkpoint the newest only once the evaluator was told of it (chief.save):
+    the state file it writes is read by TensorFlow as its own, in any folder name, and the
+    checkpoints before the two newest are removed."""
+    import tensorflow as tf
+
+    from picluster.jobs.har import checkpoints
+
+    folder = tmp_path / 'a "run" – Zürich'
+    folder.mkdir()
+    with tf.Graph().as_default():
+        v = tf.compat.v1.Variable(1.0, name="v")
+        saver = tf.compat.v1.train.Saver(max_to_keep=checkpoints.KEPT)
+        with tf.compat.v1.Session() as session:
+            session.run(v.initializer)
+            for step in (10, 20, 30):
+                prefix = saver.save(session, str(folder / "model.ckpt"), global_step=step, write_meta_graph=False, write_state=False)
+                checkpoints.name_newest(saver, prefix)
+    state = tf.train.get_checkpoint_state(str(folder))
+    assert state.model_checkpoint_path == str(folder / "model.ckpt-30")
+    assert list(state.all_model_checkpoint_paths) == [str(folder / "model.ckpt-20"), str(folder / "model.ckpt-30")]
+    assert sorted(p.name for p in folder.glob("*.index")) == ["model.ckpt-20.index", "model.ckpt-30.index"]
+    assert tf.train.load_checkpoint(tf.train.latest_checkpoint(str(folder))).get_tensor("v") == 1.0

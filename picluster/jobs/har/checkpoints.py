@@ -108,6 +108,30 @@ def _set_aside(prefix: Path) -> None:
 
 
 EPOCHS = RunDir.CHECKPOINT_EPOCHS  # beside the checkpoints: the epoch each one ends
+# The checkpoints of a run's folder: the newest, and the one before as a resume's fallback when
+# the newest is damaged (prepare); every Saver that writes them keeps this many.
+KEPT = 2
+
+
+def _quoted(text: str) -> str:
+    """A string of the text protobuf format: printable ASCII as it is, every other byte of its UTF-8 as octal."""
+    return '"' + "".join(chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\{b:03o}" for b in text.encode()) + '"'
+
+
+def name_newest(saver, prefix: str) -> None:
+    """What a Saver's save does after the files when asked to write the state, without TensorFlow's
+    private or deprecated calls: the state file ("checkpoint", the CheckpointState text format that
+    tf.train.get_checkpoint_state reads) names ``prefix`` the newest, beside the ones before it up
+    to KEPT; then the older ones' files are removed (a chief killed between the two leaves a file
+    too many, never a state that names a removed checkpoint)."""
+    newest = [p for p in saver.last_checkpoints if p != prefix] + [prefix]
+    kept, gone = newest[-KEPT:], newest[:-KEPT]
+    saver.set_last_checkpoints_with_time([(p, time.time()) for p in kept])
+    atomic.write_text(Path(prefix).parent / "checkpoint", f"model_checkpoint_path: {_quoted(prefix)}\n"
+                      + "".join(f"all_model_checkpoint_paths: {_quoted(p)}\n" for p in kept))
+    for old in gone:
+        for path in Path(old).parent.glob(Path(old).name + ".*"):
+            path.unlink(missing_ok=True)
 
 
 def record_epoch(directory: Path, name: str, epoch: int) -> None:

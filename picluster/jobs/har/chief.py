@@ -18,10 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.checkpoint import checkpoint_management  # Saver.save's own state writer (_name_latest)
 
 from picluster.jobs.har import metrics
-from picluster.jobs.har.checkpoints import Restore, record_epoch
+from picluster.jobs.har.checkpoints import Restore, name_newest, record_epoch
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.graph import Graph
 from picluster.jobs.har.rundir import RunDir
@@ -221,22 +220,12 @@ def save(with_raw, saver, path: Path, step: int, epoch: int | None = None,
             record_epoch(path.parent, f"{path.name}-{step}", epoch)
         if recorded is not None:
             recorded(Path(prefix))
-            _name_latest(saver, prefix)
+            name_newest(saver, prefix)
     except tf.errors.OpError as exc:  # a full disk is ResourceExhaustedError "...; No space left on device"
         cause = next((c for c in STORAGE_CAUSES if c in str(exc)), None)
         if cause is None:
             raise
         raise StorageError(f"{path}-{step}", cause) from None
-
-
-def _name_latest(saver, prefix: str) -> None:
-    """What Saver.save does after the files when asked to write the state (TF 1's saver.py, kept
-    as it is): the checkpoint becomes the newest in the state file, and those past max_to_keep go."""
-    saver._RecordLastCheckpoint(prefix)
-    checkpoint_management.update_checkpoint_state_internal(
-        save_dir=str(Path(prefix).parent), model_checkpoint_path=prefix, all_model_checkpoint_paths=saver.last_checkpoints,
-        save_relative_paths=saver._save_relative_paths)
-    saver._MaybeDeleteOldCheckpoints()
 
 
 def _load_state(path: Path) -> dict:

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from picluster.cluster.containers import container
 from picluster.jobs.har import exchange
+from picluster.jobs.har.checkpoints import KEPT
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.convlstm import ConvShape, conv_logits
 from picluster.jobs.har.exchange.kind import Exchange, Place
@@ -125,7 +126,7 @@ class Graph:
             alone = place.cluster is None
             # The last two: a resume's fallback when the newest is damaged (checkpoints.py); an
             # evaluator beside the coordinator gets each epoch's handed over (trained.hand_over).
-            self.saver: Any = tf.compat.v1.train.Saver(max_to_keep=2) if keeps else None
+            self.saver: Any = tf.compat.v1.train.Saver(max_to_keep=KEPT) if keeps else None
             # The best epoch's weights: kept and scored where validation runs, not by a chief whose
             # evaluator runs beside the coordinator (that one builds its graph alone).
             evaluates = alone or config.evaluator != "coordinator"

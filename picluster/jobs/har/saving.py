@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from picluster.jobs.har.checkpoints import KEPT
 from picluster.jobs.har.chief import save
 from picluster.jobs.har.trained import Trained
 
@@ -37,7 +38,7 @@ class Snapshots:
                 assigns.append(local.assign(feed, read_value=False))
                 named[v.op.name] = local  # the names the training graph's Saver writes
             self.assign = tf.group(*assigns)
-            self.saver = tf.compat.v1.train.Saver(named, max_to_keep=2)
+            self.saver = tf.compat.v1.train.Saver(named, max_to_keep=KEPT)
             self.session = tf.compat.v1.Session(graph=self.graph, config=tf.compat.v1.ConfigProto(
                 intra_op_parallelism_threads=1, inter_op_parallelism_threads=1))
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="checkpoint")
