@@ -137,7 +137,7 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", job: Runn
             while True:
                 record.launched(members)
                 try:
-                    result = _launch(config, run, cluster, job, quiet, runtime, used, members, resume, data_here, record, config.worker_deadline)
+                    result = _launch(config, run, cluster, job, quiet, runtime, used, members, resume, data_here, record)
                     break
                 except elastic.Lost as lost:
                     # A sync run lost a task: every client has stopped; start again from the last
@@ -207,7 +207,7 @@ def _named(tasks) -> str:
 
 
 def _launch(config: TrainConfig, run: RunDir, cluster: "Cluster", job: Running, quiet: bool, runtime: str, used: Layout,
-            members: list[int], resume: bool, data_here: Path | None, record: "elastic.Record", deadline_s: float) -> dict:
+            members: list[int], resume: bool, data_here: Path | None, record: "elastic.Record") -> dict:
     """One launch of the run's clients (the workers ``members``, the first their chief), followed
     until the run ends or a task is lost (elastic.Lost) or a left-out worker answers again
     (elastic.Rejoin); every client stopped and the launch's variables freed on the way out."""
@@ -236,7 +236,7 @@ def _launch(config: TrainConfig, run: RunDir, cluster: "Cluster", job: Running, 
             missing = [t for t in used.workers if t.index not in members]
             try:
                 return follow(run, config, running, job, quiet, servers, launch, beside[0] if beside else None,
-                              workers, missing, deadline_s, relaunch=len(record.launches) > 1)
+                              workers, missing, config.worker_deadline, relaunch=len(record.launches) > 1)
             except (elastic.Lost, elastic.Rejoin) as exc:
                 _what_it_did(exc, run)
                 raise
