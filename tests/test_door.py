@@ -44,6 +44,18 @@ def broken(argv, job):
 class Graph:  # a job's graph and session refer to each other, as TensorFlow's do
     pass
 
+class Slow:  # garbage whose collection takes a while (a big graph's at a Pi's share of a core)
+    def __init__(self, mark):
+        self.self, self.mark = self, mark
+
+    def __del__(self):
+        time.sleep(2.0)
+        open(self.mark, "w").write("collected")
+
+def slow_garbage(argv, job):
+    Slow(argv[0])
+    return 0
+
 def hoard(argv, job):
     """Leaves 300 MiB behind in a reference cycle, and registers a callback that holds it (as a
     replica registers its session's close)."""
@@ -158,10 +170,24 @@ def test_what_a_job_leaves_in_reference_cycles_is_freed_when_it_ends(door):
     before = anonymous_mib(server.pid)
     for _ in range(2):
         assert knock(path, "doorjobs:hoard").returncode == 0
+        # The collection follows the job's status: the next knock is served once it is done.
+        assert knock(path, "doorjobs:echo").returncode == 0
         assert anonymous_mib(server.pid) < before + 100  # without the collection: + 300 MiB, then + 600
     server.kill()
     log = server.communicate()[1]
-    assert re.search(r"worker:0: job doorjobs:hoard ended, status 0; memory held (\d+) MiB, (\d+) MiB after collecting and trimming", log), log
+    assert re.search(r"worker:0: job doorjobs:hoard ended, status 0; memory held (\d+) MiB, (\d+) MiB after collecting and trimming \(\d+\.\d\d s\)\n", log), log
+
+
+def test_the_knocker_has_the_jobs_status_before_the_collection_and_a_knock_meanwhile_waits_for_it(door, tmp_path):
+    """A run's end waits for its clients' knockers: not for the servers' collections after their
+    jobs.  The next launch of a run knocks at once: it waits for the collection, it is not refused."""
+    path, _ = door
+    mark = tmp_path / "collected"
+    assert knock(path, "doorjobs:slow_garbage", str(mark)).returncode == 0
+    assert not mark.exists()  # the status came first: the collection takes 2 s
+    served = knock(path, "doorjobs:echo")
+    assert served.returncode == 0, served.stdout  # not 75: it waited for the collection
+    assert mark.read_text() == "collected"  # ... which ended before the next job began
 
 
 def test_a_cancelled_job_that_does_not_end_takes_the_process_with_it(door):

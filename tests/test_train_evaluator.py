@@ -122,6 +122,43 @@ def test_a_cancelled_loop_leaves_every_checkpoint_it_began_written_and_its_own_e
         raise KeyboardInterrupt
 
 
+def test_the_evaluators_result_ends_the_run_and_its_process_is_waited_for_not_signalled(tmp_path):
+    """result.json is the evaluator's last write: the run's end (the clients' stop) does not wait
+    for its process's own end (TensorFlow's teardown, about 2 s on this machine), and the stop lets
+    that end come rather than signal a process that has done its work."""
+    from types import SimpleNamespace
+
+    from picluster.jobs.har import clients, metrics
+    from picluster.jobs.har.follow import _Training
+    from picluster.jobs.har.progress import Follower
+    from picluster.jobs.har.rundir import RunDir
+    from picluster.util import atomic
+
+    run = RunDir(tmp_path)
+    training = _Training.__new__(_Training)  # what __init__ keeps of the run, the chief and the evaluator
+    training.run, training.stamps, training.shown, training.moved, training.earlier_live = run, {}, set(), 0.0, None
+    training.started, training.epoch_s, training.epochs_done, training.row_times, training.resume_said = True, [], 0, {}, False
+    training.launch, training.missing, training.sync, training.chief_done = "a1", [], False, False
+    training.sync_every, training.synced = 1.0, float("-inf")
+    training.shown_progress = Follower(None, SimpleNamespace(live=False, note=lambda *a: None, epoch=lambda *a, **k: None), quiet=True)
+    training.chief = SimpleNamespace(label="worker:0", poll=lambda: None, sync=lambda final=False: None)
+    training.evaluator = SimpleNamespace(label="the evaluator", poll=lambda: None)  # running: scoring, then its teardown
+    evaluator = clients.Evaluator.__new__(clients.Evaluator)
+    signalled: list[str] = []
+    evaluator._result, evaluator.proc = run.result, SimpleNamespace(stop=lambda: signalled.append("SIGTERM"))
+
+    metrics.write_rows(run.metrics, [{"epoch": 1, "global_step": 10, "val_acc": 0.97, "time": 101.0}])
+    assert training.follow() is False  # a row, no result yet: the run goes on
+    evaluator.terminate()
+    assert signalled == ["SIGTERM"]  # stopped mid-work (a restart's clean-up, Ctrl-C)
+    metrics.write_rows(run.metrics, [{"epoch": 1, "global_step": 10, "val_acc": 0.97, "time": 101.0},
+                                     {"epoch": 2, "global_step": 20, "val_acc": 0.98, "time": 102.0}])
+    atomic.write_json(run.result, {"test_accuracy": 0.97})
+    assert training.follow() is True and training.epochs_done == 2  # its verdict, with the rows written as it ended
+    evaluator.terminate()
+    assert signalled == ["SIGTERM"]  # not signalled again: its own end is waited for
+
+
 def test_where_the_evaluation_runs():
     here = coordinator.evaluator_place
     assert here("auto", False, None) == "chief"  # standalone: one process does everything

@@ -125,7 +125,7 @@ def test_montecarlo_train_and_top_across_four_hosts(lab_inventory, tmp_path, sta
         server_log = host.read_file(f"{lab.user.home}/{RUN_DIR}/worker-{task}.log")
         assert f"worker:{task}: the HAR data set {HAR}/har.npz read ahead (240 training windows) in " in server_log, server_log
         # ... and gave back what the job held (a server lives through many jobs on a 1 GB board).
-        assert re.search(r"worker:\d: job picluster\.jobs\.har\.replica:door_job ended, status 0; memory held \d+ MiB, \d+ MiB after collecting and trimming\n",
+        assert re.search(r"worker:\d: job picluster\.jobs\.har\.replica:door_job ended, status 0; memory held \d+ MiB, \d+ MiB after collecting and trimming \(\d+\.\d\d s\)\n",
                          server_log), server_log
         # The same server process cluster up started serves on (its pid file, and alive).
         assert host.read_file(f"{lab.user.home}/{RUN_DIR}/worker-{task}.pid").strip() == server_pid[host.name]

@@ -127,6 +127,46 @@ def test_a_warm_up_in_updates_is_the_same_length_whatever_an_epoch_holds(per_epo
     assert got == pytest.approx([0.001, 0.0015, 0.002, 0.002])
 
 
+def test_a_launch_with_fewer_workers_goes_on_with_the_rate_of_its_epoch_not_of_its_restored_step():
+    """An elastic restart with one worker fewer takes more updates an epoch: the warm-up and the
+    cosine go on from the epoch the run reached, where the restored global step alone (counted at
+    the last launch's updates an epoch) would put the rate back."""
+    import tensorflow as tf
+
+    from picluster.jobs.har.graph import Graph
+
+    tf.compat.v1.disable_eager_execution()
+    data = types.SimpleNamespace(x_train=np.zeros((1200, 128, 9), np.float32))
+
+    def rates(workers: int, step: int, start_epoch: int, start_step: int) -> tuple[float, float]:
+        # The emulator's graph: the same schedule as a cluster's, in one process.
+        warm = Graph(TrainConfig(emulate=True, standalone=True, workers=workers, batch=100, warmup_epochs=2.0, epochs=10), data)
+        cosine = Graph(TrainConfig(emulate=True, standalone=True, workers=workers, batch=100, warmup_epochs=0.0, lr_schedule="cosine", epochs=10), data)
+        got = []
+        for g in (warm, cosine):
+            g.schedule_at(start_epoch, start_step)
+            with g.graph.as_default(), tf.compat.v1.Session(graph=g.graph) as s:
+                s.run(tf.compat.v1.global_variables_initializer())
+                s.run(g.global_step.assign(step))
+                got.append(float(s.run(g.learning_rate, g.schedule)))
+        return got[0], got[1]
+
+    # 4 workers take 3 updates an epoch (1200 windows, 100 each), 3 workers 4.
+    assert TrainConfig(workers=4).steps_per_epoch(1200, 4)[1] == 3 and TrainConfig(workers=3).steps_per_epoch(1200, 3)[1] == 4
+    base, peak = 0.001, 0.001 * 3 ** 0.5
+    # One epoch done by 4 workers (step 3), going on with 3: halfway through the 2-epoch warm-up,
+    # as 3 workers would be after their own first epoch (step 4); the cosine a tenth of the way.
+    warm, cosine = rates(3, step=3, start_epoch=1, start_step=3)
+    assert warm == pytest.approx(base + (peak - base) * 0.5) == pytest.approx(rates(3, 4, 1, 4)[0])
+    assert cosine == pytest.approx(peak * 0.5 * (1 + np.cos(np.pi * 0.1)))
+    # Steps past the launch's first count at its own updates an epoch.
+    assert rates(3, step=5, start_epoch=1, start_step=3)[0] == pytest.approx(base + (peak - base) * 6 / 8)
+    # A launch that starts where its step says (the same workers throughout) feeds nothing.
+    g = Graph(TrainConfig(emulate=True, standalone=True, workers=3, batch=100), data)
+    g.schedule_at(2, 8)
+    assert g.schedule == {}
+
+
 def test_the_warm_up_is_given_in_one_unit():
     # Either option alone replaces the default warm-up, whichever unit that is counted in.
     assert (TrainConfig.for_model(warmup_epochs=1.0).warmup_updates, TrainConfig.for_model(warmup_epochs=1.0).warmup_epochs) == (0, 1.0)

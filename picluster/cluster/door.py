@@ -15,9 +15,10 @@ tether's SIGTERM, or its death) the socket closes and the server cancels the job
 (``JobContext.cancelled``, and the job's ``on_cancel`` callbacks, which close its sessions so that
 a blocked step returns).  A job that has not ended CANCEL_S later takes the server process with
 it (exit status 75): the next ``cluster up`` starts the task again, and no half-stopped job holds
-the node's task.  One job at a time: a second knock while one runs is refused (exit 75).
+the node's task.  One job at a time: a second knock while one runs is refused (exit 75); one
+while the last job's garbage is collected waits for it.
 
-After each job the server collects the job's garbage (its graphs and sessions hold cycles that
+After each job (once the knocker has its status) the server collects the job's garbage (its graphs and sessions hold cycles that
 Python frees only in a full collection) and hands the freed heap back to the system (glibc's
 ``malloc_trim``; its arenas keep freed pages otherwise): a server that lives through many jobs on
 a 1 GB board must not grow from job to job.  The log line of each job's end says how much
@@ -47,6 +48,7 @@ BUSY = 75  # EX_TEMPFAIL: the door is busy, or gone
 UNAVAILABLE = 69  # EX_UNAVAILABLE: no door at that path (no server, or one without a door)
 LOST = 70  # the server ended without saying how the job ended
 CANCEL_S = 10.0
+COLLECTING_WAIT_S = 30.0  # a knock while the last job's garbage is collected waits (1-2 s at a Pi's share of a core)
 ALLOWED = "picluster.jobs"  # and the modules under it
 MAX_KNOCK = 1 << 20
 
@@ -97,6 +99,7 @@ class Door:
     def __init__(self, path: Path, label: str, allowed: str = ALLOWED, cancel_s: float = CANCEL_S) -> None:
         self.path, self.label, self.allowed, self.cancel_s = path, label, allowed, cancel_s
         self.busy = threading.Lock()
+        self.collecting = threading.Event()  # set while the last job's garbage is collected, busy still held
 
     def open(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -149,13 +152,21 @@ class Door:
         with conn:
             reader = conn.makefile("rb")
             knock = reader.readline(MAX_KNOCK)
-            if not self.busy.acquire(blocking=False):
+            if not self._enter():
                 _send(conn, threading.Lock(), f"o {self.label}: busy with another job\nx {BUSY}\n")
                 return
             try:
                 self._run(conn, reader, knock)
             finally:
+                self.collecting.clear()
                 self.busy.release()
+
+    def _enter(self) -> bool:
+        """The door for one job: free now, or once the last job's collection is done (a moment,
+        not a job: the next launch of a run knocks as soon as the last one's clients have ended)."""
+        if self.busy.acquire(blocking=False):
+            return True
+        return self.collecting.is_set() and self.busy.acquire(timeout=COLLECTING_WAIT_S)
 
     def _run(self, conn: socket.socket, reader, knock: bytes) -> None:
         lock = threading.Lock()
@@ -170,13 +181,17 @@ class Door:
             _send(conn, lock, f"o {self.label}: not a job: {exc}\nx 2\n")
             return
         code, cancelled = self._job(call, fn, argv, ctx, reader)
+        # The knocker hears the end first: the collection (1-2 s at a Pi's share of a core) is not
+        # on the way of the run's end, and a knock meanwhile waits for it (_enter).
+        self.collecting.set()
+        _send(conn, lock, f"x {code}\n")
         # Nothing of the job is held here now (its frame is gone, its callbacks let go).
-        held = _anonymous_mib()
+        held, began = _anonymous_mib(), time.perf_counter()
         gc.collect()
         trimmed = _trim()
         _log(f"{self.label}: job {call} ended, status {code}" + (" (cancelled)" if cancelled else "")
-             + f"; memory held {held} MiB, {_anonymous_mib()} MiB after collecting" + (" and trimming" if trimmed else ""))
-        _send(conn, lock, f"x {code}\n")
+             + f"; memory held {held} MiB, {_anonymous_mib()} MiB after collecting" + (" and trimming" if trimmed else "")
+             + f" ({time.perf_counter() - began:.2f} s)")
 
     def _job(self, call: str, fn, argv: list[str], ctx: JobContext, reader) -> tuple[int, bool]:
         """Run the job in a thread of its own, watched for the knocker's cancel: (status, cancelled)."""

@@ -188,8 +188,8 @@ class Chief:
             "epoch_s_mean": float(np.mean([float(r["epoch_s"]) for r in rows])) if rows else None,
             "config": json.loads(self.cfg.to_json()),
         }
-        atomic.write_json(self.run.result, result)
         self.writer.close()
+        atomic.write_json(self.run.result, result)  # the last write: the coordinator ends the run on it
 
 
 def per_ps(g: Graph) -> dict[str, int]:

@@ -237,6 +237,7 @@ class Evaluator(Supervised):
         self.log = run.evaluator_log
         self._out = open(self.log, "a", encoding="utf-8")  # noqa: SIM115  (open while it runs; close() closes it)
         self._lock = threading.Lock()
+        self._result = run.result
         argv = ["-m", self.MODULE, "--run-dir", str(run), "--launch", launch, "--data-dir", data_dir]
         try:
             self.proc = supervisor.start(TaskSpec("evaluator", "localhost", "evaluator", argv, str(run), {"TF_CPP_MIN_LOG_LEVEL": "2"}),
@@ -244,6 +245,12 @@ class Evaluator(Supervised):
         except BaseException:
             self._out.close()
             raise
+
+    def terminate(self) -> None:
+        # One that has written the result (its last write) is on its way out: its end is waited
+        # for beside the clients' stop (SIGKILL past the grace), not cut short by a signal.
+        if not self._result.exists():
+            super().terminate()
 
     def sync(self, final: bool = False) -> None:
         pass  # it writes here

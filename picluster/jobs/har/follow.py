@@ -69,7 +69,11 @@ class _Training:
         self.run, self.config, self.running, self.job, self.tasks, self.launch = run, config, running, job, tuple(tasks), launch
         self.shown_progress = Follower(config, job, quiet)
         self.chief, self.evaluator = running[0], evaluator
-        self.poll_s = POLL_S if self.chief.folder is None else REMOTE_POLL_S
+        # A node's chief's files come back over SSH: a round trip each REMOTE_POLL_S at most.  With an
+        # evaluator here the rounds between are local looks, so its verdict is seen within POLL_S.
+        self.sync_every = 0.0 if self.chief.folder is None else REMOTE_POLL_S
+        self.poll_s = POLL_S if self.chief.folder is None or evaluator is not None else REMOTE_POLL_S
+        self.synced = float("-inf")  # the last sync's time.monotonic()
         # The evaluator first: in a round where both end, its verdict (the result) is the run's.
         self.clients = ({evaluator.label: evaluator} if evaluator is not None else {}) | {c.label: c for c in running}
         # Keyed by write time: on --resume the chief drops rows it will redo, and only new ones show.
@@ -96,7 +100,12 @@ class _Training:
         return self.clients
 
     def follow(self) -> bool:
-        if not self.chief_done:
+        if self.evaluator is not None and self.run.result.exists():
+            # The evaluator's verdict (result.json, its last write) ends the run; its process's
+            # own end (TensorFlow's teardown, about 2 s) is waited for beside the clients' stop.
+            self._records()  # the rows written as it ended
+            return True
+        if not self.chief_done and time.monotonic() - self.synced >= self.sync_every:
             self._sync_chief(self.chief.poll() == 0)
         if self.missing and time.monotonic() - self.looked >= CHECK_S:
             self.looked = time.monotonic()
@@ -112,6 +121,7 @@ class _Training:
         return False
 
     def _sync_chief(self, final: bool) -> None:
+        self.synced = time.monotonic()
         self.chief.sync(final=final)
         self.chief_done = final
 

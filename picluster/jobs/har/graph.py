@@ -71,6 +71,11 @@ class Graph:
                 self.x = tf.compat.v1.placeholder(tf.float32, [None, STEPS, self.shape.inputs], name="x")
                 self.y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
                 self.keep = tf.compat.v1.placeholder_with_default(1.0, [], name="keep_prob")
+                # Updates to add to the global step where the rate's schedule reads it: a launch with
+                # fewer workers than the last (an elastic restart) takes more updates an epoch, and
+                # without them its restored step would put it back in the warm-up or the cosine.
+                self.schedule_offset = tf.compat.v1.placeholder_with_default(0.0, [], name="schedule_offset")
+                self.schedule: dict = {}  # the training loop's feed of it (schedule_at)
                 self.noise = Noise(self.keep)  # the training loop feeds its key every step
                 # Read the step before the forward pass reads the weights: the staleness baseline.
                 self.step_before = self.global_step.read_value()
@@ -81,7 +86,7 @@ class Graph:
                 _, per_epoch = config.steps_per_epoch(len(data.x_train), self.workers)
                 self.sync = kind.sync
                 with kind.updating():
-                    self.learning_rate = learning_rate(config, self.global_step, per_epoch, self.workers)
+                    self.learning_rate = learning_rate(config, self.global_step, per_epoch, self.workers, self.schedule_offset)
                     lr = self.learning_rate
                     if not self.sync and config.async_lr == "staleness" and self.workers > 1:
                         lr = lr / self._staleness()
@@ -150,6 +155,13 @@ class Graph:
         place = Place(cluster, task, task if rank is None else rank, workers or config.replicas, launch, members)
         return cls(config, data, exchange.choose(config, place))
 
+    def schedule_at(self, start_epoch: int, start_step: int) -> None:
+        """This launch's schedule goes on from ``start_epoch``: the updates it takes an epoch (its
+        workers') times the epochs done, where its restored global step counted another launch's."""
+        _, per_epoch = self.config.steps_per_epoch(len(self.data.x_train), self.workers)
+        offset = start_epoch * per_epoch - start_step
+        self.schedule = {self.schedule_offset: float(offset)} if offset else {}
+
     def tower(self, worker: int, getter=None):
         """(the emulated ``worker``'s tower, its training loss): the model again, on the worker's
         own windows and dropout key, reading the same variables (through ``getter``: as the wire
@@ -199,7 +211,7 @@ class Graph:
             self.global_step_seen = tf.compat.v1.get_variable("local_global_step", [], tf.int64, trainable=False,
                                                               collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
                                                               initializer=tf.compat.v1.zeros_initializer())
-            rate = learning_rate(config, self.global_step_seen + self.local_done, per_epoch, self.workers)
+            rate = learning_rate(config, self.global_step_seen + self.local_done, per_epoch, self.workers, self.schedule_offset)
         if not place.chief:
             # Only the chief's graph applies Adam (sync.sync_step), so only it holds the names of
             # Adam's moments on the ps; a launch's first local step reads them on every worker.
@@ -282,14 +294,14 @@ def _inputs(x, config: TrainConfig, data):
     return standardise(x, *channel_moments(data.x_train)) if config.standardise else x
 
 
-def learning_rate(config: TrainConfig, global_step, per_epoch: int, workers: int):
+def learning_rate(config: TrainConfig, global_step, per_epoch: int, workers: int, offset=0.0):
     """The rate of each update: --lr times lr_scale (for the windows one update sees), reached
     linearly over --warmup-updates updates or --warmup-epochs epochs (a large batch's first steps
     diverge at the full rate: Goyal et al., 2017), then constant or cosine-decayed to 0 at the
-    last epoch."""
+    last epoch.  The schedule reads ``global_step + offset`` (schedule_offset)."""
     base = config.learning_rate
     peak = base * config.lr_scale(workers)
-    step = tf.cast(global_step, tf.float32)
+    step = tf.cast(global_step, tf.float32) + offset
     lr = tf.constant(peak, tf.float32)
     warm = config.warmup_updates + config.warmup_epochs * per_epoch  # one of the two is 0
     if warm > 0 and peak != base:

@@ -119,6 +119,7 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
         t1 = time.perf_counter()
         # Every worker of this launch on the same weights, step and epoch (the kind's own way).
         start_step, start_epoch = kind.start(raw, g, start_step, start_epoch, partial(_cancelled, job))
+        g.schedule_at(start_epoch, start_step)
         say(f"replica {task}: start-up: process {process_s:.1f} s, data {t_data - t0:.1f} s{' (held)' if held else ''}, graph {t_graph - t_data:.1f} s, "
             f"session {t1 - t_graph:.1f} s, barrier {time.perf_counter() - t1:.1f} s"
             + (f" ({workers} workers, tasks {','.join(map(str, members))})" if cluster and members != list(range(len(cluster["worker"]))) else ""))
@@ -352,7 +353,7 @@ def train_epoch(session, g: Graph, data, feeds: list[Feed], steps: int, batch: i
         if job is not None and job.cancelled.is_set():
             raise Cancelled()
         t0 = time.perf_counter()
-        feed = {g.keep: cfg.keep_prob}
+        feed = {g.keep: cfg.keep_prob} | g.schedule
         for f in feeds:
             idx = np.sort(f.order[s * batch:(s + 1) * batch])
             feed |= {f.tower.x: augment.augment(data.x_train[idx], f.jitter, spec), f.tower.y: data.y_train[idx],

@@ -46,6 +46,7 @@ class AllReduce(Exchange):
         # The one vector a worker sends, and the mean every worker gets back, fed to the update.
         self.flat = tf.concat([tf.reshape(gr, [-1]) for gr in grads], 0, name="flat_gradients")
         self.mean_in = tf.compat.v1.placeholder(tf.float32, self.flat.shape, name="mean_gradients")
+        self.offset_in = g.schedule_offset  # the update's rate reads it: fed to the second run too
         sizes = [int(v.shape.num_elements()) for v in variables]
         means = [tf.reshape(m, v.shape) for m, v in zip(tf.split(self.mean_in, sizes), variables)]
         # One group of every variable: the squares as the emulator of this exchange adds them.
@@ -128,7 +129,8 @@ class AllReduce(Exchange):
         mean /= np.float32(n)
         exchange = time.perf_counter() - ready
         arrivals = (np.arange(n), total[-n:]) if rank == 0 and n > 1 else None
-        return Step(values[1:], session.run(after, {self.mean_in: mean}), exchange, arrivals)
+        applied = {self.mean_in: mean} | ({self.offset_in: feed[self.offset_in]} if self.offset_in in feed else {})
+        return Step(values[1:], session.run(after, applied), exchange, arrivals)
 
     def close(self) -> None:
         if self._rendezvous_session is not None:
