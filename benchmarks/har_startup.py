@@ -20,6 +20,8 @@ the chief writes as its first step begins), the whole command, and the chief's o
 starts as soon as `cluster up` has returned (its time, ``up_s``, on that row): a node's server
 reads the data set from the share once it serves, and a run finds it held (``held``) or waits for
 that read (since 2026-12, before: the first run read it); later runs find it held, as a user's next run does.
+Each row also has the end (``end_s``): from the time of metrics.csv's last row (the last epoch's,
+or with --args' --target-val-accuracy the target's) to the command's end.
 """
 
 import argparse
@@ -27,6 +29,7 @@ import csv
 import json
 import os
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -39,11 +42,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from har_wall import prepared_har, stage_har
 from labcluster import lab_cluster, pi_shaped
 
+from picluster.jobs.har.metrics import read_rows
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 TABLE = RESULTS / "har_startup.csv"
 FIELDS = ["revision", "commit", "round", "run", "first", "workers", "startup_s", "wall_s", "process_s", "data_s", "graph_s",
-          "session_s", "barrier_s", "ok", "cpu_per_host", "link", "up_s", "held"]
+          "session_s", "barrier_s", "ok", "cpu_per_host", "link", "up_s", "held", "end_s", "args"]
 PARTS = re.compile(r"replica 0: start-up: process ([\d.]+) s, data ([\d.]+) s( \(held\))?, graph ([\d.]+) s, session ([\d.]+) s, barrier ([\d.]+) s")
 
 
@@ -80,12 +85,16 @@ def must(proc: subprocess.CompletedProcess, what: str) -> None:
         raise SystemExit(f"{what} failed ({proc.returncode}): {proc.stderr.strip()[-1500:]}")
 
 
-def one_run(venv: Path, inventory: Path, workers: int, run_dir: Path) -> dict:
+def one_run(venv: Path, inventory: Path, workers: int, run_dir: Path, extra: list[str]) -> dict:
     shutil.rmtree(run_dir, ignore_errors=True)
     started = time.time()
     proc = picluster(venv, "train", "har", "-i", str(inventory), "--workers", str(workers), "--epochs", "1", "--no-live", "--json",
-                     "--run-dir", str(run_dir))
-    row: dict = {"wall_s": f"{time.time() - started:.1f}", "ok": "yes" if proc.returncode == 0 else f"exit {proc.returncode}"}
+                     "--run-dir", str(run_dir), *extra)
+    ended = time.time()
+    row: dict = {"wall_s": f"{ended - started:.1f}", "ok": "yes" if proc.returncode == 0 else f"exit {proc.returncode}"}
+    last = (read_rows(run_dir / "metrics.csv") or [{}])[-1].get("time")
+    if last:  # the row that ended the run (the last epoch's, or the target's) to the command's end
+        row["end_s"] = f"{ended - float(last):.2f}"
     try:
         row["startup_s"] = f"{json.loads((run_dir / 'state.json').read_text())['started'] - started:.1f}"
     except (OSError, ValueError, KeyError):
@@ -105,8 +114,8 @@ def load(path: Path) -> list[dict]:
 def report(rows: list[dict]) -> None:
     names = list(dict.fromkeys(r["revision"] for r in rows))
     print("| revision | commit | runs | start-up, s: median (range) | first run after cluster up, s | cluster up, s "
-          "| chief: graph / session / barrier, s (medians) | whole command, s |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| chief: graph / session / barrier, s (medians) | whole command, s | the last row to the command's end, s: median (range), every run |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in names:
         mine = [r for r in rows if r["revision"] == name and r["ok"] == "yes"]
         later = [r for r in mine if r["first"] == "no"]
@@ -114,9 +123,11 @@ def report(rows: list[dict]) -> None:
         if not later:
             continue
         start = [float(r["startup_s"]) for r in later]
+        ends = [float(r["end_s"]) for r in mine if r.get("end_s")]
         print(f"| {name} | {later[0]['commit'][:7]} | {len(later)} | {statistics.median(start):.1f} ({min(start):.1f}-{max(start):.1f}) | "
               f"{', '.join(r['startup_s'] for r in first)} | {', '.join(r.get('up_s') or '-' for r in first)} | {_median(later, 'graph_s')} / {_median(later, 'session_s')} / "
-              f"{_median(later, 'barrier_s')} | {_median(later, 'wall_s')} |")
+              f"{_median(later, 'barrier_s')} | {_median(later, 'wall_s')} | "
+              + (f"{statistics.median(ends):.2f} ({min(ends):.2f}-{max(ends):.2f})" if ends else "-") + " |")
     if len(names) == 2:
         for first, what in (("no", "later runs"), ("yes", "first runs after cluster up")):
             pairs = list(zip(*([r for r in rows if r["revision"] == n and r["ok"] == "yes" and r["first"] == first] for n in names)))
@@ -138,6 +149,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=4, help="runs per revision and round (the first after cluster up is marked) [4]")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of every revision in turn [2]")
     parser.add_argument("--link", default="300mbit")
+    parser.add_argument("--args", default="", help="more `train har` options, e.g. '--epochs 6 --target-val-accuracy 0.85' (a run that ends at a target)")
     parser.add_argument("--rows", type=Path, default=TABLE)
     parser.add_argument("--report", action="store_true", help="only print the table of the rows kept")
     args = parser.parse_args()
@@ -165,8 +177,8 @@ def main() -> None:
                     for run in range(1, args.runs + 1):
                         row = {"revision": name, "commit": commit, "round": round_, "run": run, "first": "yes" if run == 1 else "no",
                                "workers": args.workers, "cpu_per_host": f"{cpu:.3f}", "link": args.link,
-                               "up_s": up_s if run == 1 else ""}
-                        row |= one_run(venv, mine, args.workers, RESULTS / "startup-runs" / f"{name}-{round_}-{run}")
+                               "up_s": up_s if run == 1 else "", "args": args.args}
+                        row |= one_run(venv, mine, args.workers, RESULTS / "startup-runs" / f"{name}-{round_}-{run}", shlex.split(args.args))
                         print(f"{name} round {round_} run {run}: {json.dumps(row)}", flush=True)
                         rows.append(row)
                         args.rows.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,9 @@ Then, seed by seed, configurations back to back (a drift of the machine hits the
 - ``pi``: the best a user with one Pi could do, `picluster train har --standalone --threads 1`
   run on the first worker's host itself (node02 with one ps host), inside its limits, reading the
   data set from its disk.  That host's worker server (the chief's) is stopped for it (a Pi alone runs none; in 1 GiB the kernel killed the idle server
-  beside the training) and `cluster up` starts it again after, outside the row's time;
+  beside the training) and `cluster up` starts it again after, outside the row's time.  With
+  ``--pi-side-by-side`` every seed's one Pi runs first, all at once, each on a worker host of its
+  own (node02, node03, ...): a one-Pi run takes 10-30 minutes at a ninth of a core;
 - ``RUNTIME`` x N: `picluster train har -i INV --workers N` from this machine (the coordinator,
   not limited), with ``--worker-runtime RUNTIME`` (resident: each client inside its node's server,
   the default; shared: a client process per node that imports TensorFlow and serves the task);
@@ -48,6 +50,7 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -325,6 +328,8 @@ def main() -> None:
     parser.add_argument("--again", action="store_true", help="measure again what the rows kept already hold (ok runs are skipped otherwise)")
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--no-pi", action="store_true", help="leave out the one-Pi baseline")
+    parser.add_argument("--pi-side-by-side", action="store_true",
+                        help="run every seed's one Pi at once, first, each on a worker host of its own (node02, node03, ...)")
     parser.add_argument("--variants-only", action="store_true", help="run the --variant configurations only (on the first runtime), not the runtimes' own")
     parser.add_argument("--variant-workers", default=None,
                         help="run the --variant configurations only at these worker counts, comma-separated [every one of --workers]")
@@ -368,17 +373,59 @@ def main() -> None:
     common = ["--target-val-accuracy", str(args.target), "--epochs", str(args.epochs), "--no-live", "--json"]
     with lab_cluster(hosts, limits, rate=args.link, ps_hosts=args.ps_hosts, beside=False) as (lab, inventory, inv):
         har = stage_har(lab.hosts[args.ps_hosts:], inv, lab.host(inv.nfs_master))
-        pi_host = lab.hosts[args.ps_hosts]  # the first worker's host
+        def cluster_up() -> None:
+            up = subprocess.run([sys.executable, "-m", "picluster", "cluster", "up", "-i", str(inventory)], capture_output=True, text=True)
+            if up.returncode != 0:
+                raise SystemExit(f"cluster up after the one-Pi run: {up.stderr.strip()}")
 
-        def on_pi(command: list[str]) -> tuple[int, str]:
-            proc = pi_host.run(command, check=False, timeout=3 * 3600)
-            return proc.returncode, (proc.stderr.strip().splitlines() or [""])[-1]
+        def stop_worker_server(k: int) -> None:
+            """One Pi alone holds no worker server: worker k's host's is stopped for the run (in 1 GiB
+            the two did not fit, and the kernel killed the server); cluster_up starts it again after."""
+            host = lab.hosts[args.ps_hosts + k]
+            pid = host.path(f"{lab.user.home}/{RUN_DIR}/worker-{k}.pid")
+            if pid.exists():
+                host.run(["kill", pid.read_text().strip()], check=False)
 
-        for seed in (int(s) for s in args.seeds.split(",")):
+        def one_pi(k: int, seed: int) -> dict:
+            """The one-Pi run of ``seed`` on worker k's host, inside its limits, reading the data set from its disk."""
+            host = lab.hosts[args.ps_hosts + k]
+
+            def on_host(command: list[str]) -> tuple[int, str]:
+                proc = host.run(command, check=False, timeout=3 * 3600)
+                return proc.returncode, (proc.stderr.strip().splitlines() or [""])[-1]
+
+            run_dir = args.runs.resolve() / f"pi-1-{seed}"
+            command = [sys.executable, "-m", "picluster", "train", "har", "--seed", str(seed), "--run-dir", str(run_dir), *common,
+                       "--standalone", "--threads", "1", "--data-dir", str(har.parent)]
+            return measure(command, run_dir, args.target, on_host) | {
+                "config": "pi", "workers": 1, "seed": seed, "cpu_per_host": f"{cpu:g}", "link": args.link,
+                "target": f"{args.target:g}", "ps_hosts": args.ps_hosts}
+
+        seeds = [int(s) for s in args.seeds.split(",")]
+        side = [s for s in seeds if args.again or rows.get(("pi", 1, s), {}).get("ok") != "yes"] if args.pi_side_by_side and not args.no_pi else []
+        if side:
+            # Each seed's one Pi on a worker host of its own, all at once: each host keeps its share
+            # of a core, and the machine has cores to spare for a few (17 share it in a cluster run).
+            if len(side) > len(lab.hosts) - args.ps_hosts:
+                raise SystemExit(f"--pi-side-by-side: {len(side)} seeds, {len(lab.hosts) - args.ps_hosts} worker hosts")
+            for k in range(len(side)):
+                stop_worker_server(k)
+            time.sleep(2)
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(len(side)) as pool:
+                for row in pool.map(one_pi, range(len(side)), side):
+                    row["options"] = f"side by side with {len(side) - 1} other one-Pi runs, each on its own host"
+                    rows[("pi", 1, row["seed"])] = row
+                    print(f"pi x1 seed {row['seed']}: {json.dumps(row)}", flush=True)
+            save(rows, args.rows)
+            print(f"{len(side)} one-Pi runs side by side: {time.perf_counter() - t0:.0f} s", flush=True)
+            cluster_up()
+
+        for seed in seeds:
             runtimes = args.runtimes.split(",")
             compared = seed in compare if compare is not None else True
             configs = list(variants) if args.variants_only else [*runtimes, *variants]
-            wanted = ([] if args.no_pi else [("pi", 1)]) + [(r, w) for w in counts for r in configs
+            wanted = ([] if args.no_pi or args.pi_side_by_side else [("pi", 1)]) + [(r, w) for w in counts for r in configs
                                                              if (r == runtimes[0] or compared) and (r not in variants or w in variant_counts)]
             for config, workers in wanted:
                 if not args.again and rows.get((config, workers, seed), {}).get("ok") == "yes":
@@ -387,16 +434,10 @@ def main() -> None:
                 base = [sys.executable, "-m", "picluster", "train", "har", "--seed", str(seed), "--run-dir", str(run_dir), *common]
                 t0 = time.perf_counter()
                 if config == "pi":
-                    # One Pi alone holds no worker server: its host's is stopped for the run (in 1 GiB the
-                    # two did not fit, and the kernel killed the server), and started again after it.
-                    pid = pi_host.path(f"{lab.user.home}/{RUN_DIR}/worker-0.pid")
-                    if pid.exists():
-                        pi_host.run(["kill", pid.read_text().strip()], check=False)
-                        time.sleep(2)
-                    row = measure([*base, "--standalone", "--threads", "1", "--data-dir", str(har.parent)], run_dir, args.target, on_pi)
-                    up = subprocess.run([sys.executable, "-m", "picluster", "cluster", "up", "-i", str(inventory)], capture_output=True, text=True)
-                    if up.returncode != 0:
-                        raise SystemExit(f"cluster up after the one-Pi run: {up.stderr.strip()}")
+                    stop_worker_server(0)
+                    time.sleep(2)
+                    row = one_pi(0, seed)
+                    cluster_up()
                 else:
                     runtime, extra = (runtimes[0], variants[config]) if config in variants else (config, [])
                     ps_pids = [lab.hosts[i].path(f"{lab.user.home}/{RUN_DIR}/ps-{i}.pid") for i in range(args.ps_hosts)]

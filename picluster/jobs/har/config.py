@@ -139,7 +139,7 @@ class TrainConfig:
     standalone: bool = False  # one process, no ps: the benchmark's baseline
     # With standalone: that one process makes the updates a sync cluster of --workers makes (each
     # worker's tower on its shard, batches, augmentation and dropout draws), at this machine's speed:
-    # the statistics emulator, to judge a recipe over many seeds (emulate.py).
+    # the statistics emulator, to judge a recipe over many seeds (exchange/emulated.py).
     emulate: bool = False
     evaluator: str = one_of("auto", EVALUATORS)  # see EVALUATORS; a standalone run evaluates in its one process
     # -- reproducibility (same config and seed: identical metrics.csv in standalone and sync mode) --

@@ -11,7 +11,7 @@ and on what else its session ran.  Here both are keyed instead:
   epoch x 2^20 + step) (``key``), folded with the site's number (``Noise.dropout``).
 
 So a worker's masks are a function of (seed, task, epoch, step, site) and nothing else: the
-statistics emulator (emulate.py), which builds every worker's tower in one graph, draws exactly
+statistics emulator (exchange/emulated.py), which builds every worker's tower in one graph, draws exactly
 the masks the cluster's workers draw, and a resumed epoch draws its masks again.  Evaluation feeds
 no key and keeps every unit (keep probability 1).
 """
