@@ -122,10 +122,11 @@ def test_a_cancelled_loop_leaves_every_checkpoint_it_began_written_and_its_own_e
         raise KeyboardInterrupt
 
 
-def test_the_evaluators_result_ends_the_run_and_its_process_is_waited_for_not_signalled(tmp_path):
-    """result.json is the evaluator's last write: the run's end (the clients' stop) does not wait
-    for its process's own end (TensorFlow's teardown, about 2 s on this machine), and the stop lets
-    that end come rather than signal a process that has done its work."""
+def test_the_evaluators_stop_at_the_target_ends_the_run_and_its_process_is_waited_for_not_signalled(tmp_path):
+    """result.json is the evaluator's last write: a run it stops at the target (its clients mid-epoch)
+    ends then, not once its process has ended (TensorFlow's teardown, about 2 s on this machine),
+    and the stop lets that end come rather than signal a process that has done its work.  A run of
+    all its epochs still ends as its processes end: its clients exit 0 by themselves."""
     from types import SimpleNamespace
 
     from picluster.jobs.har import clients, metrics
@@ -153,7 +154,9 @@ def test_the_evaluators_result_ends_the_run_and_its_process_is_waited_for_not_si
     assert signalled == ["SIGTERM"]  # stopped mid-work (a restart's clean-up, Ctrl-C)
     metrics.write_rows(run.metrics, [{"epoch": 1, "global_step": 10, "val_acc": 0.97, "time": 101.0},
                                      {"epoch": 2, "global_step": 20, "val_acc": 0.98, "time": 102.0}])
-    atomic.write_json(run.result, {"test_accuracy": 0.97})
+    atomic.write_json(run.result, {"test_accuracy": 0.97, "stopped_at_target": False})
+    assert training.follow() is False  # every epoch run: the clients end by themselves (exit 0), then it
+    atomic.write_json(run.result, {"test_accuracy": 0.97, "stopped_at_target": True})
     assert training.follow() is True and training.epochs_done == 2  # its verdict, with the rows written as it ended
     evaluator.terminate()
     assert signalled == ["SIGTERM"]  # not signalled again: its own end is waited for

@@ -100,9 +100,10 @@ class _Training:
         return self.clients
 
     def follow(self) -> bool:
-        if self.evaluator is not None and self.run.result.exists():
-            # The evaluator's verdict (result.json, its last write) ends the run; its process's
-            # own end (TensorFlow's teardown, about 2 s) is waited for beside the clients' stop.
+        if self.evaluator is not None and _stopped_at_target(self.run):
+            # The evaluator stopped the run at the target (result.json, its last write): the clients,
+            # mid-epoch, are stopped now, and its own end (TensorFlow's teardown, about 2 s) is
+            # waited for beside theirs.  A run of all its epochs ends as its processes end.
             self._records()  # the rows written as it ended
             return True
         if not self.chief_done and time.monotonic() - self.synced >= self.sync_every:
@@ -267,6 +268,14 @@ class _Training:
 
     def progress(self, done: set[str]) -> None:
         pass  # the chief's records are the progress (follow)
+
+
+def _stopped_at_target(run: RunDir) -> bool:
+    """Whether result.json is there and says the run stopped at --target-val-accuracy."""
+    if not run.result.exists():
+        return False
+    result = read_json(run.result)
+    return isinstance(result, dict) and result.get("stopped_at_target") is True
 
 
 def _evaluator_failure(evaluator, code: int, run: RunDir) -> PiclusterError:

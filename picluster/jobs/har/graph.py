@@ -71,11 +71,7 @@ class Graph:
                 self.x = tf.compat.v1.placeholder(tf.float32, [None, STEPS, self.shape.inputs], name="x")
                 self.y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
                 self.keep = tf.compat.v1.placeholder_with_default(1.0, [], name="keep_prob")
-                # Updates to add to the global step where the rate's schedule reads it: a launch with
-                # fewer workers than the last (an elastic restart) takes more updates an epoch, and
-                # without them its restored step would put it back in the warm-up or the cosine.
-                self.schedule_offset = tf.compat.v1.placeholder_with_default(0.0, [], name="schedule_offset")
-                self.schedule: dict = {}  # the training loop's feed of it (schedule_at)
+                self.schedule: dict = {}  # the training loop's feed of the schedule's offsets (schedule_at)
                 self.noise = Noise(self.keep)  # the training loop feeds its key every step
                 # Read the step before the forward pass reads the weights: the staleness baseline.
                 self.step_before = self.global_step.read_value()
@@ -86,6 +82,12 @@ class Graph:
                 _, per_epoch = config.steps_per_epoch(len(data.x_train), self.workers)
                 self.sync = kind.sync
                 with kind.updating():
+                    # Updates to add to the global step where the rate's schedule reads it: a launch with
+                    # fewer workers than the last (an elastic restart) takes more updates an epoch, and
+                    # its restored step alone would put it back in the warm-up or the cosine.  Made
+                    # where the rate is (a fused ps: on ps 0), or each step would carry it there.
+                    self.schedule_offset = tf.compat.v1.placeholder_with_default(0.0, [], name="schedule_offset")
+                    self.schedule_offsets = [self.schedule_offset]
                     self.learning_rate = learning_rate(config, self.global_step, per_epoch, self.workers, self.schedule_offset)
                     lr = self.learning_rate
                     if not self.sync and config.async_lr == "staleness" and self.workers > 1:
@@ -160,7 +162,7 @@ class Graph:
         workers') times the epochs done, where its restored global step counted another launch's."""
         _, per_epoch = self.config.steps_per_epoch(len(self.data.x_train), self.workers)
         offset = start_epoch * per_epoch - start_step
-        self.schedule = {self.schedule_offset: float(offset)} if offset else {}
+        self.schedule = {p: float(offset) for p in self.schedule_offsets} if offset else {}
 
     def tower(self, worker: int, getter=None):
         """(the emulated ``worker``'s tower, its training loss): the model again, on the worker's
@@ -211,7 +213,9 @@ class Graph:
             self.global_step_seen = tf.compat.v1.get_variable("local_global_step", [], tf.int64, trainable=False,
                                                               collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
                                                               initializer=tf.compat.v1.zeros_initializer())
-            rate = learning_rate(config, self.global_step_seen + self.local_done, per_epoch, self.workers, self.schedule_offset)
+            offset = tf.compat.v1.placeholder_with_default(0.0, [], name="local_schedule_offset")  # here, as the rate
+            self.schedule_offsets.append(offset)
+            rate = learning_rate(config, self.global_step_seen + self.local_done, per_epoch, self.workers, offset)
         if not place.chief:
             # Only the chief's graph applies Adam (sync.sync_step), so only it holds the names of
             # Adam's moments on the ps; a launch's first local step reads them on every worker.
