@@ -20,9 +20,8 @@ while the last job's garbage is collected waits for it.
 
 After each job, once the knocker has its status, the server collects the job's garbage (its
 graphs and sessions hold cycles that Python frees only in a full collection) and hands the freed
-heap back to the system (glibc's
-``malloc_trim``; its arenas keep freed pages otherwise): a server that lives through many jobs on
-a 1 GB board must not grow from job to job.  The log line of each job's end says how much
+heap back to the system (glibc's ``malloc_trim``; its arenas keep freed pages otherwise): a
+server that lives through many jobs on a 1 GB board must not grow from job to job.  The log line of each job's end says how much
 anonymous memory the process holds after it, before and after that.
 
 Wire format, one line each way at a time: the knock is one JSON object; the server answers
