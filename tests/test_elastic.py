@@ -216,6 +216,38 @@ def test_a_loss_while_a_left_out_worker_answers_again_is_recorded_as_a_loss_and_
     assert training.epochs_done == 3 and training.evaluator.scored == 3
 
 
+def test_a_launch_that_ends_for_a_rejoin_or_a_stall_returns_it_as_its_outcome_and_raises_nothing(tmp_path, monkeypatch):
+    """Watching a launch returns what happened: a left-out worker answering at an epoch's end is a
+    Rejoin, no step within the deadline a Lost with no task to blame; neither is raised from the
+    reading of records, and the coordinator decides on each in one place."""
+    from types import SimpleNamespace
+
+    from picluster.jobs.har import follow as following
+    from picluster.jobs.har import metrics
+    from picluster.jobs.har.rundir import RunDir
+
+    run = RunDir(tmp_path)
+
+    def launch(epoch: int) -> list:
+        """A chief whose sync brings the row of ``epoch`` (as a node's mirror does), and a worker."""
+        row = {"epoch": epoch, "global_step": 10 * epoch, "val_acc": 0.9, "time": 100.0 + epoch, "epoch_s": 1.0}
+        chief = SimpleNamespace(label="worker 0", task=0, folder=None, runtime="separate", poll=lambda: None,
+                                sync=lambda final=False: metrics.write_rows(run.metrics, [row]))
+        return [chief, SimpleNamespace(label="worker 1", task=1, folder=None, runtime="separate", poll=lambda: None)]
+
+    left_out = Task("worker", 2, "node03", "127.0.0.13", 2222)
+    job = SimpleNamespace(live=False, note=lambda *a: None, epoch=lambda *a, **k: None)
+    monkeypatch.setattr(following, "unanswered", lambda tasks, **kw: [])  # every server answers, the left-out one too
+    monkeypatch.setattr(following, "CHECK_S", 0.0)
+    config = TrainConfig(workers=2, mode="sync")
+    rejoin = following.follow(run, config, launch(1), job, quiet=True, launch=following.Watching("a1", missing=(left_out,)))
+    assert isinstance(rejoin, elastic.Rejoin) and rejoin.tasks == [left_out]
+
+    # A stall: training began (the row of epoch 2), then no step within the deadline.
+    stalled = following.follow(run, config, launch(2), job, quiet=True, launch=following.Watching("a2", deadline_s=0.5))
+    assert isinstance(stalled, elastic.Lost) and stalled.task is None and stalled.cause == "no step for 0 s"
+
+
 # -- real runs on the embedded local cluster -----------------------------------------------------
 
 

@@ -123,13 +123,13 @@ def test_a_script_naming_no_folder_runs_where_sge_or_sbatch_would_when_the_nodes
 
 def test_a_command_typed_in_a_folder_only_the_controller_has_runs_in_the_work_folder():
     inv = inventory(INVENTORY + USERS)
-    req = batch.check(inv, ("hostname",), None, None, None, None, None, None, origin=ON_CONTROLLER)
+    req = batch.check(inv, ("hostname",), batch.Asked(), origin=ON_CONTROLLER)
     assert req.chdir == "/mnt/picluster/users/alice"
     assert req.said == ("the job runs in /mnt/picluster/users/alice (your work folder on the share: /home/alice/thesis is not on "
                         "the share the nodes mount)",)
     assert "\n#SBATCH --chdir=/mnt/picluster/users/alice\n" in batch.script(inv, req)
     for origin in (ON_SHARE, IN_HOME, ON_LAPTOP):  # where sbatch starts it, the nodes have that folder
-        req = batch.check(inv, ("hostname",), None, None, None, None, None, None, origin=origin)
+        req = batch.check(inv, ("hostname",), batch.Asked(), origin=origin)
         assert req.chdir is None and req.said == () and "--chdir" not in batch.script(inv, req)
 
 
@@ -193,7 +193,7 @@ def test_sges_shell_is_the_interpreter_and_source_under_sh_is_said():
     plain = read("#$ -S /bin/bash\n#$ -l h_rt=4000\nhostname\n", IN_HOME, name="jobs/my job.sh")
     assert plain.text == "#!/bin/bash\n#$ -S /bin/bash\n#$ -l h_rt=4000\nhostname\n"
     assert plain.options == ["--time=01:07:00"]  # SGE counts seconds, Slurm whole minutes: rounded up
-    assert batch.check(inventory(), (), None, None, None, None, None, None, job_script=plain).name == "my-job"
+    assert batch.check(inventory(), (), batch.Asked(), job_script=plain).name == "my-job"
 
 
 SGE_SCRIPT = """#!/bin/bash
@@ -217,7 +217,7 @@ def test_an_sge_script_becomes_sbatch_options_on_sbatchs_command_line():
     assert job.options == ["--job-name=tf", "--nodelist=node02", "--mem=5120M", "--time=01:00:00", "--output=tf.out",
                            "--chdir=/mnt/picluster/alice", "--ntasks=1", "--cpus-per-task=2", "--array=1-4:2"]
     assert job.sbatch == {"comment": "kept"}
-    req = batch.check(inv, (), None, None, "30", None, None, None, job_script=job)
+    req = batch.check(inv, (), batch.Asked(time="30"), job_script=job)
     assert req.name == "tf"
     # Given on the command line, picluster's options win over the script's, as sbatch's do.
     args = batch.sbatch_args(inv, req)
@@ -230,7 +230,7 @@ def test_an_sge_script_becomes_sbatch_options_on_sbatchs_command_line():
     assert words[-1] == "[--export=ALL,PICLUSTER_SHARE=/mnt/picluster,PATH=/opt/pcvenv/bin:/usr/bin]"
     # A folder with a space in it reaches sbatch as one word.
     spaced = script.read(inv, "tf.sh", b"#!/bin/bash\n#$ -cwd\nhostname\n", Origin("/mnt/picluster/my thesis", True, True, "pi", "/home/pi"))
-    req = batch.check(inv, (), None, None, None, None, None, None, job_script=spaced)
+    req = batch.check(inv, (), batch.Asked(), job_script=spaced)
     assert "'--chdir=/mnt/picluster/my thesis'" in batch.sbatch_args(inv, req)
 
 
@@ -300,13 +300,13 @@ def test_the_servers_start_wait_of_the_submitting_session_goes_with_the_job(monk
     session's environment does not travel): in picluster's batch script, or a script's --export."""
     inv = inventory()
     monkeypatch.setenv("PICLUSTER_START_TIMEOUT", "900")
-    req = batch.check(inv, ("picluster", "run", "montecarlo"), 2, None, None, None, None, None)
+    req = batch.check(inv, ("picluster", "run", "montecarlo"), batch.Asked(nodes=2))
     assert "\nexport PICLUSTER_START_TIMEOUT=900\n" in batch.script(inv, req)
     job = script.read(inv, "s.sh", b"#!/bin/bash\nhostname\n", ON_LAPTOP)
-    args = batch.sbatch_args(inv, batch.check(inv, (), None, None, None, None, None, None, job_script=job))
+    args = batch.sbatch_args(inv, batch.check(inv, (), batch.Asked(), job_script=job))
     assert "PICLUSTER_SHARE=/mnt/picluster,PICLUSTER_START_TIMEOUT=900," in args
     monkeypatch.setenv("PICLUSTER_START_TIMEOUT", "soon")
     with pytest.raises(UsageError, match=r"PICLUSTER_START_TIMEOUT='soon': give the seconds the job's servers may take"):
-        batch.check(inv, ("hostname",), None, None, None, None, None, None)
+        batch.check(inv, ("hostname",), batch.Asked())
     monkeypatch.delenv("PICLUSTER_START_TIMEOUT")
-    assert "START_TIMEOUT" not in batch.script(inv, batch.check(inv, ("hostname",), None, None, None, None, None, None))
+    assert "START_TIMEOUT" not in batch.script(inv, batch.check(inv, ("hostname",), batch.Asked()))

@@ -37,7 +37,7 @@ from picluster.jobs.records import recorded
 from picluster.util.errors import ClusterError
 signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 name, log, gate, end = sys.argv[1:5]
-with recorded(name, "launch", "each-worker", "local") as job:
+with recorded(name, "launch", mode="each-worker", cluster="local") as job:
     job.running("localhost", [("worker:0", "localhost", log)])
     with open(log, "a") as f:
         print("first line", file=f, flush=True)

@@ -30,7 +30,7 @@ def script(tmp_path):
 # -- input ------------------------------------------------------------------------------------
 
 def test_a_good_script_makes_a_config(script):
-    c = launch_config.make(script, ["--steps", "5"], "each-worker", script.parent, 2, 3.0, None)
+    c = launch_config.make(script, ["--steps", "5"], "each-worker", script.parent, launch_config.Restarts(2, 3.0), None)
     assert c.name == "train" and c.args == ("--steps", "5") and c.whole_folder
     assert c.relative_script == "train.py" and c.command_line() == [str(script), "--steps", "5"]
     (script.parent / "data.csv").write_text("1,2\n")

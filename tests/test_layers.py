@@ -162,3 +162,21 @@ def test_every_module_over_400_lines_says_why():
         if text.count("\n") > 400 and "Over 400 lines" not in (ast.get_docstring(ast.parse(text)) or ""):
             unexplained.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
     assert unexplained == []
+
+
+def test_no_function_under_jobs_is_over_60_lines_or_6_parameters():
+    """A job's function that a newcomer can hold in mind: at most 60 lines from its ``def`` to its
+    end, and at most 6 parameters (self and cls not counted; ``*args`` and ``**kwargs`` one each).
+    More is a sign that it does two things, or that its parameters belong together in a value."""
+    found = []
+    for path in sorted((PACKAGE / "jobs").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            args = node.args
+            named = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs) if a.arg not in ("self", "cls")]
+            count = len(named) + (args.vararg is not None) + (args.kwarg is not None)
+            lines = node.end_lineno - node.lineno + 1 if node.end_lineno is not None else 0
+            if lines > 60 or count > 6:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.name}: {lines} lines, {count} parameters")
+    assert found == []

@@ -46,56 +46,56 @@ def test_times_and_memory_as_sbatch_takes_them():
 
 def test_a_request_is_checked_against_the_inventory_before_anything_connects():
     inv = inventory()
-    req = batch.check(inv, ("picluster", "run", "montecarlo", "--nodes", "3"), 3, None, "10", "1G", "node[02-03]", None)
+    req = batch.check(inv, ("picluster", "run", "montecarlo", "--nodes", "3"), batch.Asked(nodes=3, time="10", mem="1G", nodelist="node[02-03]"))
     assert (req.nodes, req.ps, req.name, req.nodelist) == (3, -1, "run-montecarlo", ("node02", "node03"))
-    assert batch.check(inv, ("sleep", "5"), None, None, None, None, "node[01-02]", None).nodes == 2  # the list's size
-    assert batch.check(inv, ("/usr/bin/sleep", "5"), None, None, None, None, None, None).name == "sleep"
+    assert batch.check(inv, ("sleep", "5"), batch.Asked(nodelist="node[01-02]")).nodes == 2  # the list's size
+    assert batch.check(inv, ("/usr/bin/sleep", "5"), batch.Asked()).name == "sleep"
     refusals = [
-        (((), None, None, None, None, None, None), "give the command after '--'"),
-        ((("x",), 5, None, None, None, None, None), "--nodes 5 is more than the 4 nodes"),
-        ((("x",), None, None, None, None, "node09", None), "--nodelist: node set 'node09' names node09, not in the inventory"),
-        ((("x",), 1, None, None, None, "node[01-02]", None), "names 2 nodes but --nodes is 1"),
-        ((("x",), None, None, None, None, "node[01-02]!node[01-02]", None), "--nodelist: node set 'node\\[01-02\\]!node\\[01-02\\]' names no node"),
-        ((("x",), 2, 3, None, None, None, None), "--ps 3 is more than the job's 2"),
-        ((("x",), None, None, "soon", None, None, None), "--time"),
-        ((("x",), None, None, None, "lots", None, None), "--mem"),
-        ((("x",), None, None, None, None, None, "a b"), "--name"),
-        ((("x\0",), None, None, None, None, None, None), "NUL"),
+        (((), batch.Asked()), "give the command after '--'"),
+        ((("x",), batch.Asked(nodes=5)), "--nodes 5 is more than the 4 nodes"),
+        ((("x",), batch.Asked(nodelist="node09")), "--nodelist: node set 'node09' names node09, not in the inventory"),
+        ((("x",), batch.Asked(nodes=1, nodelist="node[01-02]")), "names 2 nodes but --nodes is 1"),
+        ((("x",), batch.Asked(nodelist="node[01-02]!node[01-02]")), "--nodelist: node set 'node\\[01-02\\]!node\\[01-02\\]' names no node"),
+        ((("x",), batch.Asked(nodes=2, ps=3)), "--ps 3 is more than the job's 2"),
+        ((("x",), batch.Asked(time="soon")), "--time"),
+        ((("x",), batch.Asked(mem="lots")), "--mem"),
+        ((("x",), batch.Asked(name="a b")), "--name"),
+        ((("x\0",), batch.Asked()), "NUL"),
     ]
     for args, why in refusals:
         with pytest.raises(UsageError, match=why):
             batch.check(inv, *args)
     without = inventory(INVENTORY.split("[slurm]")[0])
     with pytest.raises(UsageError, match=r"no \[slurm\] table"):
-        batch.check(without, ("x",), None, None, None, None, None, None)
+        batch.check(without, ("x",), batch.Asked())
 
 
 def test_nodelist_and_x_are_node_sets_slurm_is_given_names():
     inv = inventory()
-    req = batch.check(inv, ("hostname",), None, None, None, None, "node[01-04]!node02", None, exclude=("node04",))
+    req = batch.check(inv, ("hostname",), batch.Asked(nodelist="node[01-04]!node02", exclude=("node04",)))
     assert (req.nodes, req.nodelist, req.exclude) == (2, ("node01", "node03"), ("node04",))
     text = batch.script(inv, req)
     assert "#SBATCH --nodelist=node01,node03\n#SBATCH --exclude=node04\n" in text
     # -x alone is sbatch's: Slurm picks the job's nodes among the others.
-    spared = batch.check(inv, ("hostname",), 3, None, None, None, None, None, exclude=("node[01-02]!node01",))
+    spared = batch.check(inv, ("hostname",), batch.Asked(nodes=3, exclude=("node[01-02]!node01",)))
     assert (spared.nodelist, spared.exclude) == ((), ("node02",)) and "#SBATCH --exclude=node02\n" in batch.script(inv, spared)
     for args, exclude, why in [(("hostname",), ("node[01-02]",), r"--nodes 3 is more than the 2 nodes -x leaves \(node\[03-04\]\)"),
                                (("hostname",), ("node[01-04]",), r"-x node\[01-04\] leaves no node for the job"),
                                (("hostname",), ("node05",), r"-x 'node05' names node05, not in the inventory pis")]:
         with pytest.raises(UsageError, match=why):
-            batch.check(inv, args, 3 if exclude == ("node[01-02]",) else None, None, None, None, None, None, exclude=exclude)
+            batch.check(inv, args, batch.Asked(nodes=3 if exclude == ("node[01-02]",) else None, exclude=exclude))
     # A job script's own lines are read by sbatch, whose node lists have no operators or groups.
     for line in ("#SBATCH --nodelist=node[01-04]!node02", "#SBATCH -w @workers"):
         with pytest.raises(UsageError, match=r"job.sh:2: --nodelist=.*: Slurm reads this line, and its node lists take no operators"):
             script.read(inv, "job.sh", f"#!/bin/sh\n{line}\nhostname\n".encode(), TYPED)
     job = script.read(inv, "job.sh", b"#!/bin/sh\n#SBATCH --nodelist=node[01-02]\nhostname\n", TYPED)
-    given = batch.sbatch_args(inv, batch.check(inv, (), None, None, None, None, None, None, job_script=job, exclude=("node03",)))
+    given = batch.sbatch_args(inv, batch.check(inv, (), batch.Asked(exclude=("node03",)), job_script=job))
     assert given.startswith("--exclude=node03 --job-name=job ")
 
 
 def test_the_batch_script_quotes_the_command_and_runs_the_nodes_picluster(tmp_path):
     inv = inventory()
-    req = batch.check(inv, ("picluster", "run", "montecarlo", "$(touch /tmp/x)", "a'b"), 2, 1, "5", "1G", None, "mc")
+    req = batch.check(inv, ("picluster", "run", "montecarlo", "$(touch /tmp/x)", "a'b"), batch.Asked(nodes=2, ps=1, time="5", mem="1G", name="mc"))
     text = batch.script(inv, req)
     assert text.splitlines()[:6] == ["#!/bin/sh", "#SBATCH --job-name=mc", "#SBATCH --partition=lab", "#SBATCH --nodes=2",
                                      "#SBATCH --exclusive", "#SBATCH --output=picluster-slurm-%j.out"]
@@ -112,7 +112,7 @@ def test_the_batch_script_quotes_the_command_and_runs_the_nodes_picluster(tmp_pa
     assert ran.stdout == "[run]\n[montecarlo]\n[$(touch /tmp/x)]\n[a'b]\n"
     # A relative venv is under the home of whoever runs the job.
     # --cpus: one task per node with its CPUs, the rest of the node left to other jobs.
-    shared = batch.script(inv, batch.check(inv, ("hostname",), 2, None, None, None, None, None, cpus=2))
+    shared = batch.script(inv, batch.check(inv, ("hostname",), batch.Asked(nodes=2, cpus=2)))
     assert "#SBATCH --exclusive" not in shared and "#SBATCH --ntasks-per-node=1\n#SBATCH --cpus-per-task=2\n" in shared
     home = batch.script(inventory(INVENTORY.replace('"/opt/pcvenv"', '"pv"')), req)
     assert 'PATH="$HOME/pv/bin":$PATH; export PATH' in home

@@ -38,7 +38,7 @@ def launch(inventory, mode, folder, restart_limit, grace, name, live, script, ar
     from picluster.views.jobs import print_outcome
     from picluster.views.live import JobDisplay
 
-    config = launch_config.make(script, args, mode, folder, restart_limit, grace, name)
+    config = launch_config.make(script, args, mode, folder, launch_config.Restarts(restart_limit, grace), name)
     display = JobDisplay(f"launch {config.name}", "tasks", live=live)
     launcher = Launch(config)
     try:

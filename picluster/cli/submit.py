@@ -53,8 +53,8 @@ def submit(inventory, nodes, ps, cpus, time_limit, mem, nodelist, exclude, name,
             raise UsageError(f"{command[0]}: {exc.strerror}") from None
         if typed is not None:
             job_script = script.read(inventory, command[0], data, typed)
-    req = batch.check(inventory, () if job_script else tuple(command), nodes, ps, time_limit, mem, nodelist, name, cpus, job_script,
-                      exclude, typed)
+    asked = batch.Asked(nodes=nodes, ps=ps, time=time_limit, mem=mem, nodelist=nodelist, name=name, cpus=cpus, exclude=exclude)
+    req = batch.check(inventory, () if job_script else tuple(command), asked, job_script, typed)
     queued = queue.submit(inventory, req)
     job = queued.id
     click.echo(f"slurm:{job}")

@@ -135,8 +135,8 @@ def run(job: Job, inventory: Inventory | None, live: bool = True, display: JobDi
     job.placed(where)
     display = display or JobDisplay(job.title, job.unit, live=live)
     # The record is made before the cluster is attached (a job waiting for its servers is listed).
-    with records.recorded(job.name, job.kind, job.mode, where.name, ["picluster", *sys.argv[1:]], job.log_dir,
-                          keep_rejected=job.keep_rejected) as record, ExitStack() as stack:
+    with records.recorded(job.name, job.kind, keep_rejected=job.keep_rejected, mode=job.mode, cluster=where.name,
+                          command=["picluster", *sys.argv[1:]], log_dir=job.log_dir) as record, ExitStack() as stack:
         cluster: Cluster | None = None
         if not job.standalone:
             try:

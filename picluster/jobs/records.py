@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -326,16 +327,16 @@ class Recorder:
 
 
 @contextmanager
-def recorded(name: str, kind: str, mode: str = "", cluster: str = "", command: list[str] | None = None,
-             log_dir: str = "", store: JobStore | None = None, keep_rejected: bool = False) -> Iterator[Recorder]:
+def recorded(name: str, kind: str, store: JobStore | None = None, keep_rejected: bool = False, **entry: Any) -> Iterator[Recorder]:
     """Record the job run inside: COMPLETED when the block ends, FAILED with the error's line when it
-    raises, CANCELLED on Ctrl-C or SIGTERM (``picluster cancel`` sends SIGTERM).
+    raises, CANCELLED on Ctrl-C or SIGTERM (``picluster cancel`` sends SIGTERM).  ``entry``: the
+    record's other fields, as JobStore.create takes them (mode, cluster, command, log_dir).
 
     Bad input found before the job ran (a UsageError while it is PENDING, e.g. more nodes than
     the cluster has) leaves no record, unless ``keep_rejected`` (the user was shown the job's id).
     """
     store = store or JobStore()
-    job = Recorder(store, store.create(name, kind, mode, cluster, command, log_dir))
+    job = Recorder(store, store.create(name, kind, **entry))
     try:
         yield job
     except UsageError as exc:

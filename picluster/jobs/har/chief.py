@@ -14,7 +14,9 @@ one, checkpoints.prepare; a run without one is refused).
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -31,18 +33,39 @@ from picluster.util.errors import StorageError, UsageError
 STORAGE_CAUSES = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied")
 
 
+@dataclass(frozen=True)
+class Begun:
+    """Where a launch's training began: the epoch and global step it restored (0, 0: a new run),
+    the checkpoint restored, when its first step began (None: now), and the parameters on each
+    ps task as the chief's graph placed them (None: this graph's own)."""
+
+    epoch: int = 0
+    step: int = 0
+    restore: Restore | None = None
+    started: float | None = None
+    per_ps: dict[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """What the duties score: graph ``g`` on the ``data``, run through ``with_raw`` (replica.session_fn)."""
+
+    g: Graph
+    data: Any
+    with_raw: Callable
+
+
 class Chief:
     """Evaluation, selection on validation, checkpoints and summaries: worker 0's extra duties."""
 
-    def __init__(self, run: RunDir, cfg: TrainConfig, g: Graph, data, with_raw, start_epoch: int, start_step: int,
-                 restore: Restore | None = None, say: Callable[[str], None] = print, *, beside: bool = False,
-                 started: float | None = None, per_ps: dict[str, int] | None = None) -> None:
-        """beside: these duties run beside the coordinator, on ``g`` a local graph into which each
-        epoch's checkpoint is restored (the chief saves the checkpoints); started: when the chief
-        began its first step (default: now); per_ps: the parameters on each ps task, as the
-        chief's graph placed them."""
+    def __init__(self, run: RunDir, cfg: TrainConfig, scoring: Scoring, begun: Begun = Begun(),
+                 say: Callable[[str], None] = print, beside: bool = False) -> None:
+        """beside: these duties run beside the coordinator, on a local graph into which each
+        epoch's checkpoint is restored (the chief saves the checkpoints)."""
+        g, data, with_raw = scoring.g, scoring.data, scoring.with_raw
+        start_epoch, start_step, restore, started = begun.epoch, begun.step, begun.restore, begun.started
         self.run, self.cfg, self.g, self.data, self.with_raw, self.say = run, cfg, g, data, with_raw, say
-        self.beside, self.per_ps = beside, per_ps
+        self.beside, self.per_ps = beside, begun.per_ps
         self.raw = lambda fetches, feed=None: with_raw(lambda s: s.run(fetches, feed))
         self.csv = run.metrics
         self.columns = metrics.columns(cfg.eval_test_every_epoch)  # an existing file keeps its own (metrics._header)

@@ -16,6 +16,7 @@ import json
 import re
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -76,22 +77,35 @@ class Supervised:
             self.proc.reader.join(5.0)
 
 
+@dataclass(frozen=True)
+class Role:
+    """A client's part in its launch.  launch: the launch's id; runtime (a cluster that offers it,
+    Cluster.worker_runtimes): "resident", inside the node's server through its door (a node whose
+    server has none falls back to "shared"); "shared", a process that serves the task in place of
+    the node's server; "separate", a process beside it.  resume: the run's last checkpoint is
+    restored; beside: the run's evaluator runs beside the coordinator (what a node's chief's mirror
+    copies back); chief: this client is the launch's chief (default: task 0; another when task 0
+    is lost); chief_moved: the last launch's chief was another task (its checkpoints, mirrored
+    here, are the newest)."""
+
+    launch: str = ""
+    runtime: str = "separate"
+    resume: bool = False
+    beside: bool = False
+    chief: bool | None = None
+    chief_moved: bool = False
+
+
 class Client(Supervised):
     """A worker task's training client; its output lines go to the run's ``worker-N.log``."""
 
-    def __init__(self, run: RunDir, task: int, tf_config: str | None, launch: str, cluster: "Cluster | None" = None,
-                 node: str = "localhost", runtime: str = "separate", resume: bool = False, beside: bool = False,
-                 chief: bool | None = None, chief_moved: bool = False) -> None:
+    def __init__(self, run: RunDir, task: int, tf_config: str | None, cluster: "Cluster | None" = None,
+                 node: str = "localhost", role: Role = Role()) -> None:
         """cluster (None: a standalone run, here) starts the client on ``node``: in a folder of the
         job's own there (Cluster.job_folder) whose chief's files are mirrored back, else in the run
-        directory here (a launcher's node reads it on a shared file system).  runtime (a cluster
-        that offers it, Cluster.worker_runtimes): "resident", inside the node's server through its
-        door (a node whose server has none falls back to "shared"); "shared", a process that
-        serves the task in place of the node's server; "separate", a process beside it.  beside:
-        the run's evaluator runs beside the coordinator (what a node's chief's mirror copies back);
-        chief: this client is the launch's chief (default: task 0; another when task 0 is lost);
-        chief_moved: the last launch's chief was another task (its checkpoints, mirrored here, are
-        the newest)."""
+        directory here (a launcher's node reads it on a shared file system); ``role``: its part in
+        the launch."""
+        launch, runtime, resume, beside, chief, chief_moved = role.launch, role.runtime, role.resume, role.beside, role.chief, role.chief_moved
         self.task = task
         self.cluster = cluster
         self.chief = task == 0 if chief is None else chief
@@ -189,24 +203,33 @@ def node_run_name(run_dir: Path) -> str:
     return f"{re.sub(r'[^A-Za-z0-9._-]', '_', run_dir.name)[:40]}-{digest}"
 
 
+@dataclass(frozen=True)
+class Placing:
+    """How a launch's clients are started: runtime and beside (see Role); members (default: every
+    worker) the worker tasks of this launch, the first of them its chief; last_chief: the previous
+    launch's chief task in this run (None: none, or this process did not start it)."""
+
+    runtime: str = "separate"
+    beside: bool = False
+    members: list[int] | None = None
+    last_chief: int | None = None
+
+
 def start(run: RunDir, layout: Layout | None, cluster: "Cluster | None" = None, resume: bool = False, launch: str = "",
-          runtime: str = "separate", beside: bool = False, members: list[int] | None = None,
-          last_chief: int | None = None) -> list:
+          placing: Placing = Placing()) -> list:
     """One client per worker task of ``layout`` on ``cluster`` (None for both: one client, alone,
-    here), all at once.  ``layout`` holds only the tasks this run uses; ``members`` (default: every
-    worker) the worker tasks of this launch, the first of them its chief; ``last_chief``: the
-    previous launch's chief task in this run (None: none, or this process did not start it).
-    runtime, beside: see Client."""
+    here), all at once.  ``layout`` holds only the tasks this run uses."""
+    runtime, beside, members, last_chief = placing.runtime, placing.beside, placing.members, placing.last_chief
     if layout is None or cluster is None:
-        return [Client(run, 0, None, launch)]
+        return [Client(run, 0, None, role=Role(launch))]
     workers = [t for t in layout.workers if members is None or t.index in members]
     chief = workers[0].index
     nodes = [t.node for t in workers]
     # A failure is named by its node where each node has one worker task, else by the task.
     name = (lambda t: t.node) if len(set(nodes)) == len(nodes) else (lambda t: t.label)
-    started = fan_out(lambda t: Client(run, t.index, tf_config(layout, t.index, members), launch, cluster, t.node, runtime,
-                                       resume, beside, chief=t.index == chief,
-                                       chief_moved=last_chief is not None and last_chief != chief), workers, name=name)
+    started = fan_out(lambda t: Client(run, t.index, tf_config(layout, t.index, members), cluster, t.node,
+                                       Role(launch, runtime, resume, beside, chief=t.index == chief,
+                                            chief_moved=last_chief is not None and last_chief != chief)), workers, name=name)
     clients = [started.succeeded[name(t)] for t in workers if name(t) in started.succeeded]  # in task order: the chief first
     if started.failed:
         stop(clients)

@@ -9,9 +9,8 @@ servers); no client outlives the coordinator (PDEATHSIG locally, a closed stdin 
 
 import json
 import secrets
-import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +23,7 @@ from picluster.jobs.controller import Running
 from picluster.jobs.har import clients, elastic, metrics, trained
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import load_data
-from picluster.jobs.har.follow import follow
+from picluster.jobs.har.follow import Watching, follow
 from picluster.jobs.har.rundir import RunDir, read_json
 from picluster.jobs.har.shared_data import RELATIVE
 from picluster.model.clusterspec import Layout
@@ -88,6 +87,32 @@ def worker_runtime(choice: str, offered: tuple[str, ...]) -> str:
     return choice
 
 
+@dataclass
+class _Run:
+    """What every launch of a run on a cluster shares: the run's options and folder, the cluster,
+    the job's reports, the tasks used, where the evaluator beside us reads the data set, and the
+    record of launches and losses (elastic.Record)."""
+
+    config: TrainConfig
+    run: RunDir
+    cluster: "Cluster"
+    job: Running
+    quiet: bool
+    runtime: str
+    used: Layout
+    data_here: Path | None
+    record: elastic.Record
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch of the run's clients: the worker tasks that train in it (the first their chief)
+    and whether its chief restores the run's last checkpoint."""
+
+    members: list[int]
+    resume: bool
+
+
 def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", job: Running, runtime: str = "auto", quiet: bool = False) -> dict:
     """Run (or continue) the training in ``run`` on ``cluster`` (None: standalone); return the
     result (result.json's contents, and the workers lost on the way).  It reports through ``job``,
@@ -114,57 +139,70 @@ def train(config: TrainConfig, run: RunDir, cluster: "Cluster | None", job: Runn
     for stale in (run.result, run.resume_note):  # the chief writes them anew
         stale.unlink(missing_ok=True)
     if cluster is None:
-        running: list[clients.Client] = []
-        try:
-            with clients.Heartbeat(lambda: running):
-                running = clients.start(run, None)
-                return follow(run, config, running, job, quiet, launch="")
-        finally:
-            clients.stop(running)
-            _record_exits(job, running)
-    from picluster.monitor.poll import Monitor
-    from picluster.monitor.record import Recorder
-
+        return _alone(config, run, job, quiet)
     # Only the tasks we use go in the replicas' ClusterSpec: spare ones must not be waited for.
     used = Layout(tuple(t for t in cluster.layout.tasks if t.index < (config.ps if t.job == "ps" else config.workers)))
     job.note(f"cluster: {cluster.kind}, {config.ps} ps + {config.workers} workers"
              + (f" (started in {cluster.start_s:.1f} s)" if cluster.start_s else "")
              + _RUNTIME_NOTE.get(runtime, ""))
     record = elastic.Record(config.max_restarts if config.mode == "sync" and config.workers > 1 else 0)
-    members = [t.index for t in used.workers]
+    return _launches(_Run(config, run, cluster, job, quiet, runtime, used, data_here, record), resume)
+
+
+def _alone(config: TrainConfig, run: RunDir, job: Running, quiet: bool) -> dict:
+    """A standalone run: its one process, followed to its end."""
+    running: list[clients.Client] = []
     try:
-        with Recorder(Monitor.of(cluster), run.nodes):  # each node's CPU and memory, for `picluster plot RUN_DIR`
-            while True:
-                record.launched(members)
-                try:
-                    result = _launch(config, run, cluster, job, quiet, runtime, used, members, resume, data_here, record)
-                    break
-                except elastic.Lost as lost:
-                    # A sync run lost a task: every client has stopped; start again from the last
-                    # checkpoint with the workers that answer, within the budget.
-                    cluster.release()  # a lost node's connection may be dead: each launch reaches its nodes anew
-                    members = _after_loss(lost, record, cluster, used, job, run)
-                    if not run.has_checkpoint():
-                        _start_over(run, record, job)
-                        resume = False
-                        continue
-                except elastic.Rejoin as back:
-                    cluster.release()
-                    members = sorted({*members, *(t.index for t in back.tasks)})
-                    job.note(f"{_named(back.tasks)} answers again: it rejoins from the checkpoint of epoch {back.epoch} "
-                             f"({len(members)} workers)")
-                resume = True
+        with clients.Heartbeat(lambda: running):
+            running = clients.start(run, None)
+            outcome = follow(run, config, running, job, quiet)
+            assert isinstance(outcome, dict), outcome  # alone, nothing is lost and nobody rejoins
+            return outcome
     finally:
-        if record.owed_repair:  # a server an earlier launch's clients took down: the cluster as it was found
+        clients.stop(running)
+        _record_exits(job, running)
+
+
+def _launches(r: _Run, resume: bool) -> dict:
+    """Launch after launch until the run ends: each launch's outcome decided here, in one place
+    (a loss starts the next from the last checkpoint with the workers that answer, within the
+    budget; a worker that answers again rejoins); the run's result, with its "elastic" record."""
+    from picluster.monitor.poll import Monitor
+    from picluster.monitor.record import Recorder
+
+    launch = Launch([t.index for t in r.used.workers], resume)
+    try:
+        with Recorder(Monitor.of(r.cluster), r.run.nodes):  # each node's CPU and memory, for `picluster plot RUN_DIR`
+            while True:
+                r.record.launched(launch.members)
+                outcome = _launch(r, launch)
+                if isinstance(outcome, dict):
+                    result = outcome
+                    break
+                r.cluster.release()  # a lost node's connection may be dead: each launch reaches its nodes anew
+                if isinstance(outcome, elastic.Lost):
+                    # Every client has stopped: go on from the last checkpoint with the workers that answer.
+                    members = _after_loss(outcome, r.record, r.cluster, r.used, r.job, r.run)
+                    if not r.run.has_checkpoint():
+                        _start_over(r.run, r.record, r.job)
+                        launch = Launch(members, resume=False)
+                        continue
+                else:
+                    members = sorted({*launch.members, *(t.index for t in outcome.tasks)})
+                    r.job.note(f"{_named(outcome.tasks)} answers again: it rejoins from the checkpoint of epoch {outcome.epoch} "
+                               f"({len(members)} workers)")
+                launch = Launch(members, resume=True)
+    finally:
+        if r.record.owed_repair:  # a server an earlier launch's clients took down: the cluster as it was found
             try:
-                cluster.repair()
+                r.cluster.repair()
             except ClusterError as exc:
-                job.note(f"could not start the worker servers again ({exc}); 'picluster cluster up' starts them")
-        cluster.release()  # the connections the clients' job folders were reached over
-    if len(record.launches) > 1:
-        result["elastic"] = record.summary(result.get("epochs_run"))
-        if run.result.exists():
-            atomic.write_json(run.result, {**json.loads(run.result.read_text()), "elastic": result["elastic"]})
+                r.job.note(f"could not start the worker servers again ({exc}); 'picluster cluster up' starts them")
+        r.cluster.release()  # the connections the clients' job folders were reached over
+    if len(r.record.launches) > 1:
+        result["elastic"] = r.record.summary(result.get("epochs_run"))
+        if r.run.result.exists():
+            atomic.write_json(r.run.result, {**json.loads(r.run.result.read_text()), "elastic": result["elastic"]})
     return result
 
 
@@ -206,49 +244,55 @@ def _named(tasks) -> str:
     return ", ".join(f"{t.label} on {t.node}" for t in tasks)
 
 
-def _launch(config: TrainConfig, run: RunDir, cluster: "Cluster", job: Running, quiet: bool, runtime: str, used: Layout,
-            members: list[int], resume: bool, data_here: Path | None, record: "elastic.Record") -> dict:
-    """One launch of the run's clients (the workers ``members``, the first their chief), followed
-    until the run ends or a task is lost (elastic.Lost) or a left-out worker answers again
-    (elastic.Rejoin); every client stopped and the launch's variables freed on the way out."""
-    launch = secrets.token_hex(4)
-    atomic.write_json(run.layout, {"layout": used.to_json(), "cluster": cluster.kind, "launch": launch,
-                                   "inventory": cluster.inventory_file, "worker_runtime": runtime, "members": members})
+def _launch(r: _Run, launch: Launch) -> "dict | elastic.Lost | elastic.Rejoin":
+    """One launch of the run's clients, followed until the run ends (its result), a task is lost
+    (elastic.Lost) or a left-out worker answers again (elastic.Rejoin); every client stopped and
+    the launch's variables freed on the way out."""
+    name = secrets.token_hex(4)
+    config, run, cluster, record = r.config, r.run, r.cluster, r.record
+    atomic.write_json(run.layout, {"layout": r.used.to_json(), "cluster": cluster.kind, "launch": name,
+                                   "inventory": cluster.inventory_file, "worker_runtime": r.runtime, "members": launch.members})
     running: list[clients.Client] = []
     beside: list[clients.Evaluator] = []
     began = time.time()
+    outcome: dict | elastic.Lost | elastic.Rejoin | None = None
     try:
         with clients.Heartbeat(lambda: running + beside):
             # Clients the cluster runs here read the run and the data set here: from other nodes (a
             # Slurm job's), on a file system they all mount.  Those in job folders get their own copies.
             cluster.check_shared({"the run directory": run.path.resolve(), "the data set": Path(config.data_dir).resolve()})
             if config.evaluator == "coordinator":  # first: its TensorFlow loads while the clients start
-                assert data_here is not None
+                assert r.data_here is not None
                 trained.clear_handed_over(run.to_evaluate)  # an earlier launch's leftovers (a node's chief clears its own)
-                beside.append(clients.Evaluator(run, launch, str(data_here)))
+                beside.append(clients.Evaluator(run, name, str(r.data_here)))
             last_chief = record.launches[-2]["workers"][0] if len(record.launches) > 1 else None
-            running = clients.start(run, used, cluster, resume, launch, runtime=runtime, beside=bool(beside), members=members,
-                                    last_chief=last_chief)
-            # A shared worker's server lives and dies with its client, whose exit is watched anyway.
-            standing_in = {c.task for c in running if c.runtime == "shared"}
-            servers = tuple(t for t in used.tasks if t.job == "ps" or (t.index in members and t.index not in standing_in))
-            workers = [t for t in used.workers if t.index in members]
-            missing = [t for t in used.workers if t.index not in members]
+            running = clients.start(run, r.used, cluster, launch.resume, name,
+                                    clients.Placing(r.runtime, beside=bool(beside), members=launch.members, last_chief=last_chief))
             try:
-                return follow(run, config, running, job, quiet, servers, launch, beside[0] if beside else None,
-                              workers, missing, config.worker_deadline, relaunch=len(record.launches) > 1)
-            except (elastic.Lost, elastic.Rejoin) as exc:
-                _what_it_did(exc, run)
-                raise
+                outcome = follow(run, config, running, r.job, r.quiet, _watching(r, launch, name, running, beside))
+                if not isinstance(outcome, dict):
+                    _what_it_did(outcome, run)
+                return outcome
             finally:
-                _restored(run, record, launch, began, started_over=not resume and len(record.launches) > 1)
+                _restored(run, record, name, began, started_over=not launch.resume and len(record.launches) > 1)
     finally:
         # A launch that ends for the next one leaves a server its clients took down (resident) to the
         # run's end: a lost worker's is not waited for (it rejoins once it answers); the ps's loss is
         # dealt with by elastic.members_after.
-        going_on = isinstance(sys.exc_info()[1], (elastic.Lost, elastic.Rejoin))
-        if _clean_up(cluster, running, beside, job, launch, runtime, restart=not going_on):
+        going_on = isinstance(outcome, (elastic.Lost, elastic.Rejoin))
+        if _clean_up(r, running, beside, name, restart=not going_on):
             record.owed_repair = True
+
+
+def _watching(r: _Run, launch: Launch, name: str, running: list, beside: list) -> Watching:
+    """What the watch needs to know of the launch ``name``: the servers it cannot go on without
+    (a shared worker's server lives and dies with its client, whose exit is watched anyway), its
+    workers and those left out."""
+    standing_in = {c.task for c in running if c.runtime == "shared"}
+    servers = tuple(t for t in r.used.tasks if t.job == "ps" or (t.index in launch.members and t.index not in standing_in))
+    return Watching(name, servers, beside[0] if beside else None, tuple(t for t in r.used.workers if t.index in launch.members),
+                    tuple(t for t in r.used.workers if t.index not in launch.members), r.config.worker_deadline,
+                    relaunch=len(r.record.launches) > 1)
 
 
 def _restored(run: RunDir, record: "elastic.Record", launch: str, began: float, started_over: bool = False) -> None:
@@ -277,12 +321,12 @@ def _what_it_did(exc: "elastic.Lost | elastic.Rejoin", run: RunDir) -> None:
         exc.epoch = last
 
 
-def _clean_up(cluster: "Cluster", running: list, beside: list, job: Running, launch: str, runtime: str,
-              restart: bool = True) -> bool:
-    """After the run, however it ended: every client stopped, this launch's variables freed on the
-    ps, and the worker servers the clients stood in for started again (without ``restart``, a
+def _clean_up(r: _Run, running: list, beside: list, launch: str, restart: bool = True) -> bool:
+    """After the launch ``launch``, however it ended: every client stopped, its variables freed on
+    the ps, and the worker servers the clients stood in for started again (without ``restart``, a
     launch that another follows: only those a shared client stood in for, whose next launch probes
     them; whether others are owed, returned)."""
+    cluster, job, runtime = r.cluster, r.job, r.runtime
     clients.stop(running + beside)
     _record_exits(job, running)
     try:  # the launch's variables on the ps: a cluster that stays up would keep them until it stops

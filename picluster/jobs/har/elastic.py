@@ -39,14 +39,16 @@ class Lost(ClusterError):
         self.row_times: dict[int, float] = {}
 
 
-class Rejoin(Exception):
+class Rejoin:
     """A worker left out of this launch answers again: the launch ends at an epoch's end so that
     the next one trains with it."""
 
     def __init__(self, tasks: list[Task]) -> None:
-        super().__init__(", ".join(t.label for t in tasks))
         self.tasks = tasks
         self.epoch = 0  # the epoch whose checkpoint the next launch restores
+
+    def __str__(self) -> str:
+        return ", ".join(t.label for t in self.tasks)
 
 
 def deadline(option: float, epoch_s: list[float]) -> float:

@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from picluster.jobs.har import trained
 from picluster.jobs.har.checkpoints import Restore, unreadable
-from picluster.jobs.har.chief import Chief
+from picluster.jobs.har.chief import Begun, Chief, Scoring
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import load_data
 from picluster.jobs.har.graph import Graph
@@ -54,53 +54,59 @@ def follow(run: RunDir, launch: str, data_dir: str | None = None) -> None:
             return fn(session)
 
         duties: Chief | None = None
-        done = 0
         say(f"evaluator: ready for launch {launch}")
-        size = -1
-        while True:
-            try:
-                now = run.trained.stat().st_size
-            except FileNotFoundError:
-                now = -1
-            if now == size:  # the chief appends: an unchanged size is nothing new to read
-                time.sleep(POLL_S)
+        for record in _records(run, launch):
+            if record.get("begin"):
+                if record.get("data") != data.checksum:
+                    raise UsageError(f"the data set here ({local.data_dir}) is not the one the workers train on "
+                                     f"(checksum {str(data.checksum)[:12]} here, {str(record.get('data'))[:12]} there): prepare the "
+                                     "same one here, or evaluate on the chief with --evaluator chief")
+                restored = record.get("restore")
+                restore = Restore(restored.get("checkpoint"), [tuple(d) for d in restored.get("damaged") or []]) if restored else None
+                duties = Chief(run, cfg, Scoring(g, data, with_raw),
+                               Begun(int(record["start_epoch"]), int(record["start_step"]), restore, float(record["began"]), record.get("per_ps")),
+                               say, beside=True)
                 continue
-            size = now
-            found = trained.read(run.trained, launch)
-            for record in found[done:]:
-                done += 1
-                if record.get("begin"):
-                    if record.get("data") != data.checksum:
-                        raise UsageError(f"the data set here ({local.data_dir}) is not the one the workers train on "
-                                         f"(checksum {str(data.checksum)[:12]} here, {str(record.get('data'))[:12]} there): prepare the "
-                                         "same one here, or evaluate on the chief with --evaluator chief")
-                    restored = record.get("restore")
-                    restore = Restore(restored.get("checkpoint"), [tuple(d) for d in restored.get("damaged") or []]) if restored else None
-                    duties = Chief(run, cfg, g, data, with_raw, int(record["start_epoch"]), int(record["start_step"]), restore, say,
-                                   beside=True, started=float(record["began"]), per_ps=record.get("per_ps"))
-                    continue
-                if duties is None:
-                    raise RuntimeError(f"{run.trained}: launch {launch} recorded an epoch before its beginning")
-                if record.get("end"):
-                    duties.finish()
-                    return
-                epoch = int(record["epoch"])
-                try:
-                    g.saver.restore(session, str(run.to_evaluate / record["checkpoint"]))
-                except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as exc:
-                    # Handed over for us alone (trained.hand_over): only a damaged disk gets here.
-                    say(f"evaluator: epoch {epoch} not evaluated: checkpoint {record['checkpoint']} cannot be read "
-                        f"({unreadable(exc)})")
-                    continue
-                finally:
-                    trained.release(run.to_evaluate, record["checkpoint"])
-                stats = {k: v for k, v in record.items() if k not in ("launch", "time", "epoch", "checkpoint")}
-                if duties.end_epoch(epoch, stats):
-                    say(f"evaluator: validation accuracy reached {cfg.target_val_accuracy:g} with the weights of epoch {epoch} "
-                        f"(step {int(session.run(g.global_step))})")
-                    duties.finish()
-                    return
+            if duties is None:
+                raise RuntimeError(f"{run.trained}: launch {launch} recorded an epoch before its beginning")
+            if record.get("end"):
+                duties.finish()
+                return
+            epoch = int(record["epoch"])
+            try:
+                g.saver.restore(session, str(run.to_evaluate / record["checkpoint"]))
+            except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as exc:
+                # Handed over for us alone (trained.hand_over): only a damaged disk gets here.
+                say(f"evaluator: epoch {epoch} not evaluated: checkpoint {record['checkpoint']} cannot be read "
+                    f"({unreadable(exc)})")
+                continue
+            finally:
+                trained.release(run.to_evaluate, record["checkpoint"])
+            stats = {k: v for k, v in record.items() if k not in ("launch", "time", "epoch", "checkpoint")}
+            if duties.end_epoch(epoch, stats):
+                say(f"evaluator: validation accuracy reached {cfg.target_val_accuracy:g} with the weights of epoch {epoch} "
+                    f"(step {int(session.run(g.global_step))})")
+                duties.finish()
+                return
+
+
+def _records(run: RunDir, launch: str):
+    """Each record of ``launch`` in trained.jsonl, as the chief appends it (a look every POLL_S)."""
+    done = 0
+    size = -1
+    while True:
+        try:
+            now = run.trained.stat().st_size
+        except FileNotFoundError:
+            now = -1
+        if now == size:  # the chief appends: an unchanged size is nothing new to read
             time.sleep(POLL_S)
+            continue
+        size = now
+        found = trained.read(run.trained, launch)
+        yield from found[done:]
+        done = len(found)
+        time.sleep(POLL_S)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,7 @@ client's own usage or storage error)."""
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from picluster.cluster.exits import Exit, Exited, file_tail
@@ -26,29 +27,40 @@ CHECK_S = 5.0  # seconds between checks that the cluster's servers still answer
 SETTLE_S = 60.0  # the most a restart waits for the evaluator to catch up with the chief
 
 
-def follow(run: RunDir, config: TrainConfig, running: list, job: Running, quiet: bool = False, tasks=(), launch: str = "",
-            evaluator: "clients.Evaluator | None" = None, workers=(), missing=(), deadline_s: float = 0.0,
-            relaunch: bool = False) -> dict:
-    """Follow the chief's records until the run ends (the watch loop, jobs/watch.py): the chief's
-    exit, or with an evaluator beside us, the evaluator's (it writes result.json once the target is
-    reached or the last epoch is in); the result, and the workers lost on the way.
+@dataclass(frozen=True)
+class Watching:
+    """What the watch knows of a launch: its id (``launch``), the servers it still needs
+    (``tasks``), the evaluator beside the coordinator, the launch's worker tasks (to name a lost
+    one), the worker tasks left out of it (``missing``: their return at an epoch's end is a
+    Rejoin), the deadline for a step (``deadline_s``, 0: the adaptive one), and whether the run
+    trained before this launch (``relaunch``: a client killed or a node lost during its start-up
+    is then a loss too; a client's own failure still ends the run: it would fail again)."""
 
-    A sync run that loses a task once training has begun raises elastic.Lost (the coordinator may
-    start it again), as it does when no step is made within the deadline (``deadline_s``, 0: the
-    adaptive one); ``workers``: the launch's worker tasks, to name a lost one; ``missing``: worker
-    tasks left out of this launch, whose return at an epoch's end raises elastic.Rejoin.
-    ``relaunch``: the run trained before this launch, so a client killed or a node lost during its
-    start-up is a loss too (a client's own failure then still ends the run: it would fail again)."""
-    training = _Training(run, config, running, job, quiet, tasks, launch, evaluator, workers, missing, deadline_s, relaunch)
-    try:
-        failure = watch(training)
-    except elastic.Rejoin:
-        training.settle()
-        raise
-    except elastic.Lost as lost:  # a stall past the deadline, raised by the loop itself: a loss like the others
-        failure = lost
-    if isinstance(failure, elastic.Lost):
-        training.settle(failure)
+    launch: str = ""
+    tasks: tuple = ()
+    evaluator: "clients.Evaluator | None" = None
+    workers: tuple = ()
+    missing: tuple = ()
+    deadline_s: float = 0.0
+    relaunch: bool = False
+
+
+def follow(run: RunDir, config: TrainConfig, running: list, job: Running, quiet: bool = False,
+           launch: Watching = Watching()) -> "dict | elastic.Lost | elastic.Rejoin":
+    """Follow the chief's records until the launch ends (the watch loop, jobs/watch.py), and
+    return what happened: the result (result.json's contents, and the workers lost on the way)
+    when the run ended, at the chief's exit or, with an evaluator beside us, the evaluator's (it
+    writes result.json once the target is reached or the last epoch is in); elastic.Lost when a
+    sync run lost a task once training had begun, or made no step within the deadline (the
+    coordinator may start it again); elastic.Rejoin when a worker left out answers again at an
+    epoch's end.  A failure the run cannot go on after is raised (one line)."""
+    training = _Training(run, config, running, job, quiet, launch)
+    failure = watch(training)
+    outcome = training.outcome or failure
+    if isinstance(outcome, (elastic.Lost, elastic.Rejoin)):
+        # What happened is decided: the clean-up only completes the records before the next launch.
+        training.settle(outcome if isinstance(outcome, elastic.Lost) else None)
+        return outcome
     if failure is not None:
         raise failure
     # result.json is the chief's alone; the workers lost on the way are the coordinator's to tell.
@@ -63,10 +75,9 @@ class _Training:
     probe_s = CHECK_S
     probe_patience = (3, 2.0, 0.5)  # a Pi's server under a training's load may be slow to accept
 
-    def __init__(self, run: RunDir, config: TrainConfig, running: list, job: Running, quiet: bool, tasks, launch: str,
-                 evaluator: "clients.Evaluator | None", workers=(), missing=(), deadline_s: float = 0.0,
-                 relaunch: bool = False) -> None:
-        self.run, self.config, self.running, self.job, self.tasks, self.launch = run, config, running, job, tuple(tasks), launch
+    def __init__(self, run: RunDir, config: TrainConfig, running: list, job: Running, quiet: bool, launch: Watching) -> None:
+        self.run, self.config, self.running, self.job, self.tasks, self.launch = run, config, running, job, tuple(launch.tasks), launch.launch
+        evaluator = launch.evaluator
         self.shown_progress = Follower(config, job, quiet)
         self.chief, self.evaluator = running[0], evaluator
         # A node's chief's files come back over SSH: a round trip each REMOTE_POLL_S at most.  With an
@@ -82,11 +93,11 @@ class _Training:
         self.stamps: dict[Path, tuple] = {}
         self.earlier_live = _live_time(run)  # an earlier launch's live.json, still here: not this launch's step
         self.started = False  # the chief is training (live.json, or an epoch's row): deaths from now on are mid-run
-        self.relaunch = relaunch
+        self.relaunch = launch.relaunch
         self.chief_done = False  # the chief finished its epochs and its files are here: the evaluator finishes the rest
-        self.workers = {t.index: t for t in workers}
-        self.missing = list(missing)
-        self.deadline_s = deadline_s
+        self.workers = {t.index: t for t in launch.workers}
+        self.missing = list(launch.missing)
+        self.deadline_s = launch.deadline_s
         self.moved = time.monotonic()  # the last sign of a step: a new live.json or epoch row
         self.epoch_s: list[float] = []
         self.epochs_done = 0
@@ -95,6 +106,8 @@ class _Training:
         self.resume_said = False
         self.looked = time.monotonic()  # the last look at the missing workers' servers
         self.answered: list = []  # those of them that answered it
+        # What ended the launch other than the run's end or a failure: a Rejoin, or a stall (a Lost).
+        self.outcome: elastic.Lost | elastic.Rejoin | None = None
 
     def handles(self) -> dict:
         return self.clients
@@ -114,11 +127,13 @@ class _Training:
         if self._records() and self.missing and self.answered and not self.run.result.exists():
             # At an epoch's end (its checkpoint written): a worker left out whose server answered the
             # last look (every CHECK_S, one try each: the loop must not wait on a cut link) rejoins.
-            raise elastic.Rejoin(self.answered)
+            self.outcome = elastic.Rejoin(self.answered)
+            return True
         if self.sync and self.started and not self.run.result.exists():
             limit = elastic.deadline(self.deadline_s, self.epoch_s)
             if time.monotonic() - self.moved > limit:
-                raise self._lost(None, f"no step for {limit:.0f} s", f"no step was made for {limit:.0f} s")
+                self.outcome = self._lost(None, f"no step for {limit:.0f} s", f"no step was made for {limit:.0f} s")
+                return True
         return False
 
     def _sync_chief(self, final: bool) -> None:

@@ -22,7 +22,7 @@ from picluster.jobs.har.exchange.kind import Exchange, Place
 from picluster.jobs.har.localsgd import LocalSteps
 from picluster.jobs.har.model import STEPS, Shape, channel_moments, l2_penalty, logits, standardise
 from picluster.jobs.har.noise import Noise, seeded_initializers
-from picluster.jobs.har.sync import sync_step
+from picluster.jobs.har.sync import Carried, sync_step
 
 
 def network(config: TrainConfig):
@@ -50,7 +50,8 @@ class Graph:
     def __init__(self, config: TrainConfig, data, kind: Exchange | None = None) -> None:
         """The graph of one replica, composed from ``kind`` (exchange/: where the weights live,
         what the model reads and how a step's update is made; by default a process alone, or the
-        emulator of a sync cluster)."""
+        emulator of a sync cluster): its inputs, the model and its update, what is evaluated, and
+        the savers, built in that order."""
         kind = self.kind = kind or exchange.choose(config, Place(workers=config.replicas))
         place = kind.place
         self.graph = tf.Graph()
@@ -66,95 +67,117 @@ class Graph:
             # (noise.py); dropout draws from the key each step feeds, not from a stateful stream.
             tf.compat.v1.set_random_seed(config.seed)
             with kind.placing():
-                self.global_step = tf.compat.v1.train.get_or_create_global_step()
-                kind.launch_variables(self.global_step)
-                self.x = tf.compat.v1.placeholder(tf.float32, [None, STEPS, self.shape.inputs], name="x")
-                self.y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
-                self.keep = tf.compat.v1.placeholder_with_default(1.0, [], name="keep_prob")
-                self.schedule: dict = {}  # the training loop's feed of the schedule's offsets (schedule_at)
-                self.noise = Noise(self.keep)  # the training loop feeds its key every step
-                # Read the step before the forward pass reads the weights: the staleness baseline.
-                self.step_before = self.global_step.read_value()
-                with tf.control_dependencies([self.step_before]):
-                    fed = tf.identity(self.x)
-                out, self.value = kind.read(lambda x: self.forward(_inputs(x, config, data), self.noise), fed)
-                self.loss, self.xent, self.correct, xent = self._losses(out, config, self.value)
-                _, per_epoch = config.steps_per_epoch(len(data.x_train), self.workers)
-                self.sync = kind.sync
-                with kind.updating():
-                    # Updates to add to the global step where the rate's schedule reads it: a launch with
-                    # fewer workers than the last (an elastic restart) takes more updates an epoch, and
-                    # its restored step alone would put it back in the warm-up or the cosine.  Made
-                    # where the rate is (a fused ps: on ps 0), or each step would carry it there.
-                    self.schedule_offset = tf.compat.v1.placeholder_with_default(0.0, [], name="schedule_offset")
-                    self.schedule_offsets = [self.schedule_offset]
-                    self.learning_rate = learning_rate(config, self.global_step, per_epoch, self.workers, self.schedule_offset)
-                    lr = self.learning_rate
-                    if not self.sync and config.async_lr == "staleness" and self.workers > 1:
-                        lr = lr / self._staleness()
-                opt = tf.compat.v1.train.AdamOptimizer(lr, beta1=config.adam_beta1, beta2=config.adam_beta2)
-                # The towers fed each step: this worker's, or in the emulator every worker's.
-                self.towers = [Tower(self.x, self.y, self.noise)]
-                grads, variables = kind.gradients(self.loss, opt, self.value)
-                self.train = kind.update(grads, variables, Optimiser(opt, self.global_step, config.clip_norm, kind), self)
-                apart = kind.evaluated(lambda x: self.forward(_inputs(x, config, data), Noise(1.0)), fed)
-                if apart is not None:  # evaluated on the float32 weights, as the evaluator restores them
-                    out = apart
-                    xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=self.y, logits=out)
-                if config.ema:
-                    # Shadow weights beside the weights; only a step that applies an update moves
-                    # them: every worker's in async mode, the chief's in sync mode.
-                    ema = tf.compat.v1.train.ExponentialMovingAverage(config.ema, num_updates=self.global_step)
-                    if self.sync and not place.chief:
-                        ema.apply(variables)
-                    else:
-                        with tf.control_dependencies([self.train]):
-                            self.train = ema.apply(variables)
-                    out = _averaged_logits(ema, fed, lambda x, noise: self.forward(_inputs(x, config, data), noise))
-                    xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=self.y, logits=out)
-                self.pred = tf.argmax(out, 1)  # evaluation: the averaged weights when --ema
-                self.xent_sum = tf.reduce_sum(xent)
-                with tf.control_dependencies([self.train]):
-                    self.step_after = self.global_step.read_value()
+                fed = self._placeholders()
+                out, xent, variables, opt, per_epoch = self._update(fed)
+                self._evaluated(fed, out, xent, variables)
                 self.local: LocalSteps | None = None  # post-local SGD's ops (localsgd.py), with --local-steps above 1
                 kind.local_steps(self, opt, per_epoch)
                 kind.building_done(self)
-            # A session's reports of uninitialised variables, replaced where the kind makes sure
-            # itself that every worker starts once the chief has initialised (Exchange.reports_missing).
-            # None: TensorFlow's own reports (a process alone).
-            self.nothing_missing = None if kind.reports_missing else tf.constant([], tf.string, name="nothing_missing")
-            self.variables = tf.compat.v1.trainable_variables()
-            self.parameters = int(sum(np.prod(v.shape) for v in self.variables))
-            # Only what this replica runs is built: each piece below costs a Pi-shaped host about
-            # half a second, and the chief's graph is on every worker's path to the first step.
-            # Only the chief of a launch (or a process alone) saves and restores; the others read
-            # what it initialised or restored.
-            keeps = place.chief
-            alone = place.cluster is None
-            # The last two: a resume's fallback when the newest is damaged (checkpoints.py); an
-            # evaluator beside the coordinator gets each epoch's handed over (trained.hand_over).
-            self.saver: Any = tf.compat.v1.train.Saver(max_to_keep=KEPT) if keeps else None
-            # The best epoch's weights: kept and scored where validation runs, not by a chief whose
-            # evaluator runs beside the coordinator (that one builds its graph alone).
-            evaluates = alone or config.evaluator != "coordinator"
-            self.best_saver: Any = tf.compat.v1.train.Saver(max_to_keep=1) if keeps and evaluates else None
-            # What the Saver saves, read again once a step's update has landed: the chief fetches
-            # them with an epoch's last step, for a checkpoint written beside the training (saving.py).
-            self.saved = tf.compat.v1.global_variables()
-            self.snapshot = []
-            if keeps and not evaluates:
-                with tf.control_dependencies([self.train]):
-                    self.snapshot = [tf.identity(v.read_value()) for v in self.saved]
+            self._savers()
             kind.graph_done(self)
         self.scaffold: Any = None  # the training session's (replica.open_session), made once
 
+    def _placeholders(self):
+        """The global step, the placeholders a step is fed, and the windows as the model reads them
+        (after the step is read: the staleness baseline)."""
+        self.global_step = tf.compat.v1.train.get_or_create_global_step()
+        self.kind.launch_variables(self.global_step)
+        self.x = tf.compat.v1.placeholder(tf.float32, [None, STEPS, self.shape.inputs], name="x")
+        self.y = tf.compat.v1.placeholder(tf.int64, [None], name="y")
+        self.keep = tf.compat.v1.placeholder_with_default(1.0, [], name="keep_prob")
+        self.schedule: dict = {}  # the training loop's feed of the schedule's offsets (schedule_at)
+        self.noise = Noise(self.keep)  # the training loop feeds its key every step
+        # Read the step before the forward pass reads the weights: the staleness baseline.
+        self.step_before = self.global_step.read_value()
+        with tf.control_dependencies([self.step_before]):
+            return tf.identity(self.x)
+
+    def _update(self, fed):
+        """The model on ``fed``, its losses, the rate and the update step (``train``), made as the
+        kind makes them: (logits, each window's cross-entropy, the variables, Adam, updates an epoch)."""
+        config, data, kind = self.config, self.data, self.kind
+        out, self.value = kind.read(lambda x: self.forward(_inputs(x, config, data), self.noise), fed)
+        self.loss, self.xent, self.correct, xent = self._losses(out, config, self.value)
+        _, per_epoch = config.steps_per_epoch(len(data.x_train), self.workers)
+        self.sync = kind.sync
+        with kind.updating():
+            # Updates to add to the global step where the rate's schedule reads it: a launch with
+            # fewer workers than the last (an elastic restart) takes more updates an epoch, and
+            # its restored step alone would put it back in the warm-up or the cosine.  Made
+            # where the rate is (a fused ps: on ps 0), or each step would carry it there.
+            self.schedule_offset = tf.compat.v1.placeholder_with_default(0.0, [], name="schedule_offset")
+            self.schedule_offsets = [self.schedule_offset]
+            self.learning_rate = learning_rate(config, self.global_step, per_epoch, self.workers, self.schedule_offset)
+            lr = self.learning_rate
+            if not self.sync and config.async_lr == "staleness" and self.workers > 1:
+                lr = lr / self._staleness()
+        opt = tf.compat.v1.train.AdamOptimizer(lr, beta1=config.adam_beta1, beta2=config.adam_beta2)
+        # The towers fed each step: this worker's, or in the emulator every worker's.
+        self.towers = [Tower(self.x, self.y, self.noise)]
+        grads, variables = kind.gradients(self.loss, opt, self.value)
+        self.train = kind.update(grads, variables, Optimiser(opt, self.global_step, config.clip_norm, kind), self)
+        return out, xent, variables, opt, per_epoch
+
+    def _evaluated(self, fed, out, xent, variables) -> None:
+        """What evaluation reads (``pred``, ``xent_sum``): the logits ``out`` as trained, or the
+        float32 weights' where the kind trains on others, or their moving averages (--ema); and
+        the step after the update (``step_after``)."""
+        config, data = self.config, self.data
+        apart = self.kind.evaluated(lambda x: self.forward(_inputs(x, config, data), Noise(1.0)), fed)
+        if apart is not None:  # evaluated on the float32 weights, as the evaluator restores them
+            out = apart
+            xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=self.y, logits=out)
+        if config.ema:
+            # Shadow weights beside the weights; only a step that applies an update moves
+            # them: every worker's in async mode, the chief's in sync mode.
+            ema = tf.compat.v1.train.ExponentialMovingAverage(config.ema, num_updates=self.global_step)
+            if self.sync and not self.kind.place.chief:
+                ema.apply(variables)
+            else:
+                with tf.control_dependencies([self.train]):
+                    self.train = ema.apply(variables)
+            out = _averaged_logits(ema, fed, lambda x, noise: self.forward(_inputs(x, config, data), noise))
+            xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=self.y, logits=out)
+        self.pred = tf.argmax(out, 1)  # evaluation: the averaged weights when --ema
+        self.xent_sum = tf.reduce_sum(xent)
+        with tf.control_dependencies([self.train]):
+            self.step_after = self.global_step.read_value()
+
+    def _savers(self) -> None:
+        """The session's readiness check, and what saves and restores (only what this replica runs)."""
+        place, config = self.kind.place, self.config
+        # A session's reports of uninitialised variables, replaced where the kind makes sure
+        # itself that every worker starts once the chief has initialised (Exchange.reports_missing).
+        # None: TensorFlow's own reports (a process alone).
+        self.nothing_missing = None if self.kind.reports_missing else tf.constant([], tf.string, name="nothing_missing")
+        self.variables = tf.compat.v1.trainable_variables()
+        self.parameters = int(sum(np.prod(v.shape) for v in self.variables))
+        # Only what this replica runs is built: each piece below costs a Pi-shaped host about
+        # half a second, and the chief's graph is on every worker's path to the first step.
+        # Only the chief of a launch (or a process alone) saves and restores; the others read
+        # what it initialised or restored.
+        keeps = place.chief
+        alone = place.cluster is None
+        # The last two: a resume's fallback when the newest is damaged (checkpoints.py); an
+        # evaluator beside the coordinator gets each epoch's handed over (trained.hand_over).
+        self.saver: Any = tf.compat.v1.train.Saver(max_to_keep=KEPT) if keeps else None
+        # The best epoch's weights: kept and scored where validation runs, not by a chief whose
+        # evaluator runs beside the coordinator (that one builds its graph alone).
+        evaluates = alone or config.evaluator != "coordinator"
+        self.best_saver: Any = tf.compat.v1.train.Saver(max_to_keep=1) if keeps and evaluates else None
+        # What the Saver saves, read again once a step's update has landed: the chief fetches
+        # them with an epoch's last step, for a checkpoint written beside the training (saving.py).
+        self.saved = tf.compat.v1.global_variables()
+        self.snapshot = []
+        if keeps and not evaluates:
+            with tf.control_dependencies([self.train]):
+                self.snapshot = [tf.identity(v.read_value()) for v in self.saved]
+
     @classmethod
-    def replica(cls, config: TrainConfig, data, cluster: dict, task: int, launch: str = "", rank: int | None = None,
-                workers: int | None = None, members: tuple[int, ...] = ()) -> "Graph":
-        """The graph of worker ``task`` of ``cluster`` (TF_CONFIG's), of the kind ``config`` chooses;
-        ``rank``, ``workers`` and ``members``: its place in this launch (by default the task,
-        config.replicas and rank r on task r)."""
-        place = Place(cluster, task, task if rank is None else rank, workers or config.replicas, launch, members)
+    def replica(cls, config: TrainConfig, data, cluster: dict, task: int, launch: str = "") -> "Graph":
+        """The graph of worker ``task`` of ``cluster`` (TF_CONFIG's), of the kind ``config`` chooses,
+        in a launch of every worker (config.replicas; rank r on task r)."""
+        place = Place(cluster, task, task, config.replicas, launch, ())
         return cls(config, data, exchange.choose(config, place))
 
     def schedule_at(self, start_epoch: int, start_step: int) -> None:
@@ -222,7 +245,7 @@ class Graph:
             # Built, never run: it names the same variables on the ps, which the chief initialises.
             with on_ps():
                 opt.apply_gradients([(tf.zeros_like(v), v) for v in variables])
-        local = self.local = LocalSteps(made, opt, here, config, rate, loss_of, variables)
+        local = self.local = LocalSteps(made, opt, here, config, rate, loss_of)
         self.local_begun = False  # the training loop runs local_start once a launch, before its first local step
         self.local_step_seen = self.global_step_seen.read_value()
 
@@ -235,8 +258,7 @@ class Graph:
                 counted = self.global_step.assign_add(self.local_done, read_value=False)  # the steps it covers
             return tf.group(*adds, counted)
 
-        synced, _ = sync_step(local.trainable_changes(variables), variables, self.global_step, place.rank, place.workers,
-                              place.launch, average, here, tag="avg_")
+        synced, _ = sync_step(local.trainable_changes(variables), variables, self.global_step, place, average, Carried(here, tag="avg_"))
         with tf.control_dependencies([synced]):  # then every worker reads the averaged weights
             self.local_sync = tf.group(local.pull(), self.global_step_seen.assign(self.global_step.read_value()))
         self.local_start = tf.group(local.start(), self.global_step_seen.assign(self.global_step.read_value()))

@@ -30,12 +30,12 @@ class LocalSteps:
     rate of a local step; loss_of(custom_getter, value): the model's (loss, cross-entropy,
     correct) built on the variables the getter gives."""
 
-    def __init__(self, made, opt, here: str, config, lr, loss_of, trainable) -> None:
+    def __init__(self, made, opt, here: str, config, lr, loss_of) -> None:
         self.groups = fusion.by_ps(made)
         self.made = list(made)
         shapes = [[made[i].shape for i in members] for _, members in self.groups]
         sizes = [sum(int(s.num_elements()) for s in group) for group in shapes]
-        train_names = {v.name for v in trainable}
+        train_names = {v.name for v in tf.compat.v1.trainable_variables()}  # the model's weights
         with tf.compat.v1.device(here):
             def local(name, size):
                 return tf.compat.v1.get_variable(name, [size], tf.float32, trainable=False,

@@ -26,9 +26,10 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +40,7 @@ import tensorflow as tf
 
 from picluster.cluster.door import JobContext
 from picluster.jobs.har import augment, checkpoints, exchange, metrics, noise, steptrace
-from picluster.jobs.har.chief import Chief, per_ps, save
+from picluster.jobs.har.chief import Begun, Chief, Scoring, per_ps, save
 from picluster.jobs.har.config import TrainConfig
 from picluster.jobs.har.data import read_data, shard
 from picluster.jobs.har.exchange import Place
@@ -74,25 +75,20 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
     # worker's task skips it); each worker's place among them (its rank) is what it trains as.
     rank = members.index(task) if cluster else 0
     workers = len(members) if cluster else cfg.replicas
-    # The workers whose towers this process feeds: its own, or (--emulate) every one of them.
-    tasks = range(workers) if cfg.emulate else [rank]
     chief = rank == 0
     # Start-up, part by part, in the log (it counts in the wall time to an accuracy): the process
     # (interpreter and imports; a door's client runs in a process that has them already), ...
-    t0 = time.perf_counter()
-    process_s = time.time() - (job.started if job is not None else _process_started())
+    times = {"t0": time.perf_counter(), "process": time.time() - (job.started if job is not None else _process_started())}
 
     if cfg.deterministic:
         tf.config.experimental.enable_op_determinism()
     data, held = read_data(cfg)
-    t_data = time.perf_counter()
+    times["data"] = time.perf_counter()
     tf.compat.v1.disable_eager_execution()
     server = serve_task(cluster, task) if serve and cluster else None  # noqa: F841  (serves while it lives)
     place = Place(cluster, task, rank, workers, launch, tuple(members) if cluster else ())
     g = _graph(cfg, data, place)
     kind = g.kind  # how this replica's updates meet
-    shards = [shard(len(data.x_train), t, workers, cfg.seed) for t in tasks]
-    batch = cfg.worker_batch(workers)
     steps, global_per_epoch = cfg.steps_per_epoch(len(data.x_train), workers)
 
     restore = None
@@ -102,71 +98,99 @@ def train(run: RunDir, launch: str = "", serve: bool = False, tf_config: str | N
     if job is not None:
         job.on_cancel(kind.close)  # a step blocked in the exchange returns
     with g.graph.as_default(), contextlib.closing(kind):
-        t_graph = time.perf_counter()
+        times["graph"] = time.perf_counter()
         session = open_session(g, cfg, run.checkpoints, job, chief)
         with_raw = session_fn(session)
-
-        def raw(fetches, feed=None):
-            return with_raw(lambda s: s.run(fetches, feed))
-
         start_step = start_epoch = 0
         if chief:
-            start_step = int(raw(g.global_step))
+            start_step = int(with_raw(lambda s: s.run(g.global_step)))
             # The epoch the restored checkpoint ends, as recorded beside it; a run from before the
             # record (its workers never changed) counts it from the step.
             recorded = checkpoints.epoch_of(run.checkpoints, restore.checkpoint if restore is not None else None)
             start_epoch = recorded if recorded is not None else start_step // global_per_epoch
-        t1 = time.perf_counter()
+        times["session"] = time.perf_counter()
         # Every worker of this launch on the same weights, step and epoch (the kind's own way).
-        start_step, start_epoch = kind.start(raw, g, start_step, start_epoch, partial(_cancelled, job))
+        start_step, start_epoch = kind.start(lambda fetches, feed=None: with_raw(lambda s: s.run(fetches, feed)), g, start_step, start_epoch,
+                                             partial(_cancelled, job))
         g.schedule_at(start_epoch, start_step)
-        say(f"replica {task}: start-up: process {process_s:.1f} s, data {t_data - t0:.1f} s{' (held)' if held else ''}, graph {t_graph - t_data:.1f} s, "
-            f"session {t1 - t_graph:.1f} s, barrier {time.perf_counter() - t1:.1f} s"
-            + (f" ({workers} workers, tasks {','.join(map(str, members))})" if cluster and members != list(range(len(cluster["worker"]))) else ""))
+        say(_startup_line(task, times, held, members if cluster and members != list(range(len(cluster["worker"]))) else None))
         if restore is not None and (restore.checkpoint or restore.damaged):
             checkpoints.write_note(run.resume_note, restore, launch, start_epoch, start_step)
             say(f"replica {task}: {restore.describe()}")
+        loop = Loop(session, g, data, cfg, steps, cfg.worker_batch(workers), task if cluster else None, run.live if chief else None, job,
+                    members if cluster else None)
         # The evaluation's duties: the chief's own between epochs, or (--evaluator coordinator) a
         # process beside the coordinator's, which reads what ``trained`` records after each epoch.
         beside = chief and cluster is not None and cfg.evaluator == "coordinator"
-        duties = Chief(run, cfg, g, data, with_raw, start_epoch, start_step, restore, say) if chief and not beside else None
-        trained = Trained(run.trained, launch) if beside else None
-        snapshots = Snapshots(g.saved, run.checkpoints, run.to_evaluate, trained) if trained is not None else None
-        if trained is not None:
-            clear_handed_over(run.to_evaluate)
-            trained.add(begin=True, start_epoch=start_epoch, start_step=start_step, began=time.time(), per_ps=per_ps(g), data=data.checksum,
-                        restore={"checkpoint": restore.checkpoint, "damaged": restore.damaged} if restore else None)
-        status_file, started = run.worker_status(task), time.time()
-        # Every checkpoint begun beside the steps is written before the loop is left, a cancel's way too.
-        with snapshots if snapshots is not None else contextlib.nullcontext():
-            for epoch in range(start_epoch + 1, cfg.epochs + 1):
-                if session.should_stop():
-                    break
-                # Input order and augmentation: seeded by (seed, epoch, task), so a resumed epoch is the same too.
-                feeds = [Feed(tower, t, mine[np.random.default_rng([cfg.seed, epoch, t]).permutation(len(mine))],
-                              np.random.default_rng([cfg.seed, epoch, t, 1])) for tower, t, mine in zip(g.towers, tasks, shards)]
-                live = run.live if chief else None
-                stats, values = train_epoch(session, g, data, feeds, steps, batch, cfg, epoch, task if cluster else None, live, job,
-                                            snapshot=snapshots is not None, members=members if cluster else None)
-                # What this worker did last, for the coordinator.
-                atomic.write_json(status_file, {"epoch": epoch, "time": time.time(), "elapsed_s": time.time() - started, **stats})
-                if trained is not None and snapshots is not None and values is not None:
-                    # The weights of the epoch's last update, fetched with its step, for the evaluator and a
-                    # resume: written by the chief's thread while the next epoch's steps go on (saving.py).
-                    snapshots.take(values, int(stats["global_step"]), epoch, stats)
-                elif trained is not None:
-                    # Post-local SGD's epochs end in a sync of models, not an update: saved here.  In sync
-                    # mode nothing moves the weights until this chief's next step applies the next update.
-                    step = int(raw(g.global_step))
-                    save(with_raw, g.saver, run.checkpoints / "model.ckpt", step, epoch,
-                         recorded=partial(trained.handed_over, folder=run.to_evaluate, epoch=epoch, **stats))
-                elif duties is not None and duties.end_epoch(epoch, stats):
-                    break
-        if trained is not None:
-            trained.add(end=True)
-        if duties is not None:
-            duties.finish()
+        _epochs(loop, run, Begun(start_epoch, start_step, restore), Duties(task, launch, chief, beside, with_raw), say)
         session.close()
+
+
+def _startup_line(task: int, times: dict, held: bool, members: list[int] | None) -> str:
+    """The replica's start-up, part by part: the process, the data set (``held``: kept by the node's
+    server from an earlier run), the graph, the session and the barrier; ``members``: the launch's
+    worker tasks when some sit it out."""
+    return (f"replica {task}: start-up: process {times['process']:.1f} s, data {times['data'] - times['t0']:.1f} s{' (held)' if held else ''}, "
+            f"graph {times['graph'] - times['data']:.1f} s, session {times['session'] - times['graph']:.1f} s, "
+            f"barrier {time.perf_counter() - times['session']:.1f} s"
+            + (f" ({len(members)} workers, tasks {','.join(map(str, members))})" if members is not None else ""))
+
+
+@dataclass(frozen=True)
+class Duties:
+    """This worker's part beyond its steps: its task, the launch, whether it is the launch's chief,
+    and whether the evaluation runs beside the coordinator (``beside``: the chief then hands each
+    epoch's weights over, trained.py); ``with_raw``: the raw session (session_fn)."""
+
+    task: int
+    launch: str
+    chief: bool
+    beside: bool
+    with_raw: Callable
+
+
+def _epochs(loop: "Loop", run: RunDir, begun: Begun, duties: Duties, say: Callable[[str], None]) -> None:
+    """The epochs from the one after ``begun``'s to the last, each followed by this worker's
+    status, and by the chief's evaluation and checkpoint (its own), or its hand-over to the
+    evaluator beside the coordinator; stopped early when the chief's evaluation says so (the target)."""
+    cfg, g, data, with_raw = loop.cfg, loop.g, loop.data, duties.with_raw
+    tasks = range(g.workers) if cfg.emulate else [g.kind.place.rank]  # the towers fed: this worker's, or (--emulate) every worker's
+    shards = [shard(len(data.x_train), t, g.workers, cfg.seed) for t in tasks]
+    chief = Chief(run, cfg, Scoring(g, data, with_raw), begun, say) if duties.chief and not duties.beside else None
+    trained = Trained(run.trained, duties.launch) if duties.beside else None
+    snapshots = Snapshots(g.saved, run.checkpoints, run.to_evaluate, trained) if trained is not None else None
+    if trained is not None:
+        clear_handed_over(run.to_evaluate)
+        trained.add(begin=True, start_epoch=begun.epoch, start_step=begun.step, began=time.time(), per_ps=per_ps(g), data=data.checksum,
+                    restore={"checkpoint": begun.restore.checkpoint, "damaged": begun.restore.damaged} if begun.restore else None)
+    status_file, started = run.worker_status(duties.task), time.time()
+    # Every checkpoint begun beside the steps is written before the loop is left, a cancel's way too.
+    with snapshots if snapshots is not None else contextlib.nullcontext():
+        for epoch in range(begun.epoch + 1, cfg.epochs + 1):
+            if loop.session.should_stop():
+                break
+            # Input order and augmentation: seeded by (seed, epoch, task), so a resumed epoch is the same too.
+            feeds = [Feed(tower, t, mine[np.random.default_rng([cfg.seed, epoch, t]).permutation(len(mine))],
+                          np.random.default_rng([cfg.seed, epoch, t, 1])) for tower, t, mine in zip(g.towers, tasks, shards)]
+            stats, values = train_epoch(loop, feeds, epoch, snapshot=snapshots is not None)
+            # What this worker did last, for the coordinator.
+            atomic.write_json(status_file, {"epoch": epoch, "time": time.time(), "elapsed_s": time.time() - started, **stats})
+            if trained is not None and snapshots is not None and values is not None:
+                # The weights of the epoch's last update, fetched with its step, for the evaluator and a
+                # resume: written by the chief's thread while the next epoch's steps go on (saving.py).
+                snapshots.take(values, int(stats["global_step"]), epoch, stats)
+            elif trained is not None:
+                # Post-local SGD's epochs end in a sync of models, not an update: saved here.  In sync
+                # mode nothing moves the weights until this chief's next step applies the next update.
+                step = int(with_raw(lambda s: s.run(g.global_step)))
+                save(with_raw, g.saver, run.checkpoints / "model.ckpt", step, epoch,
+                     recorded=partial(trained.handed_over, folder=run.to_evaluate, epoch=epoch, **stats))
+            elif chief is not None and chief.end_epoch(epoch, stats):
+                break
+    if trained is not None:
+        trained.add(end=True)
+    if chief is not None:
+        chief.finish()
 
 
 # The last graph built in this process, for the next run of the same shape: a node's resident
@@ -315,102 +339,152 @@ class Feed:
     jitter: np.random.Generator
 
 
-def train_epoch(session, g: Graph, data, feeds: list[Feed], steps: int, batch: int, cfg: TrainConfig,
-                epoch: int, task: int | None, live: Path | None, job: JobContext | None = None,
-                snapshot: bool = False, members: list[int] | None = None) -> tuple[dict, list | None]:
+@dataclass
+class Loop:
+    """What each epoch of a replica's loop runs with: the session and graph, the data set and
+    options, the steps an epoch and each tower's windows a step (``batch``); ``task``: this
+    worker's on a cluster (None: no cluster), one of whose steps an epoch (the middle one) is traced
+    to split the steps' time into compute and exchange (steptrace.py); ``live``: the chief's
+    live.json (None elsewhere); ``job``: the door's (its cancel stops the epoch); ``members``: the
+    launch's worker tasks, by rank (who a straggler is)."""
+
+    session: Any
+    g: Graph
+    data: Any
+    cfg: TrainConfig
+    steps: int
+    batch: int
+    task: int | None = None
+    live: Path | None = None
+    job: JobContext | None = None
+    members: list[int] | None = None
+
+
+@dataclass
+class _Tally:
+    """An epoch's sums so far, and what its last step left."""
+
+    input_s: float = 0.0
+    step_s: float = 0.0
+    loss_sum: float = 0.0
+    correct: int = 0
+    seen: int = 0
+    staleness: list = field(default_factory=list)
+    after: Any = 0  # the global step after the last step
+    busy: float | None = None  # the traced step's own ops, seconds (None: no step traced)
+    exchanged: float = 0.0  # seconds in the exchange, where the kind times it itself
+    values: list | None = None  # the saved variables after the epoch's last update (snapshot)
+    local_done: int = 0  # post-local SGD: the local steps since its last sync
+
+
+def train_epoch(loop: Loop, feeds: list[Feed], epoch: int, snapshot: bool = False) -> tuple[dict, list | None]:
     """One pass over this worker's shard (the emulator: every worker's, one update a step): the
     epoch's timings and the first tower's training scores (the chief's), and with ``snapshot`` the
     values of every saved variable after the epoch's last update, fetched with that step (None
-    when the epoch ended otherwise: post-local SGD's sync).  ``task``: this worker's on a cluster
-    (None: no cluster), one of whose steps (the epoch's middle one) is traced to split the steps' time into
-    compute and exchange (steptrace.py); ``members``: the launch's worker tasks, by rank (who a
-    straggler is)."""
-    distributed = task is not None
+    when the epoch ended otherwise: post-local SGD's sync)."""
+    g, cfg, steps, batch = loop.g, loop.cfg, loop.steps, loop.batch
     spec = augment.parse(cfg.augment)
-    t_input = t_step = loss_sum = 0.0
-    correct = seen = 0
-    staleness = []
+    tally = _Tally()
     # Sync's chief: which worker each step waited for (None elsewhere: nobody waits on anyone).
-    # The update first, what the forward pass makes, then what is read after the update.
-    fetches = [g.train, g.xent, g.correct, g.step_before, g.step_after]
     arrivals = Arrivals(g.workers) if g.kind.times_arrivals else None
     # Post-local SGD (localsgd.py): past --local-after, steps of this worker's own, a sync that
     # averages the models after every --local-steps of them and at the epoch's end.
-    local = g.local if g.local is not None and epoch > cfg.local_after else None
-    if local is not None:
-        fetches = [local.step, local.xent, local.correct]
+    local = g.local is not None and epoch > cfg.local_after
+    if local:
         arrivals = None
         if not g.local_begun:  # this launch's first local step: the weights and Adam's moments from the ps
-            session.run(g.local_start)
+            loop.session.run(g.local_start)
             g.local_begun = True
-    done = 0
-    after = 0
-    values = None
-    busy = None  # the traced step's own ops, seconds (None: no step traced)
-    exchanged = 0.0  # seconds in the exchange, where the kind times it itself
     begin = live_at = time.perf_counter()
     for s in range(steps):
-        if job is not None and job.cancelled.is_set():
+        if loop.job is not None and loop.job.cancelled.is_set():
             raise Cancelled()
         t0 = time.perf_counter()
         feed = {g.keep: cfg.keep_prob} | g.schedule
         for f in feeds:
             idx = np.sort(f.order[s * batch:(s + 1) * batch])
-            feed |= {f.tower.x: augment.augment(data.x_train[idx], f.jitter, spec), f.tower.y: data.y_train[idx],
+            feed |= {f.tower.x: augment.augment(loop.data.x_train[idx], f.jitter, spec), f.tower.y: loop.data.y_train[idx],
                      f.tower.noise.key: noise.key(cfg.seed, f.task, epoch, s)}
         t1 = time.perf_counter()
-        if local is not None:
-            _, loss, ok = session.run(fetches, feed | {g.local_done: done})
-            done += 1
-            if done == cfg.local_steps or s == steps - 1:
-                session.run(g.local_sync, {g.local_done: done})
-                done = 0
-                after = session.run(g.local_step_seen) if s == steps - 1 else after
+        before: Any
+        if local:
+            (loss, ok), before, ran = _local_step(loop, feed, s, tally), None, None
         else:
-            # A step amid the others (not the one an evaluation ends) traced, unless the kind times its exchange itself.
-            traced = task is not None and s == steps // 2 and not g.kind.times_exchange
-            saving = snapshot and s == steps - 1
-            metadata = tf.compat.v1.RunMetadata()
-            trace = {"options": steptrace.OPTIONS, "run_metadata": metadata} if traced else {}
-            ran = g.kind.step(session, feed, fetches[1:4], [fetches[0], fetches[4], *(g.snapshot if saving else [])], **trace)
-            (loss, ok, before), (_, after, *rest) = ran.before, ran.after
-            values = rest if saving else values
-            if traced and task is not None:
-                busy = steptrace.busy_seconds(metadata, task)
-            if ran.exchange_s is not None:
-                exchanged += ran.exchange_s
+            ran = _exchange_step(loop, feed, s, snapshot and s == steps - 1, tally)
+            loss, ok, before = ran.before
         t2 = time.perf_counter()
-        t_input += t1 - t0
-        t_step += t2 - t1
-        loss_sum += float(loss) * batch
-        correct += int(ok)
-        seen += batch
+        tally.input_s += t1 - t0
+        tally.step_s += t2 - t1
+        tally.loss_sum += float(loss) * batch
+        tally.correct += int(ok)
+        tally.seen += batch
         # Not the epoch's first step: the others start it while the chief still evaluates the last
         # epoch, so it would name the chief for the evaluation rather than for its steps.
-        if arrivals is not None and s > 0 and ran.arrivals is not None:
+        if arrivals is not None and s > 0 and ran is not None and ran.arrivals is not None:
             arrivals.add(*ran.arrivals)
-        if not g.sync and distributed:
-            staleness.append(int(after) - int(before) - 1)  # other workers' updates between our read and our apply
-        if live is not None and t2 - live_at >= LIVE_EVERY_S:
+        if not g.sync and loop.task is not None:
+            tally.staleness.append(int(tally.after) - int(before) - 1)  # other workers' updates between our read and our apply
+        if loop.live is not None and t2 - live_at >= LIVE_EVERY_S:
             live_at = t2
-            atomic.write_json(live, {"epoch": epoch, "epochs": cfg.epochs, "step": s + 1, "steps": steps,
-                                     "global_step": int(after), "train_acc": correct / max(seen, 1), "time": time.time()})
-    epoch_s = time.perf_counter() - begin
+            atomic.write_json(loop.live, {"epoch": epoch, "epochs": cfg.epochs, "step": s + 1, "steps": steps, "global_step": int(tally.after),
+                                          "train_acc": tally.correct / max(tally.seen, 1), "time": time.time()})
+    return _epoch_stats(loop, tally, time.perf_counter() - begin, arrivals), tally.values
+
+
+def _local_step(loop: Loop, feed: dict, s: int, tally: _Tally) -> tuple:
+    """One of post-local SGD's own steps, and its sync after every --local-steps of them and at the
+    epoch's end: (loss, correct)."""
+    g, session, local = loop.g, loop.session, loop.g.local
+    assert local is not None
+    _, loss, ok = session.run([local.step, local.xent, local.correct], feed | {g.local_done: tally.local_done})
+    tally.local_done += 1
+    if tally.local_done == loop.cfg.local_steps or s == loop.steps - 1:
+        session.run(g.local_sync, {g.local_done: tally.local_done})
+        tally.local_done = 0
+        if s == loop.steps - 1:
+            tally.after = session.run(g.local_step_seen)
+    return loss, ok
+
+
+def _exchange_step(loop: Loop, feed: dict, s: int, saving: bool, tally: _Tally):
+    """One step through the kind's exchange (Exchange.step): its ``before`` is (loss, correct, the
+    global step read before it); with ``saving``, the saved variables fetched after its update.
+    A step amid the others (not the one an evaluation ends) is traced, unless the kind times its
+    exchange itself."""
+    g = loop.g
+    traced = loop.task is not None and s == loop.steps // 2 and not g.kind.times_exchange
+    metadata = tf.compat.v1.RunMetadata()
+    trace = {"options": steptrace.OPTIONS, "run_metadata": metadata} if traced else {}
+    # The update first, what the forward pass makes, then what is read after the update.
+    ran = g.kind.step(loop.session, feed, [g.xent, g.correct, g.step_before], [g.train, g.step_after, *(g.snapshot if saving else [])], **trace)
+    _, tally.after, *rest = ran.after
+    if saving:
+        tally.values = rest
+    if traced and loop.task is not None:
+        tally.busy = steptrace.busy_seconds(metadata, loop.task)
+    if ran.exchange_s is not None:
+        tally.exchanged += ran.exchange_s
+    return ran
+
+
+def _epoch_stats(loop: Loop, tally: _Tally, epoch_s: float, arrivals: Arrivals | None) -> dict:
+    """The epoch's row of timings and training scores (metrics.py's columns)."""
+    g, steps, members = loop.g, loop.steps, loop.members
     held = arrivals.straggler(epoch_s / max(steps, 1)) if arrivals is not None else None
-    compute, exchange = (t_step - exchanged, exchanged) if g.kind.times_exchange else steptrace.split(t_step, steps, busy)
+    compute, exchanged = (tally.step_s - tally.exchanged, tally.exchanged) if g.kind.times_exchange else steptrace.split(tally.step_s, steps, tally.busy)
     return {
         "epoch_s": epoch_s,
-        "input_s": t_input,
+        "input_s": tally.input_s,
         "compute_s": compute,
-        "exchange_s": exchange,
-        "train_loss": loss_sum / max(seen, 1),
-        "train_acc": correct / max(seen, 1),
-        "staleness_mean": float(np.mean(staleness)) if staleness else "",
-        "staleness_max": int(np.max(staleness)) if staleness else "",
-        "global_step": int(after) if steps else "",
+        "exchange_s": exchanged,
+        "train_loss": tally.loss_sum / max(tally.seen, 1),
+        "train_acc": tally.correct / max(tally.seen, 1),
+        "staleness_mean": float(np.mean(tally.staleness)) if tally.staleness else "",
+        "staleness_max": int(np.max(tally.staleness)) if tally.staleness else "",
+        "global_step": int(tally.after) if steps else "",
         "straggler": (members[held[0]] if members else held[0]) if held else "",  # its task, as the logs name it
         "straggler_ms": round(held[1] * 1000, 1) if held else "",
-    }, values
+    }
 
 
 def arguments(argv: list[str] | None) -> argparse.Namespace:

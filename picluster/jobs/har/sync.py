@@ -5,9 +5,15 @@ statistics emulator (``emulated_step``) every worker's tower is in one graph and
 made there, op for op, so its numbers are the cluster's.
 """
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
 import tensorflow as tf
 
 from picluster.jobs.har import fusion
+
+if TYPE_CHECKING:
+    from picluster.jobs.har.exchange.kind import Place
 
 
 def emulated_step(every, variables, groups, fused: bool, apply, wire=tf.float32):
@@ -28,8 +34,19 @@ def emulated_step(every, variables, groups, fused: bool, apply, wire=tf.float32)
     return apply(means, squares)
 
 
-def sync_step(grads, variables, global_step, task, workers, launch, apply, fused_on=None, tag="", wire=tf.float32):
-    """One synchronous step: every worker's gradient, averaged, applied once by the chief.
+@dataclass(frozen=True)
+class Carried:
+    """How a sync step's gradients travel: fused (``fused_on``: this worker's device; fusion.py),
+    in ``wire``'s type, through queues named with ``tag`` (one set of queues per kind of sync)."""
+
+    fused_on: str | None = None
+    tag: str = ""
+    wire: Any = tf.float32
+
+
+def sync_step(grads, variables, global_step, place: "Place", apply, carried: Carried = Carried()):
+    """One synchronous step: every worker's gradient, averaged, applied once by the chief (``place``:
+    this worker's rank among the launch's workers, and the launch).
 
     Per ps task, each worker puts the gradients of that ps's variables in its own one-slot queue
     there and then waits for a token; the chief takes one gradient from every queue, each ps
@@ -47,6 +64,8 @@ def sync_step(grads, variables, global_step, task, workers, launch, apply, fused
     fusion.py) each worker's share for a ps is one flat tensor (of ``wire``'s type: the ps casts
     a 16-bit one back), and the ps averages it flat before cutting it into the variables' gradients.
     """
+    task, workers, launch = place.rank, place.workers, place.launch
+    fused_on, tag, wire = carried.fused_on, carried.tag, carried.wire
     pushes, means = [], [None] * len(variables)
     squares = []
     for s, (device, members) in enumerate(fusion.by_ps(variables)):

@@ -44,9 +44,18 @@ class LaunchConfig:
         return staged_files(self.folder) if self.whole_folder else [(self.script.name, self.script)]
 
 
+@dataclass(frozen=True)
+class Restarts:
+    """What a failed task gets (--restart-limit) and how long a stopped one has to end (--grace)."""
+
+    limit: int = 0
+    grace_s: float = DEFAULT_GRACE_S
+
+
 def make(script: str | Path, args: tuple[str, ...] | list[str], mode: str, folder: str | Path | None = None,
-         restart_limit: int = 0, grace_s: float = DEFAULT_GRACE_S, name: str | None = None) -> LaunchConfig:
+         restarts: Restarts = Restarts(), name: str | None = None) -> LaunchConfig:
     """A checked config; every problem is one UsageError line naming the argument."""
+    restart_limit, grace_s = restarts.limit, restarts.grace_s
     if mode not in MODES:
         raise UsageError(f"--mode {mode!r}: choose one of {', '.join(MODES)}")
     path = Path(script).expanduser()

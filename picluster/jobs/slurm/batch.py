@@ -55,13 +55,26 @@ def megabytes(value: str) -> int:
     return tokens.slurm_megabytes(value, "--mem")
 
 
-def check(inv: Inventory, command: tuple[str, ...], nodes: int | None, ps: int | None, time: str | None,
-          mem: str | None, nodelist: str | None, name: str | None, cpus: int | None = None,
-          job_script: JobScript | None = None, exclude: tuple[str, ...] = (),
+@dataclass(frozen=True)
+class Asked:
+    """submit's options as given (None: not given), before check reads them against the inventory.
+    ``nodelist`` and each of ``exclude`` are node sets (ClusterShell's, with the inventory's groups)."""
+
+    nodes: int | None = None
+    ps: int | None = None
+    time: str | None = None
+    mem: str | None = None
+    nodelist: str | None = None
+    name: str | None = None
+    cpus: int | None = None
+    exclude: tuple[str, ...] = ()
+
+
+def check(inv: Inventory, command: tuple[str, ...], asked: Asked, job_script: JobScript | None = None,
           origin: origins.Origin | None = None) -> Request:
     """The request, or UsageError for the first thing Slurm (or the inventory) would refuse.
-    ``nodelist`` and each of ``exclude`` are node sets (ClusterShell's, with the inventory's
-    groups); Slurm is given the names."""
+    asked's node sets reach Slurm as the names of their nodes."""
+    nodes, ps, time, mem, nodelist, name, exclude = asked.nodes, asked.ps, asked.time, asked.mem, asked.nodelist, asked.name, asked.exclude
     if inv.slurm is None:
         raise UsageError(f"inventory {inv.source or inv.name} has no [slurm] table: add one and run 'picluster provision' (see docs/slurm.md)")
     if not command and job_script is None:
@@ -109,7 +122,7 @@ def check(inv: Inventory, command: tuple[str, ...], nodes: int | None, ps: int |
     if folder is not None and folder.path is not None:
         chdir = folder.path
         said.append(f"the job runs in {folder.path} ({folder.why})")
-    return Request(tuple(command), count, ps if ps is not None else -1, job_name, time, mem, chosen, cpus, job_script,
+    return Request(tuple(command), count, ps if ps is not None else -1, job_name, time, mem, chosen, asked.cpus, job_script,
                    nodes is not None, tuple(n for n in names if n in left_out), chdir=chdir, start_timeout=wait, said=tuple(said))
 
 

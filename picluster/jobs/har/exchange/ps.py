@@ -19,7 +19,7 @@ import tensorflow as tf
 from picluster.jobs.har import fusion
 from picluster.jobs.har.exchange.kind import Exchange, Place
 from picluster.jobs.har.placement import ByteBalancer, check_shards
-from picluster.jobs.har.sync import sync_step
+from picluster.jobs.har.sync import Carried, sync_step
 
 READY_POLL_S = 0.2  # a worker's look at the chief's one readiness flag
 BARRIER_POLL_S = 0.05
@@ -92,8 +92,8 @@ class Ps(Exchange):
 
     def update(self, grads, variables, optimiser, g):
         if self.sync:
-            train, self.arrivals = sync_step(grads, variables, optimiser.global_step, self.place.rank, self.place.workers,
-                                             self.place.launch, optimiser.apply_mean(variables), self.fused_on, wire=self.wire)
+            train, self.arrivals = sync_step(grads, variables, optimiser.global_step, self.place, optimiser.apply_mean(variables),
+                                             Carried(self.fused_on, wire=self.wire))
             self.times_arrivals = self.arrivals is not None  # the chief's: ps 0's stamps
             return train
         clipped = optimiser.clipped(grads)  # where the gradients are

@@ -107,26 +107,7 @@ class Tree(Ps):
             total = [tf.add_n([mine, *(t[s] for t in taken)]) if taken else mine for s, mine in enumerate(sent)]
         pushed = sums[self.first].enqueue(total)
         if place.rank == 0:
-            with tf.control_dependencies([pushed]), tf.compat.v1.device("/job:ps/task:0"):
-                every = [sums[first].dequeue() for first in sums]
-                every = [e if isinstance(e, list | tuple) else [e] for e in every]
-            means, squares = [None] * len(self.made), []
-            for s, (device, members) in enumerate(self.layout):
-                with tf.compat.v1.device(device):
-                    mean = tf.add_n([e[s] for e in every]) / float(n)
-                    squares.append(tf.reduce_sum(tf.square(mean)))
-                    for i, piece in zip(members, fusion.split(mean, [self.made[i].shape for i in members])):
-                        means[i] = piece
-            index = {v.name: i for i, v in enumerate(self.made)}
-            applied = optimiser.apply_mean(variables)([means[index[v.name]] for v in variables], squares)
-            with tf.control_dependencies([applied]):
-                step = optimiser.global_step.read_value()
-                flats = self._flats()
-            with tf.control_dependencies(flats):
-                handed = [tokens[first].enqueue([step, *flats]) for first in tokens if first != 0]
-            got = [step, *flats]
-            with tf.control_dependencies(handed):
-                got = [tf.identity(t) for t in got]
+            got = self._root(sums, tokens, pushed, variables, optimiser)
         else:
             with tf.control_dependencies([pushed]):
                 got = tokens[self.first].dequeue()
@@ -134,6 +115,32 @@ class Tree(Ps):
             passed = [down(r).enqueue(got) for r in self.mine[1:]]
         with tf.control_dependencies(passed):
             return self._hold(got)
+
+    def _root(self, sums, tokens, pushed, variables, optimiser):
+        """The chief's part, on ps 0: every group's sum taken, averaged per ps, applied, and the
+        step and weights handed to each other group's first worker; what its own group is handed."""
+        n = self.place.workers
+        with tf.control_dependencies([pushed]), tf.compat.v1.device("/job:ps/task:0"):
+            every = [sums[first].dequeue() for first in sums]
+            every = [e if isinstance(e, list | tuple) else [e] for e in every]
+        means, squares = [None] * len(self.made), []
+        for s, (device, members) in enumerate(self.layout):
+            with tf.compat.v1.device(device):
+                mean = tf.add_n([e[s] for e in every]) / float(n)
+                squares.append(tf.reduce_sum(tf.square(mean)))
+                for i, piece in zip(members, fusion.split(mean, [self.made[i].shape for i in members])):
+                    means[i] = piece
+        index = {v.name: i for i, v in enumerate(self.made)}
+        applied = optimiser.apply_mean(variables)([means[index[v.name]] for v in variables], squares)
+        with tf.control_dependencies([applied]):
+            step = optimiser.global_step.read_value()
+            flats = self._flats()
+        with tf.control_dependencies(flats):
+            handed = [tokens[first].enqueue([step, *flats]) for first in tokens if first != 0]
+        got = [step, *flats]
+        with tf.control_dependencies(handed):
+            got = [tf.identity(t) for t in got]
+        return got
 
     def _hold(self, got):
         """The weights handed down, kept for the next step's reads; the op a step ends with."""
