@@ -95,6 +95,8 @@ def test_ctrl_c_and_cancel_stop_every_task_even_one_that_ignores_sigterm(launch,
         "print('ready', flush=True)\n"
         "while True:\n    time.sleep(1)\n"))
     run = launch("--mode", "each-worker", "--grace", "1", stubborn)
+    # Both ignore SIGTERM by now: a task still starting (a loaded machine) would end on it, 143.
+    run.wait_for("worker:0: ready", 60)
     run.wait_for("worker:1: ready", 60)
     run.proc.send_signal(signal.SIGINT)
     assert run.finish(60) == 130, run.text()
@@ -104,6 +106,7 @@ def test_ctrl_c_and_cancel_stop_every_task_even_one_that_ignores_sigterm(launch,
     _nothing_left("stubborn.py")
 
     run = launch("--mode", "each-worker", "--grace", "1", stubborn)
+    run.wait_for("worker:0: ready", 60)
     run.wait_for("worker:1: ready", 60)
     cancel = picluster("cancel", run.job_id(), timeout=60)
     assert cancel.returncode == 0 and f"job {run.job_id()} CANCELLED: cancelled with 'picluster cancel'" in cancel.stdout, cancel.stderr
