@@ -66,18 +66,23 @@ class Run:
 
     @property
     def kind(self) -> str:
-        """The design's family, from its options."""
-        if "--exchange tree" in self.options:
-            return "tree"
-        for name in ("collective-tree", "collective", "allreduce"):
-            if f"--exchange {name}" in self.options:
-                return name
-        return "ps"
+        return kind_of(self.design, self.options)
 
     @property
     def ps_tasks(self) -> int:
         words = self.options.split()
         return int(words[words.index("--ps") + 1]) if "--ps" in words else 1
+
+
+def kind_of(design: str, options: str) -> str:
+    """A design's family, from its options; a row with no --exchange ran the default of its day,
+    which its design's name says (the all-reduce since it became the sync default; the ps before)."""
+    if "--exchange tree" in options:
+        return "tree"
+    for name in ("collective-tree", "collective", "allreduce"):
+        if f"--exchange {name}" in options:
+            return name
+    return "allreduce" if "--exchange" not in options and design == "allreduce" else "ps"
 
 
 def load(paths: list[Path]) -> list[Run]:
@@ -89,7 +94,7 @@ def load(paths: list[Path]) -> list[Run]:
         with open(path, newline="") as f:
             rows = [r for r in csv.DictReader(f) if r["ok"] == "yes" and r.get("epoch_s") and r["design"] != "pi"]
         f_ = lambda r, k: float(r[k]) if r.get(k) else 0.0
-        computes = {r["workers"]: f_(r, "compute_s") / f_(r, "updates_per_epoch") for r in rows if "--exchange allreduce" in r["options"]}
+        computes = {r["workers"]: f_(r, "compute_s") / f_(r, "updates_per_epoch") for r in rows if kind_of(r["design"], r["options"]) == "allreduce"}
         for r in rows:
             if r["workers"] not in computes:
                 sys.exit(f"{path}: no all-reduce run of {r['workers']} workers to give a step's compute")
