@@ -105,19 +105,18 @@ class Client(Supervised):
         job's own there (Cluster.job_folder) whose chief's files are mirrored back, else in the run
         directory here (a launcher's node reads it on a shared file system); ``role``: its part in
         the launch."""
-        launch, runtime, resume, beside, chief, chief_moved = role.launch, role.runtime, role.resume, role.beside, role.chief, role.chief_moved
         self.task = task
         self.cluster = cluster
-        self.chief = task == 0 if chief is None else chief
-        self.chief_moved = chief_moved
-        self.runtime = runtime
-        self.beside = beside
+        self.chief = task == 0 if role.chief is None else role.chief
+        self.chief_moved = role.chief_moved
+        self.runtime = role.runtime
+        self.beside = role.beside
         self.node = node
         self.label = f"worker {task}" + (f" on {node}" if node != "localhost" else "")
         self.log = run.worker_log(task)
         self.folder: JobFolder | None = None  # where the client runs on its node, in a job folder of its own
         self.mirror: Mirror | None = None
-        argv = ["-m", MODULE, "--launch", launch]
+        argv = ["-m", MODULE, "--launch", role.launch]
         env = {"TF_CONFIG": tf_config} if tf_config is not None else {}
         folder = cluster.job_folder(node, f"runs/{node_run_name(run.path)}") if cluster is not None else None
         self._out = open(self.log, "a", encoding="utf-8")  # noqa: SIM115  (open while the client runs; close() closes it)
@@ -130,7 +129,7 @@ class Client(Supervised):
                 self.proc = cluster.start_task(spec, GRACE_S, self._line) if cluster is not None else supervisor.start(spec, GRACE_S, self._line)
             else:
                 assert cluster is not None
-                self.proc = self._start_in(folder, cluster, run, resume, argv, env)
+                self.proc = self._start_in(folder, cluster, run, role.resume, argv, env)
         except BaseException:
             self._out.close()
             raise

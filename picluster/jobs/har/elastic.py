@@ -47,9 +47,6 @@ class Rejoin:
         self.tasks = tasks
         self.epoch = 0  # the epoch whose checkpoint the next launch restores
 
-    def __str__(self) -> str:
-        return ", ".join(t.label for t in self.tasks)
-
 
 def deadline(option: float, epoch_s: list[float]) -> float:
     """Seconds without a step after which a sync run counts as stalled: ``option`` when given
